@@ -1,0 +1,45 @@
+"""Reading whole BPF maps fast: BPF_MAP_LOOKUP_BATCH into raw buffers."""
+from __future__ import annotations
+
+import ctypes as ct
+import errno
+
+from bcc.libbcc import lib
+
+
+def dump_map(table) -> tuple[bytes, bytes, int]:
+    """All (keys, values) of a hash map as two packed byte strings and a count.
+
+    Uses batch lookup where the kernel has it (one syscall per few thousand
+    entries), else walks the keys one by one.
+    """
+    key_size, value_size = ct.sizeof(table.Key), ct.sizeof(table.Leaf)
+    capacity = table.max_entries
+    keys = ct.create_string_buffer(key_size * capacity)
+    values = ct.create_string_buffer(value_size * capacity)
+    token_in, token_out = ct.c_uint32(0), ct.c_uint32(0)
+    count = ct.c_uint32(0)
+    total = 0
+    while total < capacity:
+        count.value = capacity - total
+        res = lib.bpf_lookup_batch(
+            table.map_fd, ct.byref(token_in) if total else None, ct.byref(token_out),
+            ct.byref(keys, key_size * total), ct.byref(values, value_size * total), ct.byref(count))
+        err = ct.get_errno()
+        total += count.value
+        if res != 0:
+            if err == errno.ENOENT:
+                break
+            if err in (errno.EINVAL, errno.ENOTSUP, 524) and total == 0:   # 524: ENOTSUPP
+                return _walk_map(table)
+            raise OSError(err, f"BPF_MAP_LOOKUP_BATCH: {errno.errorcode.get(err, err)}")
+        token_in.value = token_out.value
+    return keys.raw[:key_size * total], values.raw[:value_size * total], total
+
+
+def _walk_map(table) -> tuple[bytes, bytes, int]:
+    key_parts, value_parts = [], []
+    for key, value in table.items():
+        key_parts.append(bytes(key))
+        value_parts.append(bytes(value))
+    return b"".join(key_parts), b"".join(value_parts), len(key_parts)

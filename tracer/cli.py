@@ -1,0 +1,31 @@
+"""leaktrace's entry point: picks a command, turns failures into one line and an exit status."""
+from __future__ import annotations
+
+import sys
+
+from .commands import DEFAULT_COMMAND, ArgumentParser, registry
+from .errors import LeaktraceError
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = registry()
+    name = argv[0] if argv and argv[0] in commands else DEFAULT_COMMAND
+    if argv and argv[0] == name:
+        argv = argv[1:]
+    command = commands[name]
+    prog = "leaktrace" if name == DEFAULT_COMMAND else f"leaktrace {name}"
+    parser = ArgumentParser(prog=prog, description=command.help)
+    try:
+        command.prepare_parser(parser)
+        return command.run(parser.parse_args(argv))
+    except LeaktraceError as e:
+        print(f"leaktrace: {e}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        print("leaktrace: interrupted", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

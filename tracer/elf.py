@@ -1,0 +1,151 @@
+"""A small ELF reader: segments, function symbols, interpreter, debug info presence."""
+from __future__ import annotations
+
+import bisect
+import mmap
+import struct
+from dataclasses import dataclass
+from functools import cached_property
+
+PT_LOAD, PT_INTERP = 1, 3
+SHT_SYMTAB, SHT_DYNSYM = 2, 11
+STT_FUNC, STT_GNU_IFUNC = 2, 10
+SHN_UNDEF = 0
+
+
+class ElfError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Segment:
+    type: int
+    flags: int
+    offset: int
+    vaddr: int
+    filesz: int
+    memsz: int
+
+
+@dataclass(frozen=True)
+class Symbol:
+    name: str
+    value: int
+    size: int
+
+
+class ElfFile:
+    """Parses an ELF file's headers and symbol tables from disk, lazily."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                self._data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as e:
+            raise ElfError(f"{path}: {e}") from e
+        if self._data[:4] != b"\x7fELF":
+            raise ElfError(f"{path}: not an ELF file")
+        self.is_64 = self._data[4] == 2
+        if self._data[5] != 1:
+            raise ElfError(f"{path}: big-endian ELF is not supported")
+        if self.is_64:
+            hdr = struct.unpack_from("<HHIQQQIHHHHHH", self._data, 16)
+        else:
+            hdr = struct.unpack_from("<HHIIIIIHHHHHH", self._data, 16)
+        (self.type, self.machine, _, self.entry, self._phoff, self._shoff, _, _,
+         self._phentsize, self._phnum, self._shentsize, self._shnum, self._shstrndx) = hdr
+
+    def _cstring(self, offset: int) -> str:
+        end = self._data.find(b"\0", offset)
+        return self._data[offset:end].decode("utf-8", "replace")
+
+    @cached_property
+    def segments(self) -> tuple[Segment, ...]:
+        result = []
+        for i in range(self._phnum):
+            at = self._phoff + i * self._phentsize
+            if self.is_64:
+                p_type, p_flags, off, vaddr, _, filesz, memsz, _ = struct.unpack_from("<IIQQQQQQ", self._data, at)
+            else:
+                p_type, off, vaddr, _, filesz, memsz, p_flags, _ = struct.unpack_from("<IIIIIIII", self._data, at)
+            result.append(Segment(p_type, p_flags, off, vaddr, filesz, memsz))
+        return tuple(result)
+
+    @cached_property
+    def _sections(self) -> list[tuple[str, int, int, int, int, int]]:
+        """(name, type, offset, size, link, entsize) for each section."""
+        raw = []
+        for i in range(self._shnum):
+            at = self._shoff + i * self._shentsize
+            if self.is_64:
+                name, typ, _, _, off, size, link, _, _, entsize = struct.unpack_from("<IIQQQQIIQQ", self._data, at)
+            else:
+                name, typ, _, _, off, size, link, _, _, entsize = struct.unpack_from("<IIIIIIIIII", self._data, at)
+            raw.append((name, typ, off, size, link, entsize))
+        if not raw or self._shstrndx >= len(raw):
+            return []
+        names_at = raw[self._shstrndx][2]
+        return [(self._cstring(names_at + r[0]), *r[1:]) for r in raw]
+
+    def section_names(self) -> set[str]:
+        return {s[0] for s in self._sections}
+
+    @property
+    def interpreter(self) -> str | None:
+        for seg in self.segments:
+            if seg.type == PT_INTERP:
+                return self._data[seg.offset:seg.offset + seg.filesz].rstrip(b"\0").decode()
+        return None
+
+    def _symbols_of(self, section_type: int) -> list[tuple[Symbol, int]]:
+        """Defined function symbols of one table, with their section index."""
+        result = []
+        for _, typ, off, size, link, entsize in self._sections:
+            if typ != section_type or not entsize:
+                continue
+            strtab = self._sections[link][2]
+            for at in range(off, off + size, entsize):
+                if self.is_64:
+                    name, info, _, shndx, value, sym_size = struct.unpack_from("<IBBHQQ", self._data, at)
+                else:
+                    name, value, sym_size, info, _, shndx = struct.unpack_from("<IIIBBH", self._data, at)
+                if (info & 0xF) in (STT_FUNC, STT_GNU_IFUNC) and shndx != SHN_UNDEF and value:
+                    result.append((Symbol(self._cstring(strtab + name), value, sym_size), shndx))
+        return result
+
+    @cached_property
+    def dynamic_functions(self) -> dict[str, int]:
+        """Exported function name -> address (link-time virtual address)."""
+        return {sym.name.split("@")[0]: sym.value for sym, _ in self._symbols_of(SHT_DYNSYM)}
+
+    @cached_property
+    def _function_index(self) -> tuple[list[int], list[Symbol]]:
+        by_addr: dict[int, Symbol] = {}
+        for sym, _ in self._symbols_of(SHT_DYNSYM) + self._symbols_of(SHT_SYMTAB):
+            known = by_addr.get(sym.value)
+            # Prefer a sized, public-looking name among aliases (malloc over __libc_malloc).
+            if known is None or (sym.size, -sym.name.startswith("_")) > (known.size, -known.name.startswith("_")):
+                by_addr[sym.value] = sym
+        starts = sorted(by_addr)
+        return starts, [by_addr[s] for s in starts]
+
+    def function_at(self, vaddr: int) -> Symbol | None:
+        starts, symbols = self._function_index
+        i = bisect.bisect_right(starts, vaddr) - 1
+        if i < 0:
+            return None
+        sym = symbols[i]
+        if sym.size and vaddr >= sym.value + sym.size:
+            return None
+        return sym
+
+    def file_offset_to_vaddr(self, file_offset: int) -> int | None:
+        for seg in self.segments:
+            if seg.type == PT_LOAD and seg.offset <= file_offset < seg.offset + max(seg.filesz, 1):
+                return file_offset - seg.offset + seg.vaddr
+        return None
+
+    @property
+    def has_debug_lines(self) -> bool:
+        return ".debug_line" in self.section_names()

@@ -1,0 +1,112 @@
+"""Facts about target processes: maps, names, and which allocator library they use."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .elf import ElfError, ElfFile
+from .errors import RuntimeFailure
+from .snapshot import ProcessInfo
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    inode: int
+    path: str
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    result = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5:
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        path = parts[5] if len(parts) > 5 else ""
+        result.append(Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path))
+    return result
+
+
+def read_process(pid: int) -> ProcessInfo | None:
+    """Reads a process's name and maps; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        with open(f"/proc/{pid}/maps") as f:
+            maps = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return ProcessInfo(pid, comm, maps)
+
+
+def host_path(pid: int, path: str) -> str:
+    """A path seen by the target, as this process can open it (containers have their own root)."""
+    rooted = f"/proc/{pid}/root{path}"
+    try:
+        return path if os.path.samefile(rooted, path) else rooted
+    except OSError:
+        return rooted if os.path.exists(rooted) else path
+
+
+def exports(path: str, symbol: str) -> bool:
+    try:
+        return symbol in ElfFile(path).dynamic_functions
+    except ElfError:
+        return False
+
+
+def allocator_library_of_process(pid: int, maps: str) -> str:
+    """The allocator library a running process uses, from its maps.
+
+    A library other than libc that exports malloc (jemalloc, tcmalloc, mimalloc)
+    is preferred: when one is mapped it is almost always the one in use.
+    """
+    libraries: list[str] = []
+    for mapping in parse_maps(maps):
+        if mapping.path.startswith("/") and mapping.path not in libraries and ".so" in mapping.path:
+            libraries.append(mapping.path)
+    candidates = [p for p in libraries if "/ld-" not in p and exports(host_path(pid, p), "malloc")]
+    if not candidates:
+        raise RuntimeFailure(f"pid {pid} maps no dynamic allocator library (statically linked?); "
+                             "use --lib PATH")
+    others = [p for p in candidates if "/libc.so" not in p and "/libc-" not in p]
+    return host_path(pid, (others or candidates)[0])
+
+
+def resolve_executable(name: str) -> str:
+    path = name if "/" in name else shutil.which(name)
+    if not path or not os.path.exists(path):
+        raise RuntimeFailure(f"cannot run '{name}': No such file or directory")
+    if not os.access(path, os.X_OK) or os.path.isdir(path):
+        raise RuntimeFailure(f"cannot run '{name}': Permission denied")
+    return os.path.realpath(path)
+
+
+def library_of_executable(path: str, symbol: str = "malloc") -> str:
+    """The library a program will bind symbol to (malloc: its allocator), asking its own loader.
+
+    The loader's list is in symbol search order, so the first library that
+    exports the symbol is the one the program's calls reach.
+    """
+    try:
+        elf = ElfFile(path)
+    except ElfError as e:
+        raise RuntimeFailure(f"{path} is not an ELF program ({e}); use --lib PATH") from None
+    if symbol in elf.dynamic_functions:
+        return path
+    interpreter = elf.interpreter
+    if interpreter is None:
+        raise RuntimeFailure(f"{path} is statically linked: it has no dynamic allocator library to probe")
+    listing = subprocess.run([interpreter, "--list", path], capture_output=True, text=True, check=False)
+    for line in listing.stdout.splitlines():
+        if "=>" not in line:
+            continue
+        library = line.split("=>", 1)[1].split("(")[0].strip()
+        if library.startswith("/") and exports(library, symbol):
+            return library
+    raise RuntimeFailure(f"{path} loads no library exporting {symbol}; use --lib PATH")

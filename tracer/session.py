@@ -1,0 +1,209 @@
+"""The Python API under the CLI: trace a process, take snapshots, end cleanly.
+
+    with Trace.launch(["./prog"]) as trace:
+        trace.wait()
+    report = render_text(Symbolizer().symbolize(trace.final_snapshot))
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+
+from .bpf_engine import BpfEngine, EngineSettings
+from .errors import RuntimeFailure
+from .process import (allocator_library_of_process, library_of_executable, read_process,
+                      resolve_executable)
+from .snapshot import ProcessInfo, Snapshot
+from .system import check_bpf, check_privileges, check_uprobes
+
+
+def check_system() -> None:
+    check_privileges()
+    check_bpf()
+    check_uprobes()
+
+
+def _spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:
+    """Forks a child that execs argv once the gate is written; returns (pid, gate, errors)."""
+    gate_r, gate_w = os.pipe()
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:   # child: nothing here may raise past os._exit
+        try:
+            os.close(gate_w)
+            os.close(err_r)
+            os.read(gate_r, 1)
+            os.close(gate_r)
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.execv(path, argv)
+        except OSError as e:
+            os.write(err_w, os.strerror(e.errno).encode())
+        finally:
+            os._exit(127)
+    os.close(gate_r)
+    os.close(err_w)
+    return pid, gate_w, err_r
+
+
+class Trace:
+    """A BPF trace of one process; a context manager that always detaches."""
+
+    def __init__(self, engine: BpfEngine, pid: int, info: ProcessInfo | None, is_child: bool):
+        self.engine = engine
+        self.pid = pid
+        self.is_child = is_child
+        self.final_snapshot: Snapshot | None = None
+        self.exit_status: int | None = None
+        self._info = info
+        self._exited = False
+
+    # -- starting -----------------------------------------------------------
+
+    @classmethod
+    def attach(cls, pid: int, settings: EngineSettings = EngineSettings(), library: str | None = None) -> "Trace":
+        """Traces a running process from now on."""
+        check_system()
+        if pid == os.getpid():
+            raise RuntimeFailure("leaktrace cannot trace itself")
+        info = read_process(pid)
+        if info is None or not info.maps:
+            raise RuntimeFailure(f"no process with pid {pid}")
+        library = library or allocator_library_of_process(pid, info.maps)
+        engine = BpfEngine(settings, pid, library)
+        try:
+            engine.start()
+        except BaseException:
+            engine.close()
+            raise
+        return cls(engine, pid, info, is_child=False)
+
+    @classmethod
+    def launch(cls, argv: list[str], settings: EngineSettings = EngineSettings(),
+               library: str | None = None) -> "Trace":
+        """Starts argv with the probes already live: none of its allocations is missed."""
+        check_system()
+        path = resolve_executable(argv[0])
+        library = library or library_of_executable(path)
+        libc = library_of_executable(path, "_exit") if library != path else None
+        pid, gate, errors = _spawn_gated(path, argv)
+        engine = BpfEngine(settings, pid, library, arm_on_exec=True, stop_library=libc or library)
+        try:
+            engine.start()
+            os.write(gate, b"x")
+            os.close(gate)
+            failure = os.read(errors, 512).decode()
+            os.close(errors)
+            if failure:
+                raise RuntimeFailure(f"cannot run '{argv[0]}': {failure}")
+        except BaseException:
+            engine.close()
+            _reap(pid, kill=True)
+            raise
+        return cls(engine, pid, read_process(pid), is_child=True)
+
+    # -- running ------------------------------------------------------------
+
+    def _process_info(self) -> ProcessInfo:
+        if not self._exited:
+            info = read_process(self.pid)
+            if info is not None and info.maps:
+                self._info = info
+                return info
+        cached = self._info or ProcessInfo(self.pid)
+        return ProcessInfo(cached.pid, cached.comm, cached.maps, exited=True)
+
+    def snapshot(self, older_than_ms: int | None = None) -> Snapshot:
+        """The live allocations now (or the final ones, once the target has exited)."""
+        if self._exited and self.final_snapshot is not None and older_than_ms is None:
+            return self.final_snapshot
+        older_than_ns = None if older_than_ms is None else older_than_ms * 1_000_000
+        processes = {self.pid: self._process_info()}
+        return Snapshot(time.time(), tuple(self.engine.groups(older_than_ns)), self.engine.counters(),
+                        processes, self.engine.settings.stack_depth)
+
+    def poll(self) -> bool:
+        """Notices stops and exits; returns False once the target is gone."""
+        if self._exited:
+            return False
+        if self.is_child:
+            return self._poll_child()
+        if not _alive(self.pid):
+            self._finish(None)
+            return False
+        return True
+
+    def _poll_child(self) -> bool:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
+        except ChildProcessError:
+            pid, status = self.pid, 0
+        if pid == 0:
+            return True
+        if os.WIFSTOPPED(status):
+            if self.engine.exit_stop_pending():
+                # Stopped in _exit by the BPF program: every free has run, maps are intact.
+                self.final_snapshot = self.snapshot()
+                self.engine.clear_exit_stop()
+                os.kill(self.pid, signal.SIGCONT)
+            return True
+        self._finish(status)
+        return False
+
+    def _finish(self, status: int | None) -> None:
+        if status is not None:
+            self.exit_status = os.waitstatus_to_exitcode(status)
+        self._exited = True
+        if self.final_snapshot is None:
+            self.final_snapshot = self.snapshot()
+        else:   # taken at the exit stop, while the process still existed
+            self.final_snapshot = dataclasses.replace(self.final_snapshot,
+                                                      processes={self.pid: self._process_info()})
+
+    def wait(self, timeout: float | None = None, tick: float = 0.02) -> bool:
+        """Waits for the target to exit; returns False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(tick)
+        return True
+
+    @property
+    def exited(self) -> bool:
+        return self._exited
+
+    def close(self) -> None:
+        """Detaches every probe; a launched command is let go (and continued if stopped)."""
+        self.engine.close()
+        if self.is_child and not self._exited:
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def __enter__(self) -> "Trace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _reap(pid: int, kill: bool) -> None:
+    try:
+        if kill:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass

@@ -1,0 +1,81 @@
+"""Snapshots: plain data produced by a source, read by everything downstream.
+
+A snapshot holds live allocations grouped by (pid, size, stack), the counters of
+what the source dropped, and what is needed to symbolize it later (each
+process's maps as read at snapshot time). Nothing here knows which source made it.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+
+
+class StackStatus(str, enum.Enum):
+    CAPTURED = "captured"   # frames present
+    FILTERED = "filtered"   # size outside the backtrace size range: counted, no stack
+    LOST = "lost"           # wanted, but dropped (see the loss counters)
+
+
+@dataclass(frozen=True)
+class AllocationGroup:
+    """Live allocations of one process with the same size and stack."""
+
+    pid: int
+    size: int
+    count: int
+    stack: tuple[int, ...] = ()   # return addresses, innermost first
+    stack_status: StackStatus = StackStatus.CAPTURED
+
+    @property
+    def bytes(self) -> int:
+        return self.size * self.count
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Event and loss counters of a source. Every field but the first two is a loss."""
+
+    allocations: int = 0          # allocations recorded since the trace began
+    frees: int = 0                # frees of recorded allocations
+    live_map_full: int = 0
+    site_map_full: int = 0
+    stack_map_full: int = 0
+    stack_collisions: int = 0
+    stack_walk_errors: int = 0
+    pending_map_full: int = 0
+    stale_calls: int = 0
+    unknown_frees: int = 0        # frees of blocks allocated before or outside the trace
+    missed_frees: int = 0
+    nested_calls: int = 0         # allocator calls made inside another (internal, not lost)
+
+    @classmethod
+    def loss_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls)[2:])
+
+    def losses(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.loss_names()}
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    comm: str = ""
+    maps: str = ""       # /proc/PID/maps text as read at snapshot time
+    exited: bool = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: float                      # wall-clock seconds
+    groups: tuple[AllocationGroup, ...]
+    counters: Counters
+    processes: dict[int, ProcessInfo] = field(default_factory=dict)
+    backtrace_frames: int = 16
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(group.bytes for group in self.groups)
+
+    @property
+    def live_allocations(self) -> int:
+        return sum(group.count for group in self.groups)

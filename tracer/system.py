@@ -1,0 +1,45 @@
+"""Checks that the machine and our privileges can run a BPF uprobe trace."""
+from __future__ import annotations
+
+import ctypes
+import os
+
+from .errors import RuntimeFailure
+
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+SYS_BPF = 321             # x86_64
+BPF_MAP_CREATE, BPF_MAP_TYPE_ARRAY = 0, 2
+
+
+def _effective_capabilities() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+def check_privileges() -> None:
+    caps = _effective_capabilities()
+    if os.geteuid() == 0 or caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1):
+        return
+    raise RuntimeFailure("must run as root (BPF programs and uprobes need CAP_BPF and CAP_PERFMON)")
+
+
+def check_bpf() -> None:
+    """Creates and closes a one-entry BPF map: the cheapest proof that bpf() works."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = (ctypes.c_uint32 * 30)(BPF_MAP_TYPE_ARRAY, 4, 4, 1)
+    fd = libc.syscall(SYS_BPF, BPF_MAP_CREATE, ctypes.byref(attr), 20)
+    if fd < 0:
+        raise RuntimeFailure(f"BPF is not available: bpf(): {os.strerror(ctypes.get_errno())}")
+    os.close(fd)
+
+
+def check_uprobes() -> None:
+    if os.path.exists("/sys/bus/event_source/devices/uprobe/type"):
+        return
+    for tracefs in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
+        if os.path.exists(f"{tracefs}/uprobe_events"):
+            return
+    raise RuntimeFailure("this kernel has no uprobe support (no uprobe PMU and no tracefs uprobe_events)")
