@@ -62,8 +62,9 @@ struct stack_val {
     u64 ip[STACK_DEPTH];
 };
 
-// One allocator call in flight on a thread; nested calls are recognised by a
-// lower stack pointer, and the matching return by entry_sp + 8.
+// One allocator call in flight on a thread; nested and tail calls are
+// recognised by a stack pointer at or below entry_sp, and the matching return
+// by entry_sp + 8.
 struct pending_call {
     u64 entry_sp;
     u64 size;
@@ -225,7 +226,8 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
     u64 sp = PT_REGS_SP(ctx);
     struct pending_call *outer = pending.lookup(&tid);
     if (outer) {
-        if (sp < outer->entry_sp) {
+        // Equal sp: a tail call (glibc's reallocarray jumps to realloc).
+        if (sp <= outer->entry_sp) {
             count(C_NESTED);
             return 0;
         }
@@ -345,7 +347,7 @@ int free_enter(struct pt_regs *ctx)
     if (!addr || !traced(tgid))
         return 0;
     struct pending_call *outer = pending.lookup(&tid);
-    if (outer && PT_REGS_SP(ctx) < outer->entry_sp) {
+    if (outer && PT_REGS_SP(ctx) <= outer->entry_sp) {
         count(C_NESTED);   // e.g. realloc(p, 0) freeing p: handled at realloc
         return 0;
     }

@@ -1,0 +1,50 @@
+/* A small service that leaks: a request handler forgets one buffer in ten,
+ * a cache grows without bound, and a worker thread churns without leaking. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct entry { struct entry *next; char key[40]; };
+static struct entry *cache;
+
+static void cache_insert(int i)
+{
+    struct entry *e = malloc(sizeof *e);
+    memset(e->key, 'a' + i % 26, sizeof e->key);
+    e->next = cache;
+    cache = e;
+}
+
+static char *render_response(int i)
+{
+    char *body = malloc(512);
+    memset(body, 'x', 512);
+    if (i % 10 == 3)
+        return body;          /* leaked: the caller forgets it */
+    free(body);
+    return NULL;
+}
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 300000; i++)
+        free(malloc(64 + i % 256));
+    return NULL;
+}
+
+int main(void)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, worker, NULL);
+    for (int i = 0; i < 50; i++) {
+        for (int j = 0; j < 10; j++) {
+            render_response(i * 10 + j);
+            cache_insert(j);
+        }
+        usleep(100000);
+    }
+    pthread_join(t, NULL);
+    return 0;
+}

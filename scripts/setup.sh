@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Sets up a Debian 12 machine for leaktrace, as root; safe to run again.
+#   - bcc (Debian's python3-bpfcc), a C toolchain and what the tests use
+#   - kernel headers for bcc: the running kernel's, or the distro's default linked in
+#   - tracefs at /sys/kernel/tracing
+#   - .venv (with system site packages, for bcc) holding leaktrace in editable mode
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: run as root (it installs packages and mounts tracefs)" >&2
+    exit 1
+fi
+
+arch=$(dpkg --print-architecture)
+release=$(uname -r)
+packages=(python3-bpfcc bpfcc-tools python3-venv python3-pip gcc libc6-dev binutils util-linux "linux-headers-$arch")
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+headers_exact=0
+if [ ! -e "/lib/modules/$release/build/include" ]; then
+    dpkg -s "linux-headers-$release" >/dev/null 2>&1 && headers_exact=1
+fi
+if [ ${#missing[@]} -gt 0 ] || { [ ! -e "/lib/modules/$release/build/include" ] && [ $headers_exact -eq 0 ]; }; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    [ ${#missing[@]} -gt 0 ] && apt-get install -y -q "${missing[@]}"
+    if [ ! -e "/lib/modules/$release/build/include" ] && apt-cache show "linux-headers-$release" >/dev/null 2>&1; then
+        apt-get install -y -q "linux-headers-$release"
+    fi
+fi
+
+# bcc compiles against /lib/modules/$(uname -r)/{build,source}; without headers for this
+# kernel, the distro's default ones serve (uprobe programs use no kernel-internal layout).
+if [ ! -e "/lib/modules/$release/build/include" ]; then
+    default=$(ls -d /lib/modules/*/build 2>/dev/null | grep -v "/$release/" | sort -V | tail -n 1 || true)
+    if [ -z "$default" ]; then
+        echo "setup.sh: no kernel headers found for $release nor a distro default" >&2
+        exit 1
+    fi
+    default_dir=$(dirname "$default")
+    mkdir -p "/lib/modules/$release"
+    ln -sfn "$(readlink -f "$default_dir/build")" "/lib/modules/$release/build"
+    ln -sfn "$(readlink -f "$default_dir/source")" "/lib/modules/$release/source"
+    echo "setup.sh: no headers package for kernel $release; linked the distro's default headers ($(basename "$default_dir")) as its build and source"
+fi
+
+if [ ! -e /sys/kernel/tracing/uprobe_events ]; then
+    mount -t tracefs nodev /sys/kernel/tracing
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+if ! .venv/bin/python -c 'import leaktrace, pytest, tabulate, bcc' >/dev/null 2>&1; then
+    .venv/bin/pip install -q -e '.[test]'
+fi
