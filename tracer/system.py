@@ -20,8 +20,9 @@ def _effective_capabilities() -> int:
 
 
 def check_privileges() -> None:
+    """Root is not enough by itself (a container may drop capabilities): look at CapEff."""
     caps = _effective_capabilities()
-    if os.geteuid() == 0 or caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1):
+    if caps >> CAP_SYS_ADMIN & 1 or (caps >> CAP_BPF & 1 and caps >> CAP_PERFMON & 1):
         return
     raise RuntimeFailure("must run as root (BPF programs and uprobes need CAP_BPF and CAP_PERFMON)")
 

@@ -1,0 +1,129 @@
+"""Bad input ends with one line on stderr, a documented exit status, no traceback,
+and nothing left attached."""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import leaktrace_command
+from helpers import run_command
+
+SYS_BPF, SYS_PERF_EVENT_OPEN = 321, 298
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, status: int, text: str) -> None:
+    assert result.returncode == status, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("leaktrace: ") and text in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args,text", [
+    ([], "one of the arguments -p/--pid -c/--command is required"),
+    (["-p", "1", "-c", "true"], "not allowed with argument"),
+    (["-p", "abc"], "'abc' is not a whole number"),
+    (["-p", "1", "--top", "0"], "0 is out of range"),
+    (["-p", "1", "0"], "interval must be more than 0 seconds"),
+    (["-p", "1", "--frames", "257"], "257 is out of range (from 1 to 256)"),
+    (["-p", "1", "--options", "backtrace=300"], "bad value for option 'backtrace', value must be <= 256: 300"),
+    (["-p", "1", "--options", "backtrace unknown_option"], "unknown option unknown_option"),
+    (["-p", "1", "--options", "guard"], "option 'guard' works only inside the allocator"),
+    (["-p", "1", "--min-size", "500", "--max-size", "100"], "(500) is larger than the largest (100)"),
+    (["-c", ""], "-c needs a command"),
+])
+def test_usage_errors_exit_2(args, text, probes_left_as_found):
+    assert_one_line_error(run_command(args), 2, text)
+
+
+def test_dead_pid_exits_1(probes_left_as_found):
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert_one_line_error(run_command(["-p", str(child.pid)]), 1, f"no process with pid {child.pid}")
+
+
+def test_missing_command_exits_1(probes_left_as_found):
+    assert_one_line_error(run_command(["-c", "no-such-program-here"]), 1,
+                          "cannot run 'no-such-program-here': No such file or directory")
+
+
+def test_static_program_exits_1(program, probes_left_as_found):
+    static = program("sites", "-static")
+    assert_one_line_error(run_command(["-c", str(static)]), 1, "is statically linked")
+
+
+def test_static_process_exits_1(build_dir, probes_left_as_found):
+    source = build_dir / "static_sleeper.c"
+    source.write_text("#include <unistd.h>\nint main(void) { pause(); return 0; }\n")
+    binary = build_dir / "static_sleeper"
+    subprocess.run(["gcc", "-static", "-o", str(binary), str(source)], check=True)
+    target = subprocess.Popen([str(binary)])
+    try:
+        assert_one_line_error(run_command(["-p", str(target.pid)]), 1, "maps no dynamic allocator library")
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_without_privileges_exits_1(probes_left_as_found):
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is needed to drop capabilities"
+    result = subprocess.run([setpriv, "--bounding-set=-all", "--inh-caps=-all", *leaktrace_command("-p", "1")],
+                            capture_output=True, text=True, timeout=60)
+    assert_one_line_error(result, 1, "must run as root")
+
+
+def denied(program, syscall: int, *args: str) -> subprocess.CompletedProcess:
+    wrapper = program("deny_syscall")
+    return subprocess.run([str(wrapper), str(syscall), str(errno.EPERM), *leaktrace_command(*args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_without_bpf_exits_1(program, probes_left_as_found):
+    assert_one_line_error(denied(program, SYS_BPF, "-c", "true"), 1,
+                          "BPF is not available: bpf(): Operation not permitted")
+
+
+def test_without_uprobes_exits_1_and_leaves_nothing(program, probes_left_as_found):
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        result = denied(program, SYS_PERF_EVENT_OPEN, "-p", str(target.pid))
+        assert_one_line_error(result, 1, "cannot attach a uprobe to")
+        assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_command_failing_exec_is_reaped(build_dir, probes_left_as_found):
+    script = build_dir / "not-executable"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    assert_one_line_error(run_command(["-c", str(script)]), 1, "Permission denied")
+
+
+def test_sigterm_gives_final_report_and_detaches(program, probes_left_as_found):
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        tracer = subprocess.Popen(leaktrace_command("-p", str(target.pid), "--json", "3600"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = tracer.stderr.readline()
+        assert "probes live" in line
+        tracer.terminate()
+        out, err = tracer.communicate(timeout=60)
+        assert tracer.returncode == 0
+        assert err == ""
+        assert out.count("\n") == 1 and out.startswith("{")
+        # Detached: the target still runs, and is not stopped.
+        time.sleep(0.1)
+        state = open(f"/proc/{target.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        assert state in ("S", "R")
+    finally:
+        target.kill()
+        target.wait()
