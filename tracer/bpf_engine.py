@@ -108,7 +108,7 @@ class BpfEngine:
         with tempfile.TemporaryFile(mode="w+") as log:
             try:
                 with _stderr_to(log):
-                    return BPF(text=bpf_source(), cflags=self._cflags())
+                    return BPF(text=bpf_source().encode(), cflags=self._cflags())
             except Exception as e:   # bcc raises bare Exception
                 log.seek(0)
                 raise RuntimeFailure(f"cannot load the BPF program: {_first_error_line(log.read() or str(e))}") from None
@@ -118,7 +118,7 @@ class BpfEngine:
         pid = self.target or -1
         try:
             with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
-                attach(name=library, addr=address, fn_name=fn_name, pid=pid)
+                attach(name=library.encode(), addr=address, fn_name=fn_name.encode(), pid=pid)
         except Exception as e:
             if self.target and not os.path.exists(f"/proc/{self.target}"):
                 raise RuntimeFailure(f"pid {self.target} exited before the probes were attached") from None
@@ -136,7 +136,7 @@ class BpfEngine:
         if not self.arm_on_exec:
             self._set_control(CTL_ARMED, 1)
         else:
-            self._bpf.attach_raw_tracepoint(tp="sched_process_exec", fn_name="exec_arm")
+            self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"exec_arm")
         by_address: dict[int, AttachedProbe] = {}
         for function, (program, has_return) in PROBES.items():
             address = functions.get(function)
@@ -160,17 +160,17 @@ class BpfEngine:
                 self._attach_uprobe(self.stop_library, exit_address, "exit_stop", ret=False)
 
     def _set_control(self, slot: int, value: int) -> None:
-        self._bpf["control"][ct.c_int(slot)] = ct.c_uint32(value)
+        self._bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)
 
     def exit_stop_pending(self) -> bool:
         """True once the target has been stopped in _exit by the BPF program."""
-        return bool(self._bpf["control"][ct.c_int(CTL_EXIT_STOP)].value)
+        return bool(self._bpf[b"control"][ct.c_int(CTL_EXIT_STOP)].value)
 
     def clear_exit_stop(self) -> None:
         self._set_control(CTL_EXIT_STOP, 0)
 
     def counters(self) -> Counters:
-        table = self._bpf["counters"]
+        table = self._bpf[b"counters"]
         totals = [sum(table[ct.c_int(i)]) for i in range(len(COUNTER_FIELDS))]
         return Counters(**dict(zip(COUNTER_FIELDS, totals)))
 
@@ -178,7 +178,7 @@ class BpfEngine:
         frames = self._stack_cache.get(key)
         if frames is None:
             try:
-                raw = self._bpf["stacks"][ct.c_uint64(key)]
+                raw = self._bpf[b"stacks"][ct.c_uint64(key)]
             except KeyError:
                 return ()
             frames = tuple(ip for ip in raw.ip if ip)
@@ -203,14 +203,14 @@ class BpfEngine:
         """
         tally: Tally[tuple[int, int, int]] = Tally()
         if older_than_ns is None:
-            keys, values, n = dump_map(self._bpf["sites"])
+            keys, values, _ = dump_map(self._bpf[b"sites"])
             for (tgid, _, stack_key, size), (count,) in zip(struct.iter_unpack("<IIQQ", keys),
                                                             struct.iter_unpack("<q", values)):
                 if count > 0:
                     tally[tgid, stack_key, size] += count
         else:
             cutoff = time.monotonic_ns() - older_than_ns
-            keys, values, n = dump_map(self._bpf["live"])
+            keys, values, _ = dump_map(self._bpf[b"live"])
             for (tgid, _, _), (size, ts_ns, stack_key) in zip(struct.iter_unpack("<IIQ", keys),
                                                               struct.iter_unpack("<QQQ", values)):
                 if ts_ns <= cutoff:

@@ -1,0 +1,16 @@
+"""The Python API the CLI is built on, used directly."""
+from __future__ import annotations
+
+from leaktrace import EngineSettings, Symbolizer, Trace, render_text
+
+
+def test_launch_wait_symbolize_render(program):
+    with Trace.launch([str(program("sites"))], EngineSettings(stack_depth=4)) as trace:
+        assert trace.wait(timeout=60)
+    snapshot = trace.final_snapshot
+    assert trace.exit_status == 0
+    assert snapshot.live_allocations == 50 and snapshot.live_bytes == 800
+    symbolized = Symbolizer().symbolize(snapshot)
+    top = max(snapshot.groups, key=lambda g: g.count)
+    assert [f.function for f in symbolized.stack_of(top)][:2] == ["site_d", "main"]
+    assert "site_d+0x" in render_text(symbolized)
