@@ -1,0 +1,125 @@
+"""One run, several interleaved rounds: the traced/untraced slowdown of leaktrace and
+of bcc's memleak-bpfcc on the same workload, then leaktrace's report time at 100k
+and 1M live allocations. Prints medians and ratios; run as root from the repo:
+
+    .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1] [--calls 100000]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from leaktrace import EngineSettings, Symbolizer, Trace, render_text
+
+HERE = Path(__file__).parent
+START_DELAY_MS = 2500    # lets memleak, which attaches after starting the command, get ready
+
+
+def build(out: Path) -> dict[str, Path]:
+    built = {}
+    for name in ("alloc_bench", "hold"):
+        built[name] = out / name
+        subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-pthread", "-o", str(built[name]),
+                        str(HERE / f"{name}.c")], check=True)
+    return built
+
+
+def ns_per_call(output: str) -> float:
+    for line in output.splitlines():
+        if line.startswith("calls "):
+            _, calls, _, elapsed = line.split()
+            return int(elapsed) / int(calls)
+    raise RuntimeError(f"no timing line in output:\n{output[-2000:]}")
+
+
+def run(argv: list[str]) -> float:
+    """Runs a workload (maybe under a tracer) until it prints its timing line."""
+    tool = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in tool.stdout:
+        seen.append(line)
+        if line.startswith("calls "):
+            break
+    # memleak keeps running after its command exits: stop it once the timing is in.
+    tool.send_signal(signal.SIGINT)
+    tool.communicate(timeout=300)
+    return ns_per_call("".join(seen))
+
+
+def overhead(binary: Path, args: argparse.Namespace) -> None:
+    workload = f"{binary} {args.threads} {args.calls} {args.leak_permille} {START_DELAY_MS}"
+    leaktrace = [sys.executable, "-m", "leaktrace.cli"]
+    tools = {
+        "untraced": workload.split(),
+        "leaktrace": [*leaktrace, "-c", workload, "--json", "3600"],
+        "leaktrace size-filtered": [*leaktrace, "-c", workload, "--json", "--options", "backtrace_size=320",
+                                    "3600"],
+    }
+    memleak = shutil.which("memleak-bpfcc")
+    if memleak:
+        tools["memleak-bpfcc"] = [memleak, "-c", workload, "3600"]
+    samples: dict[str, list[float]] = {name: [] for name in tools}
+    for _ in range(args.rounds):
+        for name, argv in tools.items():
+            samples[name].append(run(argv))
+    base = statistics.median(samples["untraced"])
+    print(f"workload: {args.threads} thread(s) x {args.calls} malloc/free pairs, sizes 24/64/320/4096, "
+          f"{args.leak_permille / 10:g}% leaked; {args.rounds} rounds, interleaved")
+    print(f"{'':26}{'ns/call (median)':>18}{'slowdown':>10}")
+    for name, values in samples.items():
+        median = statistics.median(values)
+        print(f"{name:26}{median:18.1f}{median / base:9.1f}x")
+    if memleak:
+        ratio = statistics.median(samples["memleak-bpfcc"]) / statistics.median(samples["leaktrace"])
+        print(f"memleak-bpfcc / leaktrace time per call: {ratio:.2f}")
+    else:
+        print("memleak-bpfcc not installed: no comparison")
+
+
+def report_time(binary: Path, live: int) -> None:
+    settings = EngineSettings(max_live=max(EngineSettings().max_live, live + live // 5))
+    with Trace.launch([str(binary), str(live)], settings) as trace:
+        deadline = time.monotonic() + 600
+        while trace.engine.counters().allocations < live + 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        started = time.perf_counter()
+        snapshot = trace.snapshot()
+        snap_s = time.perf_counter() - started
+        started = time.perf_counter()
+        render_text(Symbolizer().symbolize(snapshot))
+        render_s = time.perf_counter() - started
+        started = time.perf_counter()
+        walked = trace.snapshot(older_than_ms=0)
+        walk_s = time.perf_counter() - started
+        os.kill(trace.pid, 9)
+    assert snapshot.live_allocations >= live and walked.live_allocations == snapshot.live_allocations
+    print(f"report at {snapshot.live_allocations} live allocations: snapshot {snap_s:.4f} s, "
+          f"symbolize+render {render_s:.4f} s, full live-map walk (--older-than) {walk_s:.3f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--leak-permille", type=int, default=10)
+    parser.add_argument("--skip-overhead", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as out:
+        binaries = build(Path(out))
+        if not args.skip_overhead:
+            overhead(binaries["alloc_bench"], args)
+        for live in (100_000, 1_000_000):
+            report_time(binaries["hold"], live)
+
+
+if __name__ == "__main__":
+    main()
