@@ -9,6 +9,7 @@
 //   LT_SIZE_MIN    smallest size that gets a stack (inclusive)
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
 //   PAGE_BYTES     the page size, for pvalloc
+//   TEXT_BEFORE_FREE, TEXT_AFTER_FREE   extent of the allocator's code around free
 //   MAX_LIVE, MAX_SITES, MAX_STACKS, MAX_PENDING   map capacities
 #include <uapi/linux/ptrace.h>
 
@@ -27,7 +28,8 @@ enum counter {
     C_STACK_ERROR,      // kernel stack walk failed (the caller frame is still kept)
     C_PENDING_FULL,     // call lost: per-thread pending-call map full
     C_STALE_CALL,       // a call whose return was never seen was replaced
-    C_UNKNOWN_FREE,     // free/realloc of an address that is not recorded
+    C_UNKNOWN_FREE,     // free/realloc by the program of an address that is not recorded
+    C_INTERNAL_FREE,    // free by the allocator's own code of a block it kept (glibc's tcache)
     C_MISSED_FREE,      // an address came back from the allocator while still recorded
     C_NESTED,           // allocator call made from inside another one (ignored)
     C_COUNTERS,
@@ -152,10 +154,8 @@ static __always_inline int live_remove(u32 tgid, u64 addr, struct live_val *out)
 {
     struct live_key key = {.tgid = tgid, .addr = addr};
     struct live_val *val = live.lookup(&key);
-    if (!val) {
-        count(C_UNKNOWN_FREE);
+    if (!val)
         return 0;
-    }
     *out = *val;
     if (live.delete(&key) != 0)
         return 0;   // a racing free of the same block took it
@@ -238,8 +238,11 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
     call.stack_key = wants_stack(size) ? capture_stack(ctx) : STACK_NONE;
     // realloc releases the old block before it returns; forget it now so that
     // another thread can be handed the same address without a clash.
-    if (kind == K_REALLOC && arg)
+    if (kind == K_REALLOC && arg) {
         call.has_old = live_remove(tgid, arg, &call.old);
+        if (!call.has_old)
+            count(C_UNKNOWN_FREE);
+    }
     if (pending.update(&tid, &call) != 0) {
         count(C_PENDING_FULL);
         if (call.has_old)
@@ -352,7 +355,16 @@ int free_enter(struct pt_regs *ctx)
         return 0;
     }
     struct live_val gone;
-    live_remove(tgid, addr, &gone);
+    if (live_remove(tgid, addr, &gone))
+        return 0;
+    // A caller inside the allocator's own code is the allocator returning a
+    // block it held (glibc frees its per-thread cache at thread exit).
+    u64 caller = 0, here = PT_REGS_IP(ctx);
+    bpf_probe_read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(ctx));
+    if (caller + TEXT_BEFORE_FREE >= here && caller < here + TEXT_AFTER_FREE)
+        count(C_INTERNAL_FREE);
+    else
+        count(C_UNKNOWN_FREE);
     return 0;
 }
 

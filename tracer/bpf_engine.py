@@ -36,7 +36,7 @@ PROBES = {
 # The BPF program's counter indexes, in order, as Counters fields.
 COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "stack_map_full",
                   "stack_collisions", "stack_walk_errors", "pending_map_full", "stale_calls",
-                  "unknown_frees", "missed_frees", "nested_calls")
+                  "unknown_frees", "internal_frees", "missed_frees", "nested_calls")
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,7 @@ class BpfEngine:
         self.stop_library = stop_library     # library with _exit, to stop the target there
         self.probes: list[AttachedProbe] = []
         self._bpf = None
+        self._text_around_free = (0, 0)
         self._stack_cache: dict[int, tuple[int, ...]] = {}
 
     def _cflags(self) -> list[str]:
@@ -101,7 +102,9 @@ class BpfEngine:
                 f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
                 f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
                 f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}",
-                f"-DMAX_PENDING={s.max_pending}"]
+                f"-DMAX_PENDING={s.max_pending}",
+                f"-DTEXT_BEFORE_FREE={self._text_around_free[0]}ULL",
+                f"-DTEXT_AFTER_FREE={self._text_around_free[1]}ULL"]
 
     def _compile(self):
         from bcc import BPF
@@ -127,11 +130,15 @@ class BpfEngine:
     def start(self) -> None:
         """Compiles, arms (unless waiting for exec) and attaches every probe."""
         try:
-            functions = ElfFile(self.library).dynamic_functions
+            elf = ElfFile(self.library)
+            functions = elf.dynamic_functions
         except ElfError as e:
             raise RuntimeFailure(f"cannot read allocator library: {e}") from None
         if "malloc" not in functions or "free" not in functions:
             raise RuntimeFailure(f"{self.library} does not export malloc and free")
+        text = elf.segment_containing(functions["free"])
+        if text is not None:
+            self._text_around_free = (functions["free"] - text.vaddr, text.vaddr + text.memsz - functions["free"])
         self._bpf = self._compile()
         if not self.arm_on_exec:
             self._set_control(CTL_ARMED, 1)

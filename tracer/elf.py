@@ -140,6 +140,12 @@ class ElfFile:
             return None
         return sym
 
+    def segment_containing(self, vaddr: int) -> Segment | None:
+        for seg in self.segments:
+            if seg.type == PT_LOAD and seg.vaddr <= vaddr < seg.vaddr + seg.memsz:
+                return seg
+        return None
+
     def file_offset_to_vaddr(self, file_offset: int) -> int | None:
         for seg in self.segments:
             if seg.type == PT_LOAD and seg.offset <= file_offset < seg.offset + max(seg.filesz, 1):

@@ -58,6 +58,7 @@ class Trace:
         self.final_snapshot: Snapshot | None = None
         self.exit_status: int | None = None
         self._info = info
+        self._info_read_at = time.monotonic()
         self._exited = False
 
     # -- starting -----------------------------------------------------------
@@ -111,6 +112,7 @@ class Trace:
             info = read_process(self.pid)
             if info is not None and info.maps:
                 self._info = info
+                self._info_read_at = time.monotonic()
                 return info
         cached = self._info or ProcessInfo(self.pid)
         return ProcessInfo(cached.pid, cached.comm, cached.maps, exited=True)
@@ -128,18 +130,22 @@ class Trace:
         """Notices stops and exits; returns False once the target is gone."""
         if self._exited:
             return False
-        if self.is_child:
-            return self._poll_child()
-        if not _alive(self.pid):
-            self._finish(None)
+        running = self._poll_child() if self.is_child else _alive(self.pid)
+        if not running:
+            if not self._exited:
+                self._finish(None)
             return False
+        # Keep recent maps, to symbolize a target that dies without an exit stop.
+        if time.monotonic() - self._info_read_at > 1.0:
+            self._process_info()
         return True
 
     def _poll_child(self) -> bool:
         try:
             pid, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
-        except ChildProcessError:
-            pid, status = self.pid, 0
+        except ChildProcessError:   # reaped elsewhere (the API user waited for it)
+            self._finish(None)
+            return False
         if pid == 0:
             return True
         if os.WIFSTOPPED(status):

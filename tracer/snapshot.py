@@ -33,7 +33,7 @@ class AllocationGroup:
 
 @dataclass(frozen=True)
 class Counters:
-    """Event and loss counters of a source. Every field but the first two is a loss."""
+    """Event and drop counters of a source; every field but the first two is shown as a drop."""
 
     allocations: int = 0          # allocations recorded since the trace began
     frees: int = 0                # frees of recorded allocations
@@ -44,7 +44,8 @@ class Counters:
     stack_walk_errors: int = 0
     pending_map_full: int = 0
     stale_calls: int = 0
-    unknown_frees: int = 0        # frees of blocks allocated before or outside the trace
+    unknown_frees: int = 0        # frees by the program of blocks not recorded (made before -p attached)
+    internal_frees: int = 0       # frees by the allocator itself of blocks it kept (not a loss)
     missed_frees: int = 0
     nested_calls: int = 0         # allocator calls made inside another (internal, not lost)
 
