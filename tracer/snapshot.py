@@ -25,10 +25,23 @@ class AllocationGroup:
     count: int
     stack: tuple[int, ...] = ()   # return addresses, innermost first
     stack_status: StackStatus = StackStatus.CAPTURED
+    inherited: bool = False      # allocated by the parent before fork (Android's zygote bit)
 
     @property
     def bytes(self) -> int:
         return self.size * self.count
+
+
+@dataclass(frozen=True)
+class LiveAllocation:
+    """One live allocation, for outputs that list pointers (the exit leak log)."""
+
+    pid: int
+    address: int
+    size: int
+    stack: tuple[int, ...] = ()
+    stack_status: StackStatus = StackStatus.CAPTURED
+    inherited: bool = False      # allocated by the parent before fork (Android's zygote bit)
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,7 @@ class Counters:
 class ProcessInfo:
     pid: int
     comm: str = ""
+    name: str = ""       # program name (basename of argv[0]), as getprogname() says
     maps: str = ""       # /proc/PID/maps text as read at snapshot time
     exited: bool = False
 
@@ -72,6 +86,8 @@ class Snapshot:
     counters: Counters
     processes: dict[int, ProcessInfo] = field(default_factory=dict)
     backtrace_frames: int = 16
+    # Each live allocation, when the source was asked for them (they cost a walk of every one).
+    allocations: tuple[LiveAllocation, ...] | None = None
 
     @property
     def live_bytes(self) -> int:

@@ -24,6 +24,7 @@ class Frame:
     module: str | None = None  # path of the mapped file, or a pseudo-name such as [vdso]
     file: str | None = None
     line: int | None = None
+    module_offset: int | None = None   # the address as a virtual address of the module's ELF
 
     def describe(self) -> str:
         module = os.path.basename(self.module) if self.module else None
@@ -104,8 +105,8 @@ class Symbolizer:
         line_key = (path, vaddr - 1) if self.line_info and elf.has_debug_lines else None
         symbol = elf.function_at(vaddr - 1)
         if symbol is None:
-            return Frame(address, offset=vaddr, module=mapping.path), line_key
-        return Frame(address, symbol.name, vaddr - symbol.value, mapping.path), line_key
+            return Frame(address, offset=vaddr, module=mapping.path, module_offset=vaddr), line_key
+        return Frame(address, symbol.name, vaddr - symbol.value, mapping.path, module_offset=vaddr), line_key
 
     def _lookup_lines(self, wanted: dict[str, set[int]]) -> None:
         for path, vaddrs in wanted.items():
@@ -135,12 +136,12 @@ class Symbolizer:
 
     def symbolize(self, snapshot: Snapshot) -> SymbolizedSnapshot:
         partial: dict[tuple[int, int], tuple[Frame, tuple[str, int] | None]] = {}
-        for group in snapshot.groups:
-            process = snapshot.processes.get(group.pid)
-            space = self._space(group.pid, process.maps if process else "")
-            for address in group.stack:
-                if (group.pid, address) not in partial:
-                    partial[group.pid, address] = self._frame(group.pid, space, address)
+        for item in (*snapshot.groups, *(snapshot.allocations or ())):
+            process = snapshot.processes.get(item.pid)
+            space = self._space(item.pid, process.maps if process else "")
+            for address in item.stack:
+                if (item.pid, address) not in partial:
+                    partial[item.pid, address] = self._frame(item.pid, space, address)
         wanted: dict[str, set[int]] = {}
         for _, line_key in partial.values():
             if line_key:
@@ -151,5 +152,6 @@ class Symbolizer:
         for key, (frame, line_key) in partial.items():
             file, line = self._lines.get(line_key, (None, None)) if line_key else (None, None)
             function = self._demangled.get(frame.function, frame.function) if frame.function else None
-            frames[key] = Frame(frame.address, function, frame.offset, frame.module, file, line)
+            frames[key] = Frame(frame.address, function, frame.offset, frame.module, file, line,
+                                frame.module_offset)
         return SymbolizedSnapshot(snapshot, frames)

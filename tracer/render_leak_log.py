@@ -1,0 +1,32 @@
+"""malloc_debug's leak_track log at exit: one entry per live pointer, upstream's order."""
+from __future__ import annotations
+
+from .android_records import sorted_records
+from .symbolize import SymbolizedSnapshot
+
+
+def _frame_line(symbolized: SymbolizedSnapshot, pid: int, number: int, pc: int, address: int) -> str:
+    frame = symbolized.frames.get((pid, address))
+    rel_pc = frame.module_offset - 1 if frame and frame.module_offset is not None else pc
+    soname = frame.module if frame and frame.module else "<unknown>"
+    line = f"          #{number:02d}  pc {rel_pc:016x}  {soname}"
+    if frame and frame.function:
+        line += f" ({frame.function}+{frame.offset - 1})"
+    return line
+
+
+def render_leak_log(symbolized: SymbolizedSnapshot, pid: int, program_name: str) -> list[str]:
+    """The log lines; needs a snapshot with per-pointer allocations."""
+    snapshot = symbolized.snapshot
+    if snapshot.allocations is None:
+        raise ValueError("the leak log lists pointers: take the snapshot with allocations")
+    records = sorted_records(snapshot, pid)
+    lines = []
+    for index, record in enumerate(records, 1):
+        lines.append(f"+++ {program_name} leaked block of size {record.size} at 0x{record.pointer:x} "
+                     f"(leak {index} of {len(records)})")
+        if record.frames:
+            lines.append("Backtrace at time of allocation:")
+            lines.extend(_frame_line(symbolized, pid, n, pc, address)
+                         for n, (pc, address) in enumerate(zip(record.frames, record.stack)))
+    return lines
