@@ -66,7 +66,7 @@ def test_aliases_and_defaults():
 @pytest.mark.parametrize("text,reason", [
     ("guard", "works only inside the allocator"),
     ("free_track=5", "works only inside the allocator"),
-    ("leak_track", "not supported by the BPF engine"),
+    ("check_unreachable_on_signal", "not supported by the BPF engine"),
 ])
 def test_bpf_engine_refuses(text, reason):
     with pytest.raises(OptionError, match=reason):
@@ -74,4 +74,5 @@ def test_bpf_engine_refuses(text, reason):
 
 
 def test_bpf_engine_accepts_backtrace_options():
-    check_bpf_engine_options(parse_malloc_debug_options("bt=8 bt_sz=24 backtrace_min_size=1"))
+    check_bpf_engine_options(parse_malloc_debug_options(
+        "bt=8 bt_sz=24 backtrace_min_size=1 leak_track bt_full bt_dmp_on_ex bt_dmp_pre=/tmp/d"))

@@ -15,7 +15,7 @@ from .bpf_maps import dump_map
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .malloc_options import SIZE_MAX
-from .snapshot import AllocationGroup, Counters, StackStatus
+from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
 
 STACK_NONE, STACK_LOST = 0, 1
 CTL_ARMED, CTL_EXIT_STOP = 0, 1
@@ -195,12 +195,18 @@ class BpfEngine:
             self._stack_cache[key] = frames
         return frames
 
-    def _group(self, tgid: int, stack_key: int, size: int, count: int) -> AllocationGroup:
+    def _stack_of(self, stack_key: int) -> tuple[tuple[int, ...], StackStatus]:
         if stack_key == STACK_NONE:
-            return AllocationGroup(tgid, size, count, (), StackStatus.FILTERED)
+            return (), StackStatus.FILTERED
         frames = self._stack(stack_key) if stack_key != STACK_LOST else ()
-        status = StackStatus.CAPTURED if frames else StackStatus.LOST
-        return AllocationGroup(tgid, size, count, frames, status)
+        return frames, StackStatus.CAPTURED if frames else StackStatus.LOST
+
+    def _live_entries(self):
+        """(tgid, address, size, ts_ns, stack_key) of every live allocation."""
+        keys, values, _ = dump_map(self._bpf[b"live"])
+        for (tgid, _, address), (size, ts_ns, stack_key) in zip(struct.iter_unpack("<IIQ", keys),
+                                                                 struct.iter_unpack("<QQQ", values)):
+            yield tgid, address, size, ts_ns, stack_key
 
     def groups(self, older_than_ns: int | None = None) -> list[AllocationGroup]:
         """Live allocations grouped by (pid, size, stack).
@@ -217,12 +223,16 @@ class BpfEngine:
                     tally[tgid, stack_key, size] += count
         else:
             cutoff = time.monotonic_ns() - older_than_ns
-            keys, values, _ = dump_map(self._bpf[b"live"])
-            for (tgid, _, _), (size, ts_ns, stack_key) in zip(struct.iter_unpack("<IIQ", keys),
-                                                              struct.iter_unpack("<QQQ", values)):
+            for tgid, _, size, ts_ns, stack_key in self._live_entries():
                 if ts_ns <= cutoff:
                     tally[tgid, stack_key, size] += 1
-        return [self._group(tgid, key, size, count) for (tgid, key, size), count in tally.items()]
+        return [AllocationGroup(tgid, size, count, *self._stack_of(key))
+                for (tgid, key, size), count in tally.items()]
+
+    def allocations(self) -> list[LiveAllocation]:
+        """Every live allocation with its address (a walk of the whole live table)."""
+        return [LiveAllocation(tgid, address, size, *self._stack_of(key))
+                for tgid, address, size, _, key in self._live_entries()]
 
     def close(self) -> None:
         """Detaches every probe and frees the maps; safe to call twice."""

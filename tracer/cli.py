@@ -1,6 +1,7 @@
 """leaktrace's entry point: picks a command, turns failures into one line and an exit status."""
 from __future__ import annotations
 
+import os
 import sys
 
 from .commands import DEFAULT_COMMAND, ArgumentParser, registry
@@ -24,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_status
     except KeyboardInterrupt:
         print("leaktrace: interrupted", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (leaktrace ... | head): stop quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, sys.stderr.fileno())
         return 1
 
 

@@ -77,7 +77,9 @@ ALLOCATOR_ONLY = frozenset({
     "expand_alloc", "free_track", "free_track_backtrace_num_frames", "record_allocs",
     "record_allocs_file", "record_allocs_on_exit", "verify_pointers", "abort_on_error",
 })
-BPF_ENGINE_OPTIONS = frozenset({"backtrace", "backtrace_size", "backtrace_min_size", "backtrace_max_size"})
+BPF_ENGINE_OPTIONS = frozenset({"backtrace", "backtrace_size", "backtrace_min_size", "backtrace_max_size",
+                                "backtrace_dump_on_exit", "backtrace_dump_prefix", "backtrace_full",
+                                "leak_track"})
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,13 @@ def read_process(pid: int) -> ProcessInfo | None:
     try:
         with open(f"/proc/{pid}/comm") as f:
             comm = f.read().strip()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
         with open(f"/proc/{pid}/maps") as f:
             maps = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return ProcessInfo(pid, comm, maps)
+    return ProcessInfo(pid, comm, os.path.basename(argv0) or comm, maps)
 
 
 def host_path(pid: int, path: str) -> str:

@@ -53,6 +53,8 @@ class Trace:
 
     def __init__(self, engine: BpfEngine, pid: int, info: ProcessInfo | None, is_child: bool):
         self.engine = engine
+        # Set to make the final snapshot list every live pointer (for the exit leak log).
+        self.final_with_allocations = False
         self.pid = pid
         self.is_child = is_child
         self.final_snapshot: Snapshot | None = None
@@ -115,16 +117,17 @@ class Trace:
                 self._info_read_at = time.monotonic()
                 return info
         cached = self._info or ProcessInfo(self.pid)
-        return ProcessInfo(cached.pid, cached.comm, cached.maps, exited=True)
+        return dataclasses.replace(cached, exited=True)
 
-    def snapshot(self, older_than_ms: int | None = None) -> Snapshot:
+    def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live allocations now (or the final ones, once the target has exited)."""
         if self._exited and self.final_snapshot is not None and older_than_ms is None:
             return self.final_snapshot
         older_than_ns = None if older_than_ms is None else older_than_ms * 1_000_000
         processes = {self.pid: self._process_info()}
+        allocations = tuple(self.engine.allocations()) if with_allocations else None
         return Snapshot(time.time(), tuple(self.engine.groups(older_than_ns)), self.engine.counters(),
-                        processes, self.engine.settings.stack_depth)
+                        processes, self.engine.settings.stack_depth, allocations)
 
     def poll(self) -> bool:
         """Notices stops and exits; returns False once the target is gone."""
@@ -151,7 +154,7 @@ class Trace:
         if os.WIFSTOPPED(status):
             if self.engine.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact.
-                self.final_snapshot = self.snapshot()
+                self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
                 self.engine.clear_exit_stop()
                 os.kill(self.pid, signal.SIGCONT)
             return True
@@ -163,7 +166,7 @@ class Trace:
             self.exit_status = os.waitstatus_to_exitcode(status)
         self._exited = True
         if self.final_snapshot is None:
-            self.final_snapshot = self.snapshot()
+            self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
         else:   # taken at the exit stop, while the process still existed
             self.final_snapshot = dataclasses.replace(self.final_snapshot,
                                                       processes={self.pid: self._process_info()})

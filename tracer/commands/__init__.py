@@ -30,8 +30,9 @@ class Command:
 
 
 def registry() -> dict[str, Command]:
+    from .decode_leak_info import DecodeLeakInfoCommand
     from .trace import TraceCommand
-    commands = [TraceCommand()]
+    commands = [TraceCommand(), DecodeLeakInfoCommand()]
     return {command.name: command for command in commands}
 
 

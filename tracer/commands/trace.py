@@ -9,12 +9,11 @@ import time
 
 from ..bpf_engine import EngineSettings
 from ..errors import UsageError
-from ..malloc_options import OptionError, check_bpf_engine_options, parse_malloc_debug_options
-from ..render_json import render_json
-from ..render_text import render_text
+from ..malloc_options import (MallocDebugConfig, OptionError, check_bpf_engine_options,
+                              parse_malloc_debug_options)
 from ..session import Trace
-from ..symbolize import Symbolizer
 from . import ArgumentParser, Command
+from .outputs import DEFAULT_DUMP_PREFIX, Outputs
 
 
 def _bounded_int(low: int, high: int | None = None):
@@ -40,16 +39,25 @@ def _interval(text: str) -> float:
     return value
 
 
-class _StopRequest:
-    """Turns SIGINT and SIGTERM into a flag that the report loop reads."""
+class _SignalFlags:
+    """SIGINT and SIGTERM ask the report loop to stop; SIGUSR2 asks for a heap dump."""
 
     def __init__(self):
-        self.signal: int | None = None
+        self.stop: int | None = None
+        self.dump = False
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
+            signal.signal(sig, self._stop)
+        signal.signal(signal.SIGUSR2, self._dump)
 
-    def _handle(self, signum, frame) -> None:
-        self.signal = signum
+    def _stop(self, signum, frame) -> None:
+        self.stop = signum
+
+    def _dump(self, signum, frame) -> None:
+        self.dump = True
+
+    def take_dump(self) -> bool:
+        wanted, self.dump = self.dump, False
+        return wanted
 
 
 class TraceCommand(Command):
@@ -70,9 +78,20 @@ class TraceCommand(Command):
         parser.add_argument("--max-size", type=_bounded_int(1), help="largest size that gets a stack")
         parser.add_argument("--options", default="", metavar="'OPT[=VAL] ...'",
                             help="malloc_debug options: backtrace[=N], backtrace_size=N, "
-                                 "backtrace_min_size=N, backtrace_max_size=N")
+                                 "backtrace_min_size=N, backtrace_max_size=N, backtrace_dump_on_exit, "
+                                 "backtrace_dump_prefix=P, backtrace_full, leak_track")
         parser.add_argument("--frames", type=_bounded_int(1, 256), help="frames per stack (backtrace=N)")
         parser.add_argument("--json", action="store_true", help="one JSON object per report and line")
+        parser.add_argument("--leak-info", metavar="FILE",
+                            help="write get_malloc_leak_info's raw buffer (64-bit ABI) at each report")
+        parser.add_argument("--heap-dump", metavar="PREFIX",
+                            help="write an Android v1.2 heap dump to PREFIX.PID.txt at each report and on SIGUSR2")
+        parser.add_argument("--heap-dump-on-exit", action="store_true",
+                            help="write PREFIX.PID.exit.txt when the target exits (backtrace_dump_on_exit)")
+        parser.add_argument("--backtrace-full", action="store_true",
+                            help="add bt_info lines to heap dumps (backtrace_full)")
+        parser.add_argument("--leak-track", action="store_true",
+                            help="log every live allocation on stderr when the target exits (leak_track)")
         parser.add_argument("--lib", metavar="PATH", help="probe this allocator library instead of the target's")
         defaults = EngineSettings()
         for flag, default, what in (("--max-live", defaults.max_live, "live allocations"),
@@ -83,12 +102,25 @@ class TraceCommand(Command):
                                 help=f"map capacity: {what} (default {default})")
 
     @staticmethod
-    def settings(args: argparse.Namespace) -> EngineSettings:
+    def config(args: argparse.Namespace) -> MallocDebugConfig:
         try:
             config = parse_malloc_debug_options(args.options)
             check_bpf_engine_options(config)
         except OptionError as e:
             raise UsageError(str(e).removeprefix("leaktrace: ")) from None
+        return config
+
+    @staticmethod
+    def outputs(args: argparse.Namespace, config: MallocDebugConfig) -> Outputs:
+        return Outputs(json=args.json, top=args.top, leak_info=args.leak_info,
+                       dump_prefix=args.heap_dump or config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX),
+                       dump_each_report=args.heap_dump is not None,
+                       dump_on_exit=args.heap_dump_on_exit or "backtrace_dump_on_exit" in config.options,
+                       backtrace_full=args.backtrace_full or "backtrace_full" in config.options,
+                       leak_track=args.leak_track or "leak_track" in config.options)
+
+    @staticmethod
+    def settings(args: argparse.Namespace, config: MallocDebugConfig) -> EngineSettings:
         size_min = args.min_size if args.min_size is not None else config.backtrace_min_size
         size_max = args.max_size if args.max_size is not None else config.backtrace_max_size
         if size_min > size_max:
@@ -98,31 +130,28 @@ class TraceCommand(Command):
                               max_stacks=args.max_stacks, max_pending=args.max_pending)
 
     def run(self, args: argparse.Namespace) -> int:
-        settings = self.settings(args)
+        config = self.config(args)
+        settings = self.settings(args, config)
+        outputs = self.outputs(args, config)
         argv = None
         if args.command is not None:
             argv = shlex.split(args.command)
             if not argv:
                 raise UsageError("-c needs a command")
-        stop = _StopRequest()
+        flags = _SignalFlags()
         trace = Trace.launch(argv, settings, args.lib) if argv else Trace.attach(args.pid, settings, args.lib)
+        trace.final_with_allocations = outputs.wants_exit_allocations
         with trace:
             what = f"command '{args.command}'" if argv else "pid"
             print(f"leaktrace: tracing {what} {trace.pid} through {trace.engine.library}: "
                   f"{len(trace.engine.probes)} probes live", file=sys.stderr, flush=True)
-            symbolizer = Symbolizer()
-
-            def emit(snapshot) -> None:
-                symbolized = symbolizer.symbolize(snapshot)
-                text = render_json(symbolized) if args.json else render_text(symbolized, args.top)
-                sys.stdout.write(text)
-                sys.stdout.flush()
-
             reports = 0
             next_report = time.monotonic() + args.interval
-            while stop.signal is None and trace.poll():
+            while flags.stop is None and trace.poll():
+                if flags.take_dump():
+                    outputs.dump_now(trace.snapshot())
                 if time.monotonic() >= next_report:
-                    emit(trace.snapshot(args.older_than))
+                    outputs.report(trace.snapshot(args.older_than))
                     reports += 1
                     if args.count and reports >= args.count:
                         return 0
@@ -132,5 +161,6 @@ class TraceCommand(Command):
                 ending = (f"exited with status {trace.exit_status}" if trace.exit_status is not None
                           else "exited")
                 print(f"leaktrace: {what} {trace.pid} {ending}", file=sys.stderr, flush=True)
-            emit(trace.snapshot(args.older_than))
+            final = trace.snapshot(args.older_than, with_allocations=trace.exited and outputs.wants_exit_allocations)
+            outputs.report(final, target_exited=trace.exited)
         return 0

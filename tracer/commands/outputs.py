@@ -1,0 +1,78 @@
+"""What the trace command writes at each report, on SIGUSR2 and at the target's exit."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from ..atomic_write import write_atomically
+from ..errors import RuntimeFailure
+from ..render_heap_dump import render_heap_dump
+from ..render_json import render_json
+from ..render_leak_info import get_malloc_leak_info
+from ..render_leak_log import render_leak_log
+from ..render_text import render_text
+from ..snapshot import Snapshot
+from ..symbolize import Symbolizer
+
+DEFAULT_DUMP_PREFIX = "/tmp/backtrace_heap"   # Android's /data/local/tmp does not exist on Linux
+
+
+def _say(text: str) -> None:
+    print(f"leaktrace: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Outputs:
+    json: bool = False
+    top: int = 10
+    leak_info: str | None = None          # raw get_malloc_leak_info buffer, rewritten at each report
+    dump_prefix: str = DEFAULT_DUMP_PREFIX  # heap dumps go to PREFIX.PID.txt and PREFIX.PID.exit.txt
+    dump_each_report: bool = False        # PREFIX.PID.txt at each report (always on SIGUSR2)
+    dump_on_exit: bool = False            # PREFIX.PID.exit.txt once, when the target exits
+    backtrace_full: bool = False
+    leak_track: bool = False              # the +++ leak log on stderr when the target exits
+
+    def __post_init__(self):
+        self.symbolizer = Symbolizer()
+
+    @property
+    def wants_exit_allocations(self) -> bool:
+        return self.leak_track
+
+    def _write(self, path: str, data: bytes, what: str) -> None:
+        try:
+            write_atomically(path, data)
+        except RuntimeFailure as e:
+            _say(str(e))
+            return
+        _say(f"{what} written to {path}")
+
+    def heap_dump(self, symbolized, suffix: str) -> None:
+        for pid in symbolized.snapshot.processes:
+            text = render_heap_dump(symbolized, pid, backtrace_full=self.backtrace_full)
+            self._write(f"{self.dump_prefix}.{pid}{suffix}", text.encode(), "heap dump")
+
+    def report(self, snapshot: Snapshot, target_exited: bool = False) -> None:
+        symbolized = self.symbolizer.symbolize(snapshot)
+        text = render_json(symbolized) if self.json else render_text(symbolized, self.top)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        for pid in snapshot.processes:
+            if self.leak_info:
+                info = get_malloc_leak_info(snapshot, pid)
+                self._write(self.leak_info, info.buffer, "leak info")
+                _say(f"leak info of pid {pid}: overall_size {info.overall_size}, info_size {info.info_size}, "
+                     f"total_memory {info.total_memory}, backtrace_size {info.backtrace_size}"
+                     + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else ""))
+            if self.leak_track and target_exited and snapshot.allocations is not None:
+                name = snapshot.processes[pid].name or snapshot.processes[pid].comm
+                for line in render_leak_log(symbolized, pid, name):
+                    print(line, file=sys.stderr)
+                sys.stderr.flush()
+        if self.dump_each_report:
+            self.heap_dump(symbolized, ".txt")
+        if self.dump_on_exit and target_exited:
+            self.heap_dump(symbolized, ".exit.txt")
+
+    def dump_now(self, snapshot: Snapshot) -> None:
+        self.heap_dump(self.symbolizer.symbolize(snapshot), ".txt")
