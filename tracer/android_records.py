@@ -30,6 +30,26 @@ def android_pcs(stack: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(pc - 1 if pc >= 4096 else pc for pc in stack)
 
 
+@dataclass(frozen=True)
+class AndroidFrame:
+    """A frame as malloc_debug prints it: pc relative to its module, offset from its function."""
+
+    module: str | None
+    rel_pc: int
+    function: str | None
+    function_offset: int
+
+
+def android_frame(frames: dict, pid: int, pc: int, address: int) -> AndroidFrame:
+    """pc (as stored) from return address `address`, looked up in symbolized frames."""
+    frame = frames.get((pid, address))
+    if frame is None:
+        return AndroidFrame(None, pc, None, 0)
+    rel_pc = frame.module_offset - 1 if frame.module_offset is not None else pc
+    function_offset = frame.offset - 1 if frame.function else 0
+    return AndroidFrame(frame.module, rel_pc, frame.function, function_offset)
+
+
 def _compare(a: LeakRecord, b: LeakRecord) -> int:
     if a.zygote != b.zygote:
         return 1 if a.zygote else -1                    # z 0 first

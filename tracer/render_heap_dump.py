@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .android_records import LeakRecord, merged_records, sorted_records
+from .android_records import LeakRecord, android_frame, merged_records, sorted_records
 from .symbolize import SymbolizedSnapshot
 
 
@@ -16,13 +16,9 @@ def build_fingerprint() -> str:
 def _bt_info(symbolized: SymbolizedSnapshot, pid: int, record: LeakRecord, depth: int) -> str:
     parts = []
     for pc, address in list(zip(record.frames, record.stack))[:depth]:
-        frame = symbolized.frames.get((pid, address))
-        module = frame.module if frame and frame.module else ""
-        rel_pc = frame.module_offset - 1 if frame and frame.module_offset is not None else pc
-        if frame and frame.function:
-            parts.append(f' {{"{module}" {rel_pc:x} "{frame.function}" {frame.offset - 1:x}}}')
-        else:
-            parts.append(f' {{"{module}" {rel_pc:x} "" 0}}')
+        frame = android_frame(symbolized.frames, pid, pc, address)
+        parts.append(f' {{"{frame.module or ""}" {frame.rel_pc:x} "{frame.function or ""}" '
+                     f'{frame.function_offset:x}}}')
     return "  bt_info" + "".join(parts) + "\n"
 
 

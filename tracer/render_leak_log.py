@@ -1,17 +1,15 @@
 """malloc_debug's leak_track log at exit: one entry per live pointer, upstream's order."""
 from __future__ import annotations
 
-from .android_records import sorted_records
+from .android_records import android_frame, sorted_records
 from .symbolize import SymbolizedSnapshot
 
 
 def _frame_line(symbolized: SymbolizedSnapshot, pid: int, number: int, pc: int, address: int) -> str:
-    frame = symbolized.frames.get((pid, address))
-    rel_pc = frame.module_offset - 1 if frame and frame.module_offset is not None else pc
-    soname = frame.module if frame and frame.module else "<unknown>"
-    line = f"          #{number:02d}  pc {rel_pc:016x}  {soname}"
-    if frame and frame.function:
-        line += f" ({frame.function}+{frame.offset - 1})"
+    frame = android_frame(symbolized.frames, pid, pc, address)
+    line = f"          #{number:02d}  pc {frame.rel_pc:016x}  {frame.module or '<unknown>'}"
+    if frame.function:
+        line += f" ({frame.function}+{frame.function_offset})"
     return line
 
 
