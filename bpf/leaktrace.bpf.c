@@ -4,14 +4,28 @@
 // walked); everything else happens in user space.
 //
 // Compile-time parameters (set by tracer/bpf_engine.py with -D):
-//   TARGET_TGID    process to trace, 0 for every process
+//   TARGET_TGID    the process -c launches (armed at its exec, stopped in its _exit)
+//   FOLLOW_FORKS   1: children of traced processes are traced, with what they inherit
 //   STACK_DEPTH    frames kept per stack (the caller's return address + the rest)
 //   LT_SIZE_MIN    smallest size that gets a stack (inclusive)
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
 //   PAGE_BYTES     the page size, for pvalloc
 //   TEXT_BEFORE_FREE, TEXT_AFTER_FREE   extent of the allocator's code around free
-//   MAX_LIVE, MAX_SITES, MAX_STACKS, MAX_PENDING   map capacities
+//   MAX_LIVE, MAX_SITES, MAX_STACKS, MAX_PENDING, MAX_PROCS   map capacities
+//
+// Traced processes are the keys of `procs`. Each process image has a `gen`
+// (new at fork and exec, never reused) that is part of every live and site
+// key, so an exec or a reused pid starts clean and user space can drop the old
+// image's entries at leisure.
+//
+// Fork: the child inherits its parent's live blocks (Android's zygote bit).
+// BPF cannot copy a table, so until user space has copied the parent's entries
+// (`inherits` says which children wait), the child looks a missing block up in
+// its parent as of the fork, and a parent freeing a pre-fork block first hands
+// a copy to each waiting child. Inherited blocks are not in `sites`; user space
+// counts them from `live`.
 #include <uapi/linux/ptrace.h>
+#include <linux/sched.h>
 
 // Stack keys below FIRST_STACK_KEY are not hashes: they say why there is no stack.
 #define STACK_NONE 0       // size outside the backtrace size range: counted, no stack
@@ -32,6 +46,8 @@ enum counter {
     C_INTERNAL_FREE,    // free by the allocator's own code of a block it kept (glibc's tcache)
     C_MISSED_FREE,      // an address came back from the allocator while still recorded
     C_NESTED,           // allocator call made from inside another one (ignored)
+    C_UNFOLLOWED,       // child process not traced: procs map full
+    C_INHERIT_LOST,     // child traced without its inherited blocks: too many copies waiting
     C_COUNTERS,
 };
 
@@ -43,22 +59,43 @@ enum call_kind {
 
 struct live_key {
     u32 tgid;
-    u32 pad;
+    u32 gen;
     u64 addr;
 };
 
 struct live_val {
     u64 size;
-    u64 ts_ns;
+    u64 ts_ns;            // allocation time; for a tombstone, when it was freed
     u64 stack_key;
+    u32 inherited;        // allocated by an ancestor before the fork
+    u32 tombstone;        // an inherited block this process freed before its copy was made
 };
 
 struct site_key {
     u32 tgid;
-    u32 pad;
+    u32 gen;
     u64 stack_key;
     u64 size;
 };
+
+struct proc {
+    u32 gen;
+    u32 exited;
+};
+
+// A child whose inherited entries user space has not copied yet.
+struct inherit {
+    u32 parent;
+    u32 parent_gen;
+    u64 fork_ts;
+};
+
+struct copy_slot_key {
+    u32 parent;
+    u32 slot;
+};
+#define COPY_SLOTS 4
+#define INHERIT_DEPTH 4
 
 struct stack_val {
     u64 ip[STACK_DEPTH];
@@ -73,7 +110,9 @@ struct pending_call {
     u64 arg;              // realloc: old pointer; posix_memalign: memptr
     u64 stack_key;
     u32 kind;
+    u32 gen;              // the caller's image generation
     u32 has_old;          // realloc removed a recorded block at entry
+    u32 pad;
     struct live_val old;
 };
 
@@ -81,13 +120,19 @@ BPF_HASH(live, struct live_key, struct live_val, MAX_LIVE);
 BPF_HASH(sites, struct site_key, s64, MAX_SITES);
 BPF_HASH(stacks, u64, struct stack_val, MAX_STACKS);
 BPF_HASH(pending, u32, struct pending_call, MAX_PENDING);
+BPF_HASH(procs, u32, struct proc, MAX_PROCS);
+BPF_HASH(inherits, u32, struct inherit, MAX_PROCS);
+BPF_HASH(copy_slots, struct copy_slot_key, u32, MAX_PROCS);
 BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
 BPF_PERCPU_ARRAY(stack_scratch, struct stack_val, 1);
-// [CTL_ARMED] = 1 once the target runs its own image (at once for -p, at exec for -c);
-// [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit.
-#define CTL_ARMED 0
-#define CTL_EXIT_STOP 1
-BPF_ARRAY(control, u32, 2);
+// [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
+// [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
+// [CTL_COPIES_DONE] written by user space: forks whose copies it has made.
+#define CTL_EXIT_STOP 0
+#define CTL_NEXT_GEN 1
+#define CTL_FORKS 2
+#define CTL_COPIES_DONE 3
+BPF_ARRAY(control, u32, 4);
 
 static __always_inline void count(u32 which)
 {
@@ -96,13 +141,24 @@ static __always_inline void count(u32 which)
         *value += 1;
 }
 
-static __always_inline int traced(u32 tgid)
+// The image generation of a traced process, 0 when it is not traced.
+static __always_inline u32 traced_gen(u32 tgid)
 {
-    u32 slot = CTL_ARMED;
-    u32 *armed = control.lookup(&slot);
-    if (!armed || !*armed)
+    struct proc *p = procs.lookup(&tgid);
+    return p ? p->gen : 0;
+}
+
+static __always_inline u32 next_gen(void)
+{
+    u32 slot = CTL_NEXT_GEN;
+    u32 *next = control.lookup(&slot);
+    if (!next)
         return 0;
-    return TARGET_TGID == 0 || tgid == TARGET_TGID;
+    // Not atomic (bcc's BPF target has no fetch-and-add): generations need only
+    // differ per tgid, so a rare duplicate between two pids is harmless.
+    u32 gen = *next;
+    *next = gen + 1;
+    return gen;
 }
 
 static __always_inline int wants_stack(u64 size)
@@ -111,9 +167,9 @@ static __always_inline int wants_stack(u64 size)
 }
 
 // Returns 0 when the site map is full and the count could not be kept.
-static __always_inline int site_add(u32 tgid, u64 stack_key, u64 size, s64 delta)
+static __always_inline int site_add(u32 tgid, u32 gen, u64 stack_key, u64 size, s64 delta)
 {
-    struct site_key key = {.tgid = tgid, .stack_key = stack_key, .size = size};
+    struct site_key key = {.tgid = tgid, .gen = gen, .stack_key = stack_key, .size = size};
     s64 *value = sites.lookup(&key);
     if (!value) {
         s64 zero = 0;
@@ -128,38 +184,100 @@ static __always_inline int site_add(u32 tgid, u64 stack_key, u64 size, s64 delta
     return 1;
 }
 
-static __always_inline void live_add(u32 tgid, u64 addr, u64 size, u64 stack_key, u64 ts_ns)
+static __always_inline void live_add(u32 tgid, u32 gen, u64 addr, struct live_val *val)
 {
-    struct live_key key = {.tgid = tgid, .addr = addr};
+    struct live_key key = {.tgid = tgid, .gen = gen, .addr = addr};
     struct live_val *stale = live.lookup(&key);
-    if (stale) {
+    if (stale && !stale->tombstone) {
         // The allocator handed out an address we still hold: its free went unseen.
-        site_add(tgid, stale->stack_key, stale->size, -1);
+        if (!stale->inherited)
+            site_add(tgid, gen, stale->stack_key, stale->size, -1);
         count(C_MISSED_FREE);
     }
-    struct live_val val = {.size = size, .ts_ns = ts_ns, .stack_key = stack_key};
-    if (live.update(&key, &val) != 0) {
+    if (live.update(&key, val) != 0) {
         count(C_LIVE_FULL);
         return;
     }
-    if (!site_add(tgid, stack_key, size, 1)) {
+    if (!val->inherited && !site_add(tgid, gen, val->stack_key, val->size, 1)) {
         live.delete(&key);   // recorded nowhere rather than half-recorded
         return;
     }
     count(C_ALLOCS);
 }
 
-// Removes a recorded block; returns 1 and its record in *out when it was there.
-static __always_inline int live_remove(u32 tgid, u64 addr, struct live_val *out)
+// A block this process inherited and still holds, looked up in its ancestors
+// as they were at each fork, while user space has not copied it yet.
+static __always_inline int inherited_lookup(u32 tgid, u64 addr, struct live_val *out)
 {
-    struct live_key key = {.tgid = tgid, .addr = addr};
+    struct inherit *link = inherits.lookup(&tgid);
+    for (int depth = 0; depth < INHERIT_DEPTH && link; depth++) {
+        u32 owner = link->parent;
+        u64 cutoff = link->fork_ts;
+        struct live_key key = {.tgid = owner, .gen = link->parent_gen, .addr = addr};
+        struct live_val *val = live.lookup(&key);
+        if (val) {
+            // A tombstone or a later block: the parent had freed it by the fork.
+            if (val->tombstone || val->ts_ns >= cutoff)
+                return 0;
+            *out = *val;
+            out->inherited = 1;
+            return 1;
+        }
+        link = inherits.lookup(&owner);
+    }
+    return 0;
+}
+
+// Before a pre-fork block disappears, each child still waiting for its copy gets one.
+static __always_inline void hand_to_waiting_children(u32 tgid, u32 gen, u64 addr, struct live_val *val)
+{
+    u32 slot = CTL_FORKS;
+    u32 *forks = control.lookup(&slot);
+    slot = CTL_COPIES_DONE;
+    u32 *done = control.lookup(&slot);
+    if (!forks || !done || *forks == *done)
+        return;
+    for (u32 i = 0; i < COPY_SLOTS; i++) {
+        struct copy_slot_key waiting = {.parent = tgid, .slot = i};
+        u32 *child = copy_slots.lookup(&waiting);
+        if (!child)
+            continue;
+        u32 child_tgid = *child;
+        struct inherit *link = inherits.lookup(&child_tgid);
+        if (!link || link->parent != tgid || link->parent_gen != gen || val->ts_ns >= link->fork_ts)
+            continue;
+        struct live_key key = {.tgid = child_tgid, .gen = traced_gen(child_tgid), .addr = addr};
+        struct live_val copy = *val;
+        copy.inherited = 1;
+        // Fails with EEXIST when the child has its own record of the address, which wins.
+        int err = live.insert(&key, &copy);
+        if (err != 0 && err != -17 /* EEXIST */)
+            count(C_LIVE_FULL);
+    }
+}
+
+// Removes a recorded block; returns 1 and its record in *out when it was there.
+static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_val *out)
+{
+    struct live_key key = {.tgid = tgid, .gen = gen, .addr = addr};
     struct live_val *val = live.lookup(&key);
-    if (!val)
-        return 0;
-    *out = *val;
-    if (live.delete(&key) != 0)
-        return 0;   // a racing free of the same block took it
-    site_add(tgid, out->stack_key, out->size, -1);
+    if (val) {
+        if (val->tombstone)
+            return 0;
+        *out = *val;
+        if (live.delete(&key) != 0)
+            return 0;   // a racing free of the same block took it
+        if (!out->inherited)
+            site_add(tgid, gen, out->stack_key, out->size, -1);
+    } else {
+        if (!inherited_lookup(tgid, addr, out))
+            return 0;
+        // Keeps the block from coming back with the copy, which never overwrites.
+        struct live_val tombstone = {.ts_ns = bpf_ktime_get_ns(), .tombstone = 1};
+        if (live.update(&key, &tombstone) != 0)
+            count(C_LIVE_FULL);
+    }
+    hand_to_waiting_children(tgid, gen, addr, out);
     count(C_FREES);
     return 1;
 }
@@ -221,7 +339,8 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32, tid = (u32)id;
-    if (!traced(tgid))
+    u32 gen = traced_gen(tgid);
+    if (!gen)
         return 0;
     u64 sp = PT_REGS_SP(ctx);
     struct pending_call *outer = pending.lookup(&tid);
@@ -234,19 +353,19 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
         count(C_STALE_CALL);
     }
 
-    struct pending_call call = {.entry_sp = sp, .size = size, .arg = arg, .kind = kind};
+    struct pending_call call = {.entry_sp = sp, .size = size, .arg = arg, .kind = kind, .gen = gen};
     call.stack_key = wants_stack(size) ? capture_stack(ctx) : STACK_NONE;
     // realloc releases the old block before it returns; forget it now so that
     // another thread can be handed the same address without a clash.
     if (kind == K_REALLOC && arg) {
-        call.has_old = live_remove(tgid, arg, &call.old);
+        call.has_old = live_remove(tgid, gen, arg, &call.old);
         if (!call.has_old)
             count(C_UNKNOWN_FREE);
     }
     if (pending.update(&tid, &call) != 0) {
         count(C_PENDING_FULL);
         if (call.has_old)
-            live_add(tgid, arg, call.old.size, call.old.stack_key, call.old.ts_ns);
+            live_add(tgid, gen, arg, &call.old);
     }
     return 0;
 }
@@ -262,21 +381,21 @@ static __always_inline int exit_call(struct pt_regs *ctx)
     pending.delete(&tid);
 
     u64 ret = PT_REGS_RC(ctx);
-    u64 now = bpf_ktime_get_ns();
+    struct live_val val = {.size = call.size, .ts_ns = bpf_ktime_get_ns(), .stack_key = call.stack_key};
     if (call.kind == K_POSIX_MEMALIGN) {
         u64 stored = 0;
         if ((int)ret == 0 && bpf_probe_read_user(&stored, sizeof(stored), (void *)call.arg) == 0 && stored)
-            live_add(tgid, stored, call.size, call.stack_key, now);
+            live_add(tgid, call.gen, stored, &val);
         return 0;
     }
     if (call.kind == K_REALLOC && ret == 0 && call.size != 0) {
         // A failed realloc leaves the old block where it was.
         if (call.has_old)
-            live_add(tgid, call.arg, call.old.size, call.old.stack_key, call.old.ts_ns);
+            live_add(tgid, call.gen, call.arg, &call.old);
         return 0;
     }
     if (ret)
-        live_add(tgid, ret, call.size, call.stack_key, now);
+        live_add(tgid, call.gen, ret, &val);
     return 0;
 }
 
@@ -347,7 +466,8 @@ int free_enter(struct pt_regs *ctx)
     u64 addr = PT_REGS_PARM1(ctx);
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32, tid = (u32)id;
-    if (!addr || !traced(tgid))
+    u32 gen = addr ? traced_gen(tgid) : 0;
+    if (!gen)
         return 0;
     struct pending_call *outer = pending.lookup(&tid);
     if (outer && PT_REGS_SP(ctx) <= outer->entry_sp) {
@@ -355,7 +475,7 @@ int free_enter(struct pt_regs *ctx)
         return 0;
     }
     struct live_val gone;
-    if (live_remove(tgid, addr, &gone))
+    if (live_remove(tgid, gen, addr, &gone))
         return 0;
     // A caller inside the allocator's own code is the allocator returning a
     // block it held (glibc frees its per-thread cache at thread exit).
@@ -368,20 +488,75 @@ int free_enter(struct pt_regs *ctx)
     return 0;
 }
 
-// -c: the command's exec arms the probes, so the launcher's own calls are not traced.
-int exec_arm(struct bpf_raw_tracepoint_args *ctx)
+// exec: a traced process starts a clean image (a new generation, nothing
+// inherited); for -c, the command's own exec starts the trace, so the
+// launcher's calls are never seen.
+int process_exec(struct bpf_raw_tracepoint_args *ctx)
 {
-    if ((bpf_get_current_pid_tgid() >> 32) == TARGET_TGID) {
-        u32 slot = CTL_ARMED, one = 1;
-        control.update(&slot, &one);
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc *known = procs.lookup(&tgid);
+    if (known) {
+        known->gen = next_gen();
+        inherits.delete(&tgid);
+    } else if (tgid == TARGET_TGID) {
+        struct proc started = {.gen = next_gen()};
+        if (procs.update(&tgid, &started) != 0)
+            count(C_UNFOLLOWED);
     }
+    return 0;
+}
+
+// fork: the child is traced under a new generation and, unless it shares the
+// parent's memory (vfork), waits for user space to copy what it inherited.
+TRACEPOINT_PROBE(task, task_newtask)
+{
+    if (!FOLLOW_FORKS || (args->clone_flags & CLONE_THREAD))
+        return 0;
+    u32 parent = bpf_get_current_pid_tgid() >> 32;
+    u32 parent_gen = traced_gen(parent);
+    if (!parent_gen)
+        return 0;
+    u32 child = args->pid;
+    struct proc started = {.gen = next_gen()};
+    if (procs.update(&child, &started) != 0) {
+        count(C_UNFOLLOWED);
+        return 0;
+    }
+    if (args->clone_flags & CLONE_VM)
+        return 0;
+    u32 slot = CTL_FORKS;
+    u32 *forks = control.lookup(&slot);
+    if (forks)
+        __sync_fetch_and_add(forks, 1);
+    struct inherit link = {.parent = parent, .parent_gen = parent_gen, .fork_ts = bpf_ktime_get_ns()};
+    inherits.update(&child, &link);
+    for (u32 i = 0; i < COPY_SLOTS; i++) {
+        struct copy_slot_key waiting = {.parent = parent, .slot = i};
+        if (copy_slots.insert(&waiting, &child) == 0)
+            return 0;
+    }
+    inherits.delete(&child);
+    count(C_INHERIT_LOST);
+    return 0;
+}
+
+// The last thread of a traced process is gone: user space reports it once, then drops it.
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+    if (!args->group_dead)
+        return 0;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc *p = procs.lookup(&tgid);
+    if (p)
+        p->exited = 1;
     return 0;
 }
 
 // -c: stop the command in _exit so that its final state and maps can be read.
 int exit_stop(struct pt_regs *ctx)
 {
-    if (traced(bpf_get_current_pid_tgid() >> 32)) {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (tgid == TARGET_TGID && traced_gen(tgid)) {
         u32 slot = CTL_EXIT_STOP, one = 1;
         control.update(&slot, &one);
         bpf_send_signal(19 /* SIGSTOP */);

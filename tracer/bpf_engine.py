@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as ct
+import dataclasses
 import importlib.resources
 import os
 import struct
@@ -11,6 +12,8 @@ import time
 from collections import Counter as Tally
 from dataclasses import dataclass
 
+from bcc.libbcc import lib
+
 from .bpf_maps import dump_map
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
@@ -18,7 +21,9 @@ from .malloc_options import SIZE_MAX
 from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
 
 STACK_NONE, STACK_LOST = 0, 1
-CTL_ARMED, CTL_EXIT_STOP = 0, 1
+CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE = 0, 1, 2, 3
+BPF_NOEXIST = 1
+LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
 
 # Allocator function -> (entry program, has a return probe).
 PROBES = {
@@ -36,7 +41,8 @@ PROBES = {
 # The BPF program's counter indexes, in order, as Counters fields.
 COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "stack_map_full",
                   "stack_collisions", "stack_walk_errors", "pending_map_full", "stale_calls",
-                  "unknown_frees", "internal_frees", "missed_frees", "nested_calls")
+                  "unknown_frees", "internal_frees", "missed_frees", "nested_calls",
+                  "unfollowed_children", "inheritance_lost")
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,22 @@ class EngineSettings:
     max_sites: int = 262_144         # distinct (pid, stack, size)
     max_stacks: int = 65_536         # distinct stacks
     max_pending: int = 16_384        # threads inside an allocator call at once
+    max_procs: int = 4_096           # processes traced at once (with fork following)
+    follow_forks: bool = False       # trace children, with the blocks they inherit
+
+
+@dataclass(frozen=True)
+class LiveEntry:
+    """One record of the live map: a block, or the tombstone of an inherited one."""
+
+    tgid: int
+    gen: int
+    address: int
+    size: int
+    ts_ns: int
+    stack_key: int
+    inherited: bool
+    tombstone: bool
 
 
 @dataclass(frozen=True)
@@ -98,7 +120,8 @@ class BpfEngine:
 
     def _cflags(self) -> list[str]:
         s = self.settings
-        return [f"-DTARGET_TGID={self.target}", f"-DSTACK_DEPTH={s.stack_depth}",
+        return [f"-DTARGET_TGID={self.target}", f"-DFOLLOW_FORKS={int(s.follow_forks)}",
+                f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
                 f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
                 f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
                 f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}",
@@ -118,7 +141,8 @@ class BpfEngine:
 
     def _attach_uprobe(self, library: str, address: int, fn_name: str, ret: bool) -> None:
         attach = self._bpf.attach_uretprobe if ret else self._bpf.attach_uprobe
-        pid = self.target or -1
+        # Children are only seen by probes that fire in every process.
+        pid = -1 if self.settings.follow_forks or not self.target else self.target
         try:
             with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
                 attach(name=library.encode(), addr=address, fn_name=fn_name.encode(), pid=pid)
@@ -140,10 +164,10 @@ class BpfEngine:
         if text is not None:
             self._text_around_free = (functions["free"] - text.vaddr, text.vaddr + text.memsz - functions["free"])
         self._bpf = self._compile()
+        self._set_control(CTL_NEXT_GEN, 1)
         if not self.arm_on_exec:
-            self._set_control(CTL_ARMED, 1)
-        else:
-            self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"exec_arm")
+            self._bpf[b"procs"][ct.c_uint32(self.target)] = self._bpf[b"procs"].Leaf(self._next_gen(), 0)
+        self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
         by_address: dict[int, AttachedProbe] = {}
         for function, (program, has_return) in PROBES.items():
             address = functions.get(function)
@@ -168,6 +192,14 @@ class BpfEngine:
 
     def _set_control(self, slot: int, value: int) -> None:
         self._bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)
+
+    def _control(self, slot: int) -> int:
+        return self._bpf[b"control"][ct.c_int(slot)].value
+
+    def _next_gen(self) -> int:
+        gen = self._control(CTL_NEXT_GEN)
+        self._set_control(CTL_NEXT_GEN, gen + 1)
+        return gen
 
     def exit_stop_pending(self) -> bool:
         """True once the target has been stopped in _exit by the BPF program."""
@@ -201,38 +233,116 @@ class BpfEngine:
         frames = self._stack(stack_key) if stack_key != STACK_LOST else ()
         return frames, StackStatus.CAPTURED if frames else StackStatus.LOST
 
-    def _live_entries(self):
-        """(tgid, address, size, ts_ns, stack_key) of every live allocation."""
+    def _live_entries(self) -> list[LiveEntry]:
         keys, values, _ = dump_map(self._bpf[b"live"])
-        for (tgid, _, address), (size, ts_ns, stack_key) in zip(struct.iter_unpack("<IIQ", keys),
-                                                                 struct.iter_unpack("<QQQ", values)):
-            yield tgid, address, size, ts_ns, stack_key
+        return [LiveEntry(tgid, gen, address, size, ts_ns, stack_key, bool(inherited), bool(tombstone))
+                for (tgid, gen, address), (size, ts_ns, stack_key, inherited, tombstone)
+                in zip(LIVE_KEY.iter_unpack(keys), LIVE_VALUE.iter_unpack(values))]
 
-    def groups(self, older_than_ns: int | None = None) -> list[AllocationGroup]:
-        """Live allocations grouped by (pid, size, stack).
+    def processes(self) -> dict[int, tuple[int, bool]]:
+        """Traced processes: tgid -> (current image generation, exited)."""
+        return {key.value: (value.gen, bool(value.exited)) for key, value in self._bpf[b"procs"].items()}
 
-        Without an age limit this reads only the per-site counts; with one it
-        walks every live allocation and keeps those older than the limit.
+    def _current_live(self, pids: set[int] | None) -> list[LiveEntry]:
+        """Live blocks of the current images, tombstones left out."""
+        gens = {tgid: gen for tgid, (gen, _) in self.processes().items() if pids is None or tgid in pids}
+        return [e for e in self._live_entries() if not e.tombstone and gens.get(e.tgid) == e.gen]
+
+    def groups(self, older_than_ns: int | None = None, pids: set[int] | None = None) -> list[AllocationGroup]:
+        """Live allocations of the traced processes (or of pids) grouped by (pid, size, stack).
+
+        Without an age limit and with no fork followed this reads only the
+        per-site counts; otherwise it walks every live allocation.
         """
-        tally: Tally[tuple[int, int, int]] = Tally()
+        tally: Tally[tuple[int, int, int, bool]] = Tally()
         if older_than_ns is None:
+            gens = {tgid: gen for tgid, (gen, _) in self.processes().items() if pids is None or tgid in pids}
             keys, values, _ = dump_map(self._bpf[b"sites"])
-            for (tgid, _, stack_key, size), (count,) in zip(struct.iter_unpack("<IIQQ", keys),
-                                                            struct.iter_unpack("<q", values)):
-                if count > 0:
-                    tally[tgid, stack_key, size] += count
+            for (tgid, gen, stack_key, size), (count,) in zip(struct.iter_unpack("<IIQQ", keys),
+                                                              struct.iter_unpack("<q", values)):
+                if count > 0 and gens.get(tgid) == gen:
+                    tally[tgid, stack_key, size, False] += count
+            if self._control(CTL_FORKS):   # inherited blocks are counted from the live map only
+                for e in self._current_live(pids):
+                    if e.inherited:
+                        tally[e.tgid, e.stack_key, e.size, True] += 1
         else:
             cutoff = time.monotonic_ns() - older_than_ns
-            for tgid, _, size, ts_ns, stack_key in self._live_entries():
-                if ts_ns <= cutoff:
-                    tally[tgid, stack_key, size] += 1
-        return [AllocationGroup(tgid, size, count, *self._stack_of(key))
-                for (tgid, key, size), count in tally.items()]
+            for e in self._current_live(pids):
+                if e.ts_ns <= cutoff:
+                    tally[e.tgid, e.stack_key, e.size, e.inherited] += 1
+        return [AllocationGroup(tgid, size, count, *self._stack_of(key), inherited=inherited)
+                for (tgid, key, size, inherited), count in tally.items()]
 
-    def allocations(self) -> list[LiveAllocation]:
+    def allocations(self, pids: set[int] | None = None) -> list[LiveAllocation]:
         """Every live allocation with its address (a walk of the whole live table)."""
-        return [LiveAllocation(tgid, address, size, *self._stack_of(key))
-                for tgid, address, size, _, key in self._live_entries()]
+        return [LiveAllocation(e.tgid, e.address, e.size, *self._stack_of(e.stack_key), inherited=e.inherited)
+                for e in self._current_live(pids)]
+
+    def copy_inherited(self) -> None:
+        """Gives each new child its own records of the blocks it inherited.
+
+        Until then the BPF program finds them in the parent (see the BPF
+        source); records the child already has (its own frees and the
+        parent's hand-overs) win, as every copy is inserted with NOEXIST.
+        """
+        forks = self._control(CTL_FORKS)
+        if forks == self._control(CTL_COPIES_DONE):
+            return
+        inherits = self._bpf[b"inherits"]
+        links = sorted(((k.value, v.parent, v.parent_gen, v.fork_ts) for k, v in inherits.items()),
+                       key=lambda link: link[3])
+        if links:
+            gens = {tgid: gen for tgid, (gen, _) in self.processes().items()}
+            by_image: dict[tuple[int, int], list[LiveEntry]] = {}
+            for e in self._live_entries():
+                by_image.setdefault((e.tgid, e.gen), []).append(e)
+            live_fd = self._bpf[b"live"].map_fd
+            for child, parent, parent_gen, fork_ts in links:
+                child_gen = gens.get(child)
+                if child_gen is None:
+                    continue
+                copied = by_image.setdefault((child, child_gen), [])
+                for e in by_image.get((parent, parent_gen), ()):
+                    if e.tombstone or e.ts_ns >= fork_ts:
+                        continue
+                    key = ct.create_string_buffer(LIVE_KEY.pack(child, child_gen, e.address), LIVE_KEY.size)
+                    value = ct.create_string_buffer(LIVE_VALUE.pack(e.size, e.ts_ns, e.stack_key, 1, 0),
+                                                    LIVE_VALUE.size)
+                    if lib.bpf_update_elem(live_fd, key, value, BPF_NOEXIST) == 0:
+                        copied.append(dataclasses.replace(e, tgid=child, gen=child_gen, inherited=True))
+                with contextlib.suppress(KeyError):
+                    del inherits[ct.c_uint32(child)]
+            slots = self._bpf[b"copy_slots"]
+            waiting = {child for child, *_ in links}
+            for key, child in list(slots.items()):
+                if child.value in waiting:
+                    with contextlib.suppress(KeyError):
+                        del slots[key]
+        self._set_control(CTL_COPIES_DONE, forks)
+
+    def forget(self, pids: set[int]) -> None:
+        """Drops every record of these processes, and of images replaced by exec."""
+        current = {tgid: gen for tgid, (gen, _) in self.processes().items() if tgid not in pids}
+        needed = {(v.parent, v.parent_gen) for v in self._bpf[b"inherits"].values()}
+
+        def stale(tgid: int, gen: int) -> bool:
+            return current.get(tgid) != gen and (tgid, gen) not in needed
+
+        live = self._bpf[b"live"]
+        for e in self._live_entries():
+            if stale(e.tgid, e.gen):
+                with contextlib.suppress(KeyError):
+                    del live[live.Key(e.tgid, e.gen, e.address)]
+        sites = self._bpf[b"sites"]
+        for key in list(sites.keys()):
+            if stale(key.tgid, key.gen):
+                with contextlib.suppress(KeyError):
+                    del sites[key]
+        procs = self._bpf[b"procs"]
+        for pid in pids:
+            with contextlib.suppress(KeyError):
+                del procs[ct.c_uint32(pid)]
 
     def close(self) -> None:
         """Detaches every probe and frees the maps; safe to call twice."""

@@ -9,7 +9,7 @@ from .symbolize import SymbolizedSnapshot
 
 def snapshot_to_dict(symbolized: SymbolizedSnapshot) -> dict:
     snap = symbolized.snapshot
-    groups = sorted(snap.groups, key=lambda g: (g.pid, -g.bytes, g.size, g.stack))
+    groups = sorted(snap.groups, key=lambda g: (g.pid, -g.bytes, g.size, g.stack, g.inherited))
     return {
         "time": snap.taken_at,
         "live_bytes": snap.live_bytes,
@@ -20,7 +20,7 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot) -> dict:
                       for p in sorted(snap.processes.values(), key=lambda p: p.pid)],
         "groups": [{
             "pid": g.pid, "size": g.size, "count": g.count, "bytes": g.bytes,
-            "stack_status": g.stack_status.value,
+            "stack_status": g.stack_status.value, "inherited": g.inherited,
             "frames": [{"address": f.address, "function": f.function, "offset": f.offset,
                         "module": f.module, "file": f.file, "line": f.line}
                        for f in symbolized.stack_of(g)],

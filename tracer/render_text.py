@@ -17,8 +17,9 @@ _NO_STACK = {
 
 def _sizes(groups: list[AllocationGroup]) -> str:
     ordered = sorted(groups, key=lambda g: (-g.bytes, g.size))
-    return ", ".join(f"{g.size}" if g.count == 1 and len(groups) == 1 else f"{g.size} x{g.count}"
+    text = ", ".join(f"{g.size}" if g.count == 1 and len(groups) == 1 else f"{g.size} x{g.count}"
                      for g in ordered)
+    return text + (" (inherited)" if groups[0].inherited else "")
 
 
 def _stack_text(symbolized: SymbolizedSnapshot, group: AllocationGroup, frames: int | None) -> str:
@@ -40,11 +41,12 @@ def render_text(symbolized: SymbolizedSnapshot, top: int = 10, frames: int | Non
     drops = ", ".join(f"{name} {value}" for name, value in counters.losses().items())
     lines.append(f"drops: {drops}")
 
-    by_stack: dict[tuple[int, tuple[int, ...], StackStatus], list[AllocationGroup]] = defaultdict(list)
+    by_stack: dict[tuple[int, tuple[int, ...], StackStatus, bool], list[AllocationGroup]] = defaultdict(list)
     for group in snap.groups:
-        by_stack[group.pid, group.stack, group.stack_status].append(group)
+        by_stack[group.pid, group.stack, group.stack_status, group.inherited].append(group)
     ranked = sorted(by_stack.values(),
-                    key=lambda gs: (-sum(g.bytes for g in gs), -sum(g.count for g in gs), gs[0].stack))
+                    key=lambda gs: (-sum(g.bytes for g in gs), -sum(g.count for g in gs), gs[0].stack,
+                                    gs[0].inherited))
     if not ranked:
         lines.append("no live allocations")
         return "\n".join(lines) + "\n"

@@ -59,9 +59,12 @@ class Trace:
         self.is_child = is_child
         self.final_snapshot: Snapshot | None = None
         self.exit_status: int | None = None
-        self._info = info
+        self._infos: dict[int, ProcessInfo] = {pid: info} if info is not None else {}
         self._info_read_at = time.monotonic()
         self._exited = False
+        self._gens: dict[int, tuple[int, bool]] = {}
+        # Children that exited since the last snapshot: their last state, shown once.
+        self._departed: list[tuple[ProcessInfo, list, list]] = []
 
     # -- starting -----------------------------------------------------------
 
@@ -109,38 +112,76 @@ class Trace:
 
     # -- running ------------------------------------------------------------
 
-    def _process_info(self) -> ProcessInfo:
-        if not self._exited:
-            info = read_process(self.pid)
+    def _process_info(self, pid: int, alive: bool = True) -> ProcessInfo:
+        if alive:
+            info = read_process(pid)
             if info is not None and info.maps:
-                self._info = info
-                self._info_read_at = time.monotonic()
+                self._infos[pid] = info
                 return info
-        cached = self._info or ProcessInfo(self.pid)
+        cached = self._infos.get(pid) or ProcessInfo(pid)
         return dataclasses.replace(cached, exited=True)
 
+    def _refresh_infos(self) -> None:
+        """Keeps recent maps of every traced process, to symbolize one that dies without warning."""
+        for pid in self._traced_pids():
+            self._process_info(pid, alive=not (pid == self.pid and self._exited))
+        self._info_read_at = time.monotonic()
+
+    def _traced_pids(self) -> list[int]:
+        """The target first, then the children followed (fork following only)."""
+        children = sorted(self._gens) if self.engine.settings.follow_forks else []
+        return [self.pid] + [pid for pid in children if pid != self.pid]
+
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
-        """The live allocations now (or the final ones, once the target has exited)."""
+        """The live allocations now (or the final ones, once the target has exited).
+
+        Children that exited since the previous snapshot appear in this one, once.
+        """
         if self._exited and self.final_snapshot is not None and older_than_ms is None:
             return self.final_snapshot
         older_than_ns = None if older_than_ms is None else older_than_ms * 1_000_000
-        processes = {self.pid: self._process_info()}
-        allocations = tuple(self.engine.allocations()) if with_allocations else None
-        return Snapshot(time.time(), tuple(self.engine.groups(older_than_ns)), self.engine.counters(),
-                        processes, self.engine.settings.stack_depth, allocations)
+        pids = self._traced_pids()
+        processes = {pid: self._process_info(pid, alive=not (pid == self.pid and self._exited)) for pid in pids}
+        groups = self.engine.groups(older_than_ns, set(pids))
+        allocations = self.engine.allocations(set(pids)) if with_allocations else None
+        for info, departed_groups, departed_allocations in self._departed:
+            processes[info.pid] = info
+            groups += departed_groups
+            if self.final_with_allocations:   # for their exit leak log, even when not asked for the rest
+                allocations = (allocations or []) + departed_allocations
+        self._departed = []
+        return Snapshot(time.time(), tuple(groups), self.engine.counters(), processes,
+                        self.engine.settings.stack_depth, None if allocations is None else tuple(allocations))
+
+    def _track_processes(self) -> None:
+        """Copies what new children inherited; takes leave of exited children; drops replaced images."""
+        if self.engine.settings.follow_forks:
+            self.engine.copy_inherited()
+        gens = self.engine.processes()
+        gone = {pid for pid, (_, exited) in gens.items() if exited and pid != self.pid}
+        for pid in sorted(gone):
+            allocations = self.engine.allocations({pid}) if self.final_with_allocations else []
+            self._departed.append((self._process_info(pid, alive=False), self.engine.groups(pids={pid}),
+                                   allocations))
+        for pid in gens.keys() - self._gens.keys() - gone:
+            self._process_info(pid)   # now, in case it is short-lived
+        replaced = any(self._gens.get(pid, (gen,))[0] != gen for pid, (gen, _) in gens.items())
+        if gone or replaced:
+            self.engine.forget(gone)
+        self._gens = {pid: value for pid, value in gens.items() if pid not in gone}
 
     def poll(self) -> bool:
         """Notices stops and exits; returns False once the target is gone."""
         if self._exited:
             return False
+        self._track_processes()
         running = self._poll_child() if self.is_child else _alive(self.pid)
         if not running:
             if not self._exited:
                 self._finish(None)
             return False
-        # Keep recent maps, to symbolize a target that dies without an exit stop.
         if time.monotonic() - self._info_read_at > 1.0:
-            self._process_info()
+            self._refresh_infos()
         return True
 
     def _poll_child(self) -> bool:
@@ -168,8 +209,9 @@ class Trace:
         if self.final_snapshot is None:
             self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
         else:   # taken at the exit stop, while the process still existed
-            self.final_snapshot = dataclasses.replace(self.final_snapshot,
-                                                      processes={self.pid: self._process_info()})
+            processes = dict(self.final_snapshot.processes)
+            processes[self.pid] = self._process_info(self.pid, alive=False)
+            self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
 
     def wait(self, timeout: float | None = None, tick: float = 0.02) -> bool:
         """Waits for the target to exit; returns False on timeout."""

@@ -61,6 +61,8 @@ class Counters:
     internal_frees: int = 0       # frees by the allocator itself of blocks it kept (not a loss)
     missed_frees: int = 0
     nested_calls: int = 0         # allocator calls made inside another (internal, not lost)
+    unfollowed_children: int = 0  # child processes not traced (process table full)
+    inheritance_lost: int = 0     # child processes traced without the blocks they inherited
 
     @classmethod
     def loss_names(cls) -> tuple[str, ...]:
@@ -86,7 +88,8 @@ class Snapshot:
     counters: Counters
     processes: dict[int, ProcessInfo] = field(default_factory=dict)
     backtrace_frames: int = 16
-    # Each live allocation, when the source was asked for them (they cost a walk of every one).
+    # Each live allocation, when the source was asked for them (they cost a walk of every one);
+    # may cover only the processes that exited, for their exit leak log.
     allocations: tuple[LiveAllocation, ...] | None = None
 
     @property

@@ -25,12 +25,12 @@ def _say(text: str) -> None:
 class Outputs:
     json: bool = False
     top: int = 10
-    leak_info: str | None = None          # raw get_malloc_leak_info buffer, rewritten at each report
+    leak_info: str | None = None          # raw get_malloc_leak_info buffer (children: FILE.PID), rewritten at each report
     dump_prefix: str = DEFAULT_DUMP_PREFIX  # heap dumps go to PREFIX.PID.txt and PREFIX.PID.exit.txt
     dump_each_report: bool = False        # PREFIX.PID.txt at each report (always on SIGUSR2)
-    dump_on_exit: bool = False            # PREFIX.PID.exit.txt once, when the target exits
+    dump_on_exit: bool = False            # PREFIX.PID.exit.txt once, when a traced process exits
     backtrace_full: bool = False
-    leak_track: bool = False              # the +++ leak log on stderr when the target exits
+    leak_track: bool = False              # the +++ leak log on stderr when a traced process exits
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
@@ -47,32 +47,33 @@ class Outputs:
             return
         _say(f"{what} written to {path}")
 
-    def heap_dump(self, symbolized, suffix: str) -> None:
-        for pid in symbolized.snapshot.processes:
-            text = render_heap_dump(symbolized, pid, backtrace_full=self.backtrace_full)
-            self._write(f"{self.dump_prefix}.{pid}{suffix}", text.encode(), "heap dump")
+    def _heap_dump(self, symbolized, pid: int, suffix: str) -> None:
+        text = render_heap_dump(symbolized, pid, backtrace_full=self.backtrace_full)
+        self._write(f"{self.dump_prefix}.{pid}{suffix}", text.encode(), "heap dump")
 
-    def report(self, snapshot: Snapshot, target_exited: bool = False) -> None:
+    def report(self, snapshot: Snapshot) -> None:
+        """The report; per process, the leak-info file, heap dumps and, for one that exited, its leak log."""
         symbolized = self.symbolizer.symbolize(snapshot)
         text = render_json(symbolized) if self.json else render_text(symbolized, self.top)
         sys.stdout.write(text)
         sys.stdout.flush()
-        for pid in snapshot.processes:
+        for index, (pid, process) in enumerate(snapshot.processes.items()):
             if self.leak_info:
                 info = get_malloc_leak_info(snapshot, pid)
-                self._write(self.leak_info, info.buffer, "leak info")
+                self._write(self.leak_info if index == 0 else f"{self.leak_info}.{pid}", info.buffer, "leak info")
                 _say(f"leak info of pid {pid}: overall_size {info.overall_size}, info_size {info.info_size}, "
                      f"total_memory {info.total_memory}, backtrace_size {info.backtrace_size}"
                      + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else ""))
-            if self.leak_track and target_exited and snapshot.allocations is not None:
-                name = snapshot.processes[pid].name or snapshot.processes[pid].comm
-                for line in render_leak_log(symbolized, pid, name):
+            if self.leak_track and process.exited and snapshot.allocations is not None:
+                for line in render_leak_log(symbolized, pid, process.name or process.comm):
                     print(line, file=sys.stderr)
                 sys.stderr.flush()
-        if self.dump_each_report:
-            self.heap_dump(symbolized, ".txt")
-        if self.dump_on_exit and target_exited:
-            self.heap_dump(symbolized, ".exit.txt")
+            if self.dump_each_report:
+                self._heap_dump(symbolized, pid, ".txt")
+            if self.dump_on_exit and process.exited:
+                self._heap_dump(symbolized, pid, ".exit.txt")
 
     def dump_now(self, snapshot: Snapshot) -> None:
-        self.heap_dump(self.symbolizer.symbolize(snapshot), ".txt")
+        symbolized = self.symbolizer.symbolize(snapshot)
+        for pid in snapshot.processes:
+            self._heap_dump(symbolized, pid, ".txt")

@@ -92,6 +92,9 @@ class TraceCommand(Command):
                             help="add bt_info lines to heap dumps (backtrace_full)")
         parser.add_argument("--leak-track", action="store_true",
                             help="log every live allocation on stderr when the target exits (leak_track)")
+        parser.add_argument("-f", "--follow-forks", action="store_true",
+                            help="trace child processes too, with the blocks they inherit (zygote bit); "
+                                 "the probes then trap in every process that uses the library")
         parser.add_argument("--lib", metavar="PATH", help="probe this allocator library instead of the target's")
         defaults = EngineSettings()
         for flag, default, what in (("--max-live", defaults.max_live, "live allocations"),
@@ -127,7 +130,8 @@ class TraceCommand(Command):
             raise UsageError(f"the smallest size with a stack ({size_min}) is larger than the largest ({size_max})")
         return EngineSettings(stack_depth=args.frames or config.backtrace_frames, size_min=size_min,
                               size_max=size_max, max_live=args.max_live, max_sites=args.max_sites,
-                              max_stacks=args.max_stacks, max_pending=args.max_pending)
+                              max_stacks=args.max_stacks, max_pending=args.max_pending,
+                              follow_forks=args.follow_forks)
 
     def run(self, args: argparse.Namespace) -> int:
         config = self.config(args)
@@ -162,5 +166,5 @@ class TraceCommand(Command):
                           else "exited")
                 print(f"leaktrace: {what} {trace.pid} {ending}", file=sys.stderr, flush=True)
             final = trace.snapshot(args.older_than, with_allocations=trace.exited and outputs.wants_exit_allocations)
-            outputs.report(final, target_exited=trace.exited)
+            outputs.report(final)
         return 0
