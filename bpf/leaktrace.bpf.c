@@ -5,7 +5,6 @@
 //
 // Compile-time parameters (set by tracer/bpf_engine.py with -D):
 //   TARGET_TGID    the process -c launches (armed at its exec, stopped in its _exit)
-//   FOLLOW_FORKS   1: children of traced processes are traced, with what they inherit
 //   STACK_DEPTH    frames kept per stack (the caller's return address + the rest)
 //   LT_SIZE_MIN    smallest size that gets a stack (inclusive)
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
@@ -506,23 +505,34 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
     return 0;
 }
 
+// Tracepoint records are read at offsets that user space takes from tracefs
+// (NEWTASK_PID, NEWTASK_CLONE_FLAGS, EXIT_GROUP_DEAD), as their layout varies
+// between kernels.
+static __always_inline u64 tracepoint_field(void *record, u32 offset, u32 size)
+{
+    u64 value = 0;
+    bpf_probe_read_kernel(&value, size, (char *)record + offset);
+    return value;
+}
+
 // fork: the child is traced under a new generation and, unless it shares the
 // parent's memory (vfork), waits for user space to copy what it inherited.
-TRACEPOINT_PROBE(task, task_newtask)
+int task_newtask(void *record)
 {
-    if (!FOLLOW_FORKS || (args->clone_flags & CLONE_THREAD))
+    u64 clone_flags = tracepoint_field(record, NEWTASK_CLONE_FLAGS, 8);
+    if (clone_flags & CLONE_THREAD)
         return 0;
     u32 parent = bpf_get_current_pid_tgid() >> 32;
     u32 parent_gen = traced_gen(parent);
     if (!parent_gen)
         return 0;
-    u32 child = args->pid;
+    u32 child = tracepoint_field(record, NEWTASK_PID, 4);
     struct proc started = {.gen = next_gen()};
     if (procs.update(&child, &started) != 0) {
         count(C_UNFOLLOWED);
         return 0;
     }
-    if (args->clone_flags & CLONE_VM)
+    if (clone_flags & CLONE_VM)
         return 0;
     u32 slot = CTL_FORKS;
     u32 *forks = control.lookup(&slot);
@@ -541,9 +551,9 @@ TRACEPOINT_PROBE(task, task_newtask)
 }
 
 // The last thread of a traced process is gone: user space reports it once, then drops it.
-TRACEPOINT_PROBE(sched, sched_process_exit)
+int process_exit(void *record)
 {
-    if (!args->group_dead)
+    if (!tracepoint_field(record, EXIT_GROUP_DEAD, 1))
         return 0;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc *p = procs.lookup(&tgid);

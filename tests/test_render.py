@@ -48,6 +48,17 @@ def test_text_top_and_empty():
     assert render_text(snapshot([])).splitlines()[-1] == "no live allocations"
 
 
+def test_text_keeps_inherited_blocks_apart():
+    groups = [AllocationGroup(10, 8, 2, (0x1010,)), AllocationGroup(10, 8, 1, (0x1010,), inherited=True)]
+    text = render_text(snapshot(groups))
+    assert "top 2 of 2 stacks" in text
+    rows = [line for line in text.splitlines() if "make_node" in line]
+    assert [row.split()[:3] for row in rows] == [["16", "2", "8"], ["8", "1", "8"]]
+    assert "(inherited)" in rows[1] and "(inherited)" not in rows[0]
+    report = json.loads(render_json(snapshot(groups)))
+    assert [g["inherited"] for g in report["groups"]] == [False, True]
+
+
 def test_text_several_processes_get_a_pid_column():
     text = render_text(snapshot(
         [AllocationGroup(10, 8, 1, (0x1010,)), AllocationGroup(11, 8, 2, (0x4040,))],
@@ -67,7 +78,7 @@ def test_json_carries_every_group_and_frame():
     assert report["processes"] == [{"pid": 10, "comm": "server", "exited": False}]
     first, second = report["groups"]
     assert first == {"pid": 10, "size": 24, "count": 3, "bytes": 72, "stack_status": "captured",
-                     "frames": [{"address": 0x1010, "function": "make_node", "offset": 0x10,
+                     "inherited": False, "frames": [{"address": 0x1010, "function": "make_node", "offset": 0x10,
                                  "module": "/opt/app/bin/server", "file": "node.c", "line": 42},
                                 {"address": 0x2020, "function": "main", "offset": 0x20,
                                  "module": "/opt/app/bin/server", "file": "main.c", "line": 7}]}

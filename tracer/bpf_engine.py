@@ -19,6 +19,7 @@ from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .malloc_options import SIZE_MAX
 from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
+from .system import tracepoint_fields
 
 STACK_NONE, STACK_LOST = 0, 1
 CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE = 0, 1, 2, 3
@@ -116,18 +117,32 @@ class BpfEngine:
         self.probes: list[AttachedProbe] = []
         self._bpf = None
         self._text_around_free = (0, 0)
+        self._tracepoint_cflags: list[str] = []
         self._stack_cache: dict[int, tuple[int, ...]] = {}
 
     def _cflags(self) -> list[str]:
         s = self.settings
-        return [f"-DTARGET_TGID={self.target}", f"-DFOLLOW_FORKS={int(s.follow_forks)}",
-                f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
+        return [f"-DTARGET_TGID={self.target}", f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
                 f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
                 f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
                 f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}",
                 f"-DMAX_PENDING={s.max_pending}",
                 f"-DTEXT_BEFORE_FREE={self._text_around_free[0]}ULL",
-                f"-DTEXT_AFTER_FREE={self._text_around_free[1]}ULL"]
+                f"-DTEXT_AFTER_FREE={self._text_around_free[1]}ULL"] + self._tracepoint_cflags
+
+    def _read_tracepoint_layouts(self) -> None:
+        """Where the fork and exit tracepoints keep the fields the BPF program reads."""
+        if not self.settings.follow_forks:
+            self._tracepoint_cflags = ["-DNEWTASK_PID=0", "-DNEWTASK_CLONE_FLAGS=0", "-DEXIT_GROUP_DEAD=0"]
+            return
+        newtask = tracepoint_fields("task", "task_newtask")
+        exits = tracepoint_fields("sched", "sched_process_exit")
+        if "pid" not in newtask or "clone_flags" not in newtask or "group_dead" not in exits:
+            raise RuntimeFailure("this kernel's task_newtask and sched_process_exit tracepoints lack the "
+                                 "fields -f needs (pid, clone_flags, group_dead)")
+        self._tracepoint_cflags = [f"-DNEWTASK_PID={newtask['pid']}",
+                                   f"-DNEWTASK_CLONE_FLAGS={newtask['clone_flags']}",
+                                   f"-DEXIT_GROUP_DEAD={exits['group_dead']}"]
 
     def _compile(self):
         from bcc import BPF
@@ -163,11 +178,20 @@ class BpfEngine:
         text = elf.segment_containing(functions["free"])
         if text is not None:
             self._text_around_free = (functions["free"] - text.vaddr, text.vaddr + text.memsz - functions["free"])
+        self._read_tracepoint_layouts()
         self._bpf = self._compile()
         self._set_control(CTL_NEXT_GEN, 1)
         if not self.arm_on_exec:
             self._bpf[b"procs"][ct.c_uint32(self.target)] = self._bpf[b"procs"].Leaf(self._next_gen(), 0)
         self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
+        if self.settings.follow_forks:
+            for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
+                                        (b"sched:sched_process_exit", b"process_exit")):
+                try:
+                    with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
+                        self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
+                except Exception as e:
+                    raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
         by_address: dict[int, AttachedProbe] = {}
         for function, (program, has_return) in PROBES.items():
             address = functions.get(function)
@@ -320,6 +344,14 @@ class BpfEngine:
                     with contextlib.suppress(KeyError):
                         del slots[key]
         self._set_control(CTL_COPIES_DONE, forks)
+
+    def recorded_pids(self) -> dict[str, set[int]]:
+        """Table name -> the tgids it holds records of (to prove that exited processes leave none)."""
+        return {"live": {e.tgid for e in self._live_entries()},
+                "sites": {key.tgid for key in self._bpf[b"sites"].keys()},
+                "procs": {key.value for key in self._bpf[b"procs"].keys()},
+                "inherits": {key.value for key in self._bpf[b"inherits"].keys()},
+                "copy_slots": {key.parent for key in self._bpf[b"copy_slots"].keys()}}
 
     def forget(self, pids: set[int]) -> None:
         """Drops every record of these processes, and of images replaced by exec."""

@@ -119,7 +119,8 @@ class Trace:
                 self._infos[pid] = info
                 return info
         cached = self._infos.get(pid) or ProcessInfo(pid)
-        return dataclasses.replace(cached, exited=True)
+        # Unreadable but not known to be gone (a zombie): exited is for trace.poll to say.
+        return cached if alive else dataclasses.replace(cached, exited=True)
 
     def _refresh_infos(self) -> None:
         """Keeps recent maps of every traced process, to symbolize one that dies without warning."""

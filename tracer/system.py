@@ -37,10 +37,31 @@ def check_bpf() -> None:
     os.close(fd)
 
 
+TRACEFS_PLACES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+
+
 def check_uprobes() -> None:
     if os.path.exists("/sys/bus/event_source/devices/uprobe/type"):
         return
-    for tracefs in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
+    for tracefs in TRACEFS_PLACES:
         if os.path.exists(f"{tracefs}/uprobe_events"):
             return
     raise RuntimeFailure("this kernel has no uprobe support (no uprobe PMU and no tracefs uprobe_events)")
+
+
+def tracepoint_fields(category: str, event: str) -> dict[str, int]:
+    """Field name -> offset in a tracepoint's record, from its tracefs format file."""
+    for tracefs in TRACEFS_PLACES:
+        try:
+            with open(f"{tracefs}/events/{category}/{event}/format") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = {}
+        for line in text.splitlines():
+            parts = dict(part.strip().split(":", 1) for part in line.split(";") if ":" in part)
+            if "field" in parts and "offset" in parts:
+                name = parts["field"].split()[-1].split("[")[0]
+                fields[name] = int(parts["offset"])
+        return fields
+    raise RuntimeFailure(f"cannot read the {category}:{event} tracepoint's format (is tracefs mounted?)")

@@ -1,0 +1,108 @@
+"""-f: children are traced with the blocks they inherit, and marked as Android's zygote bit.
+
+tests/programs/forks.c makes a parent, a child, a grandchild (forked before the
+child's copy exists) and a vfork+exec child, with known blocks in each.
+"""
+from __future__ import annotations
+
+import re
+
+from helpers import reports, run_command
+from leaktrace import EngineSettings, Trace
+from leaktrace.render_leak_info import decode_leak_info
+
+# (size, count, inherited) of each process when it exits.
+PARENT = [(111, 3, False), (333, 1, False), (444, 1, False)]
+CHILD = [(111, 2, True), (222, 1, True), (555, 1, False), (666, 1, False)]
+GRANDCHILD = [(111, 2, True), (222, 1, True), (555, 1, True), (666, 1, True), (777, 1, False)]
+EXEC_CHILD = [(888, 1, False)]
+FAMILY = {"parent": PARENT, "child": CHILD, "grandchild": GRANDCHILD, "exec child": EXEC_CHILD}
+
+
+def departures(stdout: str) -> dict[str, int]:
+    """Who's who -> pid, each process named by its blocks at exit (it shows them once, in one report)."""
+    seen = {}
+    for report in reports(stdout):
+        for process in report["processes"]:
+            if process["exited"]:
+                groups = sorted((g["size"], g["count"], g["inherited"])
+                                for g in report["groups"] if g["pid"] == process["pid"])
+                assert process["pid"] not in seen.values(), f"pid {process['pid']} reported twice as exited"
+                (name,) = [name for name, shape in FAMILY.items() if shape == groups] or [groups]
+                seen[name] = process["pid"]
+    return seen
+
+
+def test_each_process_keeps_what_it_inherited(program):
+    result = run_command(["-c", str(program("forks")), "-f", "--json", "0.05"])
+    assert result.returncode == 0, result.stderr
+    assert sorted(departures(result.stdout)) == sorted(FAMILY)
+    counters = reports(result.stdout)[-1]["counters"]
+    assert (counters["allocations"], counters["frees"]) == (10, 5)
+    losses = {name: value for name, value in counters.items()
+              if name not in ("allocations", "frees", "nested_calls") and value}
+    assert losses == {}
+
+
+def test_children_beyond_the_copy_slots_are_counted(program):
+    """8 forks at once: four wait for their copy, the others are traced without inheritance, loudly."""
+    result = run_command(["-c", f"{program('forks')} many", "-f", "--json", "0.05"])
+    assert result.returncode == 0, result.stderr
+    children = {}
+    for report in reports(result.stdout):
+        for process in report["processes"]:
+            if process["exited"]:
+                children[process["pid"]] = sorted((g["size"], g["count"], g["inherited"])
+                                                  for g in report["groups"] if g["pid"] == process["pid"])
+    (parent,) = [pid for pid, groups in children.items() if groups == [(99, 1, False)]]
+    del children[parent]
+    assert len(children) == 8
+    with_block = sum(groups == [(99, 1, True)] for groups in children.values())
+    without = sum(groups == [] for groups in children.values())
+    assert with_block + without == 8 and with_block >= 4
+    assert reports(result.stdout)[-1]["counters"]["inheritance_lost"] == without
+
+
+def test_without_f_only_the_command_is_traced(program):
+    result = run_command(["-c", str(program("forks")), "--json", "3600"])
+    (report,) = reports(result.stdout)
+    assert [p["pid"] for p in report["processes"]] == [report["groups"][0]["pid"]]
+    assert sorted((g["size"], g["count"], g["inherited"]) for g in report["groups"]) == PARENT
+    assert report["counters"]["allocations"] == 6
+
+
+def test_zygote_bit_in_buffer_dump_and_leak_log(program, tmp_path):
+    buffer_file, prefix = tmp_path / "leak.bin", tmp_path / "heap"
+    result = run_command(["-c", str(program("forks")), "-f", "--json", "--leak-info", str(buffer_file),
+                          "--options", f"leak_track backtrace_dump_on_exit backtrace_dump_prefix={prefix}",
+                          "0.05"])
+    pids = departures(result.stdout)
+    child = pids["child"]
+
+    entries = decode_leak_info((tmp_path / f"leak.bin.{child}").read_bytes(), 16)
+    assert [(e.zygote, e.size, e.num_allocations) for e in entries] == \
+        [(False, 666, 1), (False, 555, 1), (True, 222, 1), (True, 111, 2)]
+    parent_entries = decode_leak_info(buffer_file.read_bytes(), 16)
+    assert sorted((e.size, e.num_allocations) for e in parent_entries) == [(111, 3), (333, 1), (444, 1)]
+    assert not any(e.zygote for e in parent_entries)
+
+    dump = (tmp_path / f"heap.{child}.exit.txt").read_text()
+    records = [line.split("  bt ")[0] for line in dump.splitlines() if line.startswith("z ")]
+    assert records == ["z 0  sz      666  num    1", "z 0  sz      555  num    1",
+                       "z 1  sz      222  num    1", "z 1  sz      111  num    2"]
+    assert "Total memory: 1665\n" in dump
+
+    grandchild_log = [line for line in result.stderr.splitlines()
+                      if re.match(r"\+\+\+ forks leaked block of size \d+ at 0x[0-9a-f]+ \(leak \d of 6\)", line)]
+    assert len(grandchild_log) == 6
+    sizes = [int(line.split()[6]) for line in grandchild_log]
+    assert sizes == [777, 666, 555, 222, 111, 111]   # zygote 0 first, then size descending
+
+
+def test_exited_children_leave_nothing_in_the_maps(program):
+    with Trace.launch([str(program("forks"))], EngineSettings(follow_forks=True)) as trace:
+        trace.wait()
+        parent = trace.pid
+        assert {g.pid for g in trace.engine.groups()} == {parent}
+        assert trace.engine.recorded_pids() == {"live": {parent}, "sites": {parent}, "procs": {parent},
+                                                "inherits": set(), "copy_slots": set()}
