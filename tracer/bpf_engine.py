@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections import Counter as Tally
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from bcc.libbcc import lib
 
@@ -18,6 +19,7 @@ from .bpf_maps import dump_map
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .malloc_options import SIZE_MAX
+from .probe_placement import Placement, place_probe
 from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
 from .system import tracepoint_fields
 
@@ -26,18 +28,18 @@ CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE = 0, 1, 2, 3
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
 
-# Allocator function -> (entry program, has a return probe).
+# Allocator function -> (entry program, has a return probe, argument registers the program reads).
 PROBES = {
-    "malloc": ("malloc_enter", True),
-    "calloc": ("calloc_enter", True),
-    "realloc": ("realloc_enter", True),
-    "reallocarray": ("reallocarray_enter", True),
-    "free": ("free_enter", False),
-    "posix_memalign": ("posix_memalign_enter", True),
-    "aligned_alloc": ("aligned_alloc_enter", True),
-    "memalign": ("aligned_alloc_enter", True),
-    "valloc": ("valloc_enter", True),
-    "pvalloc": ("pvalloc_enter", True),
+    "malloc": ("malloc_enter", True, ("rdi",)),
+    "calloc": ("calloc_enter", True, ("rdi", "rsi")),
+    "realloc": ("realloc_enter", True, ("rdi", "rsi")),
+    "reallocarray": ("reallocarray_enter", True, ("rdi", "rsi", "rdx")),
+    "free": ("free_enter", False, ("rdi",)),
+    "posix_memalign": ("posix_memalign_enter", True, ("rdi", "rdx")),
+    "aligned_alloc": ("aligned_alloc_enter", True, ("rsi",)),
+    "memalign": ("aligned_alloc_enter", True, ("rsi",)),
+    "valloc": ("valloc_enter", True, ("rdi",)),
+    "pvalloc": ("pvalloc_enter", True, ("rdi",)),
 }
 # The BPF program's counter indexes, in order, as Counters fields.
 COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "stack_map_full",
@@ -59,8 +61,7 @@ class EngineSettings:
     follow_forks: bool = False       # trace children, with the blocks they inherit
 
 
-@dataclass(frozen=True)
-class LiveEntry:
+class LiveEntry(NamedTuple):
     """One record of the live map: a block, or the tombstone of an inherited one."""
 
     tgid: int
@@ -69,14 +70,15 @@ class LiveEntry:
     size: int
     ts_ns: int
     stack_key: int
-    inherited: bool
-    tombstone: bool
+    inherited: int               # 0 or 1, as the map holds them
+    tombstone: int
 
 
 @dataclass(frozen=True)
 class AttachedProbe:
     function: str
-    address: int
+    address: int                 # the function's entry (link-time address)
+    placement: Placement         # where its probes went, and why
     aliases: tuple[str, ...] = ()
 
 
@@ -175,9 +177,12 @@ class BpfEngine:
             raise RuntimeFailure(f"cannot read allocator library: {e}") from None
         if "malloc" not in functions or "free" not in functions:
             raise RuntimeFailure(f"{self.library} does not export malloc and free")
-        text = elf.segment_containing(functions["free"])
+        placements = {function: place_probe(elf, function, functions[function], arguments)
+                      for function, (_, _, arguments) in PROBES.items() if function in functions}
+        free_probe = placements["free"].address
+        text = elf.segment_containing(free_probe)
         if text is not None:
-            self._text_around_free = (functions["free"] - text.vaddr, text.vaddr + text.memsz - functions["free"])
+            self._text_around_free = (free_probe - text.vaddr, text.vaddr + text.memsz - free_probe)
         self._read_tracepoint_layouts()
         self._bpf = self._compile()
         self._set_control(CTL_NEXT_GEN, 1)
@@ -193,7 +198,7 @@ class BpfEngine:
                 except Exception as e:
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
         by_address: dict[int, AttachedProbe] = {}
-        for function, (program, has_return) in PROBES.items():
+        for function, (program, has_return, _) in PROBES.items():
             address = functions.get(function)
             if address is None:
                 continue
@@ -202,12 +207,14 @@ class BpfEngine:
                 # An alias of a function already probed (glibc: memalign = aligned_alloc).
                 if PROBES[known.function][0] != program:
                     raise RuntimeFailure(f"{self.library}: {function} and {known.function} share an address")
-                by_address[address] = AttachedProbe(known.function, address, known.aliases + (function,))
+                by_address[address] = dataclasses.replace(known, aliases=known.aliases + (function,))
                 continue
-            self._attach_uprobe(self.library, address, program, ret=False)
+            placement = placements[function]
+            # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
+            self._attach_uprobe(self.library, placement.address, program, ret=False)
             if has_return:
-                self._attach_uprobe(self.library, address, "alloc_return", ret=True)
-            by_address[address] = AttachedProbe(function, address)
+                self._attach_uprobe(self.library, placement.address, "alloc_return", ret=True)
+            by_address[address] = AttachedProbe(function, address, placement)
         self.probes = list(by_address.values())
         if self.stop_library:
             exit_address = ElfFile(self.stop_library).dynamic_functions.get("_exit")
@@ -259,9 +266,8 @@ class BpfEngine:
 
     def _live_entries(self) -> list[LiveEntry]:
         keys, values, _ = dump_map(self._bpf[b"live"])
-        return [LiveEntry(tgid, gen, address, size, ts_ns, stack_key, bool(inherited), bool(tombstone))
-                for (tgid, gen, address), (size, ts_ns, stack_key, inherited, tombstone)
-                in zip(LIVE_KEY.iter_unpack(keys), LIVE_VALUE.iter_unpack(values))]
+        return [LiveEntry._make(key + value)
+                for key, value in zip(LIVE_KEY.iter_unpack(keys), LIVE_VALUE.iter_unpack(values))]
 
     def processes(self) -> dict[int, tuple[int, bool]]:
         """Traced processes: tgid -> (current image generation, exited)."""
@@ -294,13 +300,13 @@ class BpfEngine:
             cutoff = time.monotonic_ns() - older_than_ns
             for e in self._current_live(pids):
                 if e.ts_ns <= cutoff:
-                    tally[e.tgid, e.stack_key, e.size, e.inherited] += 1
+                    tally[e.tgid, e.stack_key, e.size, bool(e.inherited)] += 1
         return [AllocationGroup(tgid, size, count, *self._stack_of(key), inherited=inherited)
                 for (tgid, key, size, inherited), count in tally.items()]
 
     def allocations(self, pids: set[int] | None = None) -> list[LiveAllocation]:
         """Every live allocation with its address (a walk of the whole live table)."""
-        return [LiveAllocation(e.tgid, e.address, e.size, *self._stack_of(e.stack_key), inherited=e.inherited)
+        return [LiveAllocation(e.tgid, e.address, e.size, *self._stack_of(e.stack_key), inherited=bool(e.inherited))
                 for e in self._current_live(pids)]
 
     def copy_inherited(self) -> None:
@@ -334,7 +340,7 @@ class BpfEngine:
                     value = ct.create_string_buffer(LIVE_VALUE.pack(e.size, e.ts_ns, e.stack_key, 1, 0),
                                                     LIVE_VALUE.size)
                     if lib.bpf_update_elem(live_fd, key, value, BPF_NOEXIST) == 0:
-                        copied.append(dataclasses.replace(e, tgid=child, gen=child_gen, inherited=True))
+                        copied.append(e._replace(tgid=child, gen=child_gen, inherited=1))
                 with contextlib.suppress(KeyError):
                     del inherits[ct.c_uint32(child)]
             slots = self._bpf[b"copy_slots"]

@@ -146,6 +146,14 @@ class ElfFile:
                 return seg
         return None
 
+    def read(self, vaddr: int, size: int) -> bytes:
+        """Bytes of the file image at a link-time address (up to the end of its segment)."""
+        seg = self.segment_containing(vaddr)
+        if seg is None or vaddr - seg.vaddr >= seg.filesz:
+            raise ElfError(f"{self.path}: no file contents at {vaddr:#x}")
+        start = seg.offset + vaddr - seg.vaddr
+        return bytes(self._data[start:min(start + size, seg.offset + seg.filesz)])
+
     def file_offset_to_vaddr(self, file_offset: int) -> int | None:
         for seg in self.segments:
             if seg.type == PT_LOAD and seg.offset <= file_offset < seg.offset + max(seg.filesz, 1):

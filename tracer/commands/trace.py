@@ -95,6 +95,8 @@ class TraceCommand(Command):
         parser.add_argument("-f", "--follow-forks", action="store_true",
                             help="trace child processes too, with the blocks they inherit (zygote bit); "
                                  "the probes then trap in every process that uses the library")
+        parser.add_argument("-v", "--verbose", action="store_true",
+                            help="say where each probe went and why (stderr)")
         parser.add_argument("--lib", metavar="PATH", help="probe this allocator library instead of the target's")
         defaults = EngineSettings()
         for flag, default, what in (("--max-live", defaults.max_live, "live allocations"),
@@ -147,6 +149,9 @@ class TraceCommand(Command):
         trace.final_with_allocations = outputs.wants_exit_allocations
         with trace:
             what = f"command '{args.command}'" if argv else "pid"
+            if args.verbose:
+                for probe in trace.engine.probes:
+                    print(f"leaktrace: {probe.placement.why}", file=sys.stderr)
             print(f"leaktrace: tracing {what} {trace.pid} through {trace.engine.library}: "
                   f"{len(trace.engine.probes)} probes live", file=sys.stderr, flush=True)
             reports = 0
