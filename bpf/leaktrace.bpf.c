@@ -5,6 +5,7 @@
 //
 // Compile-time parameters (set by tracer/bpf_engine.py with -D):
 //   TARGET_TGID    the process -c launches (armed at its exec, stopped in its _exit)
+//   FOLLOW_FORKS   1 when children are traced (-f): only then can a free concern a waiting child
 //   STACK_DEPTH    frames kept per stack (the caller's return address + the rest)
 //   LT_SIZE_MIN    smallest size that gets a stack (inclusive)
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
@@ -230,6 +231,7 @@ static __always_inline int inherited_lookup(u32 tgid, u64 addr, struct live_val 
 // Before a pre-fork block disappears, each child still waiting for its copy gets one.
 static __always_inline void hand_to_waiting_children(u32 tgid, u32 gen, u64 addr, struct live_val *val)
 {
+#if FOLLOW_FORKS
     u32 slot = CTL_FORKS;
     u32 *forks = control.lookup(&slot);
     slot = CTL_COPIES_DONE;
@@ -253,6 +255,7 @@ static __always_inline void hand_to_waiting_children(u32 tgid, u32 gen, u64 addr
         if (err != 0 && err != -17 /* EEXIST */)
             count(C_LIVE_FULL);
     }
+#endif
 }
 
 // Removes a recorded block; returns 1 and its record in *out when it was there.

@@ -124,7 +124,8 @@ class BpfEngine:
 
     def _cflags(self) -> list[str]:
         s = self.settings
-        return [f"-DTARGET_TGID={self.target}", f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
+        return [f"-DTARGET_TGID={self.target}", f"-DFOLLOW_FORKS={int(s.follow_forks)}",
+                f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
                 f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
                 f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
                 f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}",
