@@ -39,7 +39,6 @@ enum counter {
     C_SITE_FULL,        // allocation not recorded: site map full
     C_STACK_FULL,       // stack lost: stack map full
     C_STACK_COLLISION,  // stack lost: another stack has the same hash
-    C_STACK_ERROR,      // kernel stack walk failed (the caller frame is still kept)
     C_PENDING_FULL,     // call lost: per-thread pending-call map full
     C_STALE_CALL,       // a call whose return was never seen was replaced
     C_UNKNOWN_FREE,     // free/realloc by the program of an address that is not recorded
@@ -187,14 +186,18 @@ static __always_inline int site_add(u32 tgid, u32 gen, u64 stack_key, u64 size, 
 static __always_inline void live_add(u32 tgid, u32 gen, u64 addr, struct live_val *val)
 {
     struct live_key key = {.tgid = tgid, .gen = gen, .addr = addr};
-    struct live_val *stale = live.lookup(&key);
-    if (stale && !stale->tombstone) {
-        // The allocator handed out an address we still hold: its free went unseen.
-        if (!stale->inherited)
-            site_add(tgid, gen, stale->stack_key, stale->size, -1);
-        count(C_MISSED_FREE);
+    int err = live.insert(&key, val);   // the common case: one map operation
+    if (err == -17 /* EEXIST */) {
+        struct live_val *stale = live.lookup(&key);
+        if (stale && !stale->tombstone) {
+            // The allocator handed out an address we still hold: its free went unseen.
+            if (!stale->inherited)
+                site_add(tgid, gen, stale->stack_key, stale->size, -1);
+            count(C_MISSED_FREE);
+        }
+        err = live.update(&key, val);
     }
-    if (live.update(&key, val) != 0) {
+    if (err != 0) {
         count(C_LIVE_FULL);
         return;
     }
@@ -285,8 +288,10 @@ static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_
 }
 
 // Stores the user stack of the current call and returns its key. Frame 0 is
-// the return address at *sp, which a frame-pointer walk from a function's
-// first instruction cannot see; the kernel walk supplies the frames above it.
+// the return address at *sp (the probe runs before the function saves its
+// caller's frame pointer); the rest follow the frame-pointer chain from rbp,
+// which must climb the stack, so a broken chain ends the stack instead of
+// adding garbage. This walk costs ~0.1 us here, bpf_get_stack ~0.8 us.
 static __always_inline u64 capture_stack(struct pt_regs *ctx)
 {
     u32 zero = 0;
@@ -296,17 +301,19 @@ static __always_inline u64 capture_stack(struct pt_regs *ctx)
     u64 caller = 0;
     bpf_probe_read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(ctx));
     scratch->ip[0] = caller;
-    long walked = 0;
-#if STACK_DEPTH > 1
-    // Skip 1: the walk starts at the probed instruction itself.
-    walked = bpf_get_stack(ctx, &scratch->ip[1], (STACK_DEPTH - 1) * sizeof(u64),
-                           BPF_F_USER_STACK | 1);
-    if (walked < 0) {
-        count(C_STACK_ERROR);
-        walked = 0;
+    u32 frames = 1;
+    u64 fp = PT_REGS_FP(ctx);
+#pragma clang loop unroll(disable)
+    for (u32 i = 1; i < STACK_DEPTH; i++) {
+        u64 frame[2] = {};   // the saved frame pointer, then the return address
+        if (!fp || bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0 || !frame[1])
+            break;
+        scratch->ip[i] = frame[1];
+        frames = i + 1;
+        if (frame[0] <= fp)
+            break;
+        fp = frame[0];
     }
-#endif
-    u32 frames = 1 + walked / sizeof(u64);
     u64 hash = 0xcbf29ce484222325ULL;
     for (u32 i = 0; i < STACK_DEPTH; i++) {
         if (i >= frames)

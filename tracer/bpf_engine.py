@@ -43,7 +43,7 @@ PROBES = {
 }
 # The BPF program's counter indexes, in order, as Counters fields.
 COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "stack_map_full",
-                  "stack_collisions", "stack_walk_errors", "pending_map_full", "stale_calls",
+                  "stack_collisions", "pending_map_full", "stale_calls",
                   "unknown_frees", "internal_frees", "missed_frees", "nested_calls",
                   "unfollowed_children", "inheritance_lost")
 
@@ -253,9 +253,6 @@ class BpfEngine:
             except KeyError:
                 return ()
             frames = tuple(ip for ip in raw.ip if ip)
-            # The kernel adds the caller itself when the probed instruction is push %rbp or endbr64.
-            if len(frames) > 1 and frames[0] == frames[1]:
-                frames = frames[1:]
             self._stack_cache[key] = frames
         return frames
 

@@ -54,7 +54,6 @@ class Counters:
     site_map_full: int = 0
     stack_map_full: int = 0
     stack_collisions: int = 0
-    stack_walk_errors: int = 0
     pending_map_full: int = 0
     stale_calls: int = 0
     unknown_frees: int = 0        # frees by the program of blocks not recorded (made before -p attached)
