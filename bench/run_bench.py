@@ -1,6 +1,6 @@
 """One run, several interleaved rounds: the traced/untraced slowdown of leaktrace and
-of bcc's memleak-bpfcc on the same workload, then leaktrace's report time at 100k
-and 1M live allocations. Prints medians and ratios; run as root from the repo:
+of bcc's memleak-bpfcc on the same workload, both tools' start-up and shutdown, then
+leaktrace's report time at 100k and 1M live allocations. Prints medians and ratios; run as root from the repo:
 
     .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1] [--calls 100000]
 """
@@ -84,6 +84,44 @@ def overhead(binary: Path, args: argparse.Namespace) -> None:
         print("memleak-bpfcc not installed: no comparison")
 
 
+def start_and_stop(argv: list[str], ready: str) -> tuple[float, float]:
+    """Seconds from start to the tool's ready line, and from SIGINT to its exit."""
+    started = time.perf_counter()
+    tool = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for line in tool.stdout:
+        if ready in line:
+            break
+    else:
+        raise RuntimeError(f"{argv[0]} ended before saying '{ready}'")
+    start_s = time.perf_counter() - started
+    stopping = time.perf_counter()
+    tool.send_signal(signal.SIGINT)
+    tool.communicate(timeout=300)
+    return start_s, time.perf_counter() - stopping
+
+
+def start_up_and_shutdown(rounds: int) -> None:
+    target = subprocess.Popen(["sleep", "3600"])
+    try:
+        tools = {"leaktrace": ([sys.executable, "-m", "leaktrace.cli", "-p", str(target.pid), "3600"],
+                               "probes live")}
+        memleak = shutil.which("memleak-bpfcc")
+        if memleak:
+            tools["memleak-bpfcc"] = ([memleak, "-p", str(target.pid), "3600"], "Attaching to pid")
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in tools}
+        for _ in range(rounds):
+            for name, (argv, ready) in tools.items():
+                samples[name].append(start_and_stop(argv, ready))
+    finally:
+        target.kill()
+        target.wait()
+    print(f"{'':26}{'start-up s':>12}{'shutdown s':>12}   (-p PID; medians)")
+    for name, values in samples.items():
+        print(f"{name:26}{statistics.median(v[0] for v in values):12.2f}"
+              f"{statistics.median(v[1] for v in values):12.2f}")
+
+
 def report_time(binary: Path, live: int) -> None:
     settings = EngineSettings(max_live=max(EngineSettings().max_live, live + live // 5))
     with Trace.launch([str(binary), str(live)], settings) as trace:
@@ -117,6 +155,7 @@ def main() -> None:
         binaries = build(Path(out))
         if not args.skip_overhead:
             overhead(binaries["alloc_bench"], args)
+            start_up_and_shutdown(args.rounds)
         for live in (100_000, 1_000_000):
             report_time(binaries["hold"], live)
 
