@@ -82,6 +82,9 @@ struct site_key {
 struct proc {
     u32 gen;
     u32 exited;
+    u32 parent;           // the tgid it was forked from (0: the target itself)
+    u32 execed;           // it has exec'd since
+    char comm[16];        // as of its fork or exec: names a process that dies before user space looks
 };
 
 // A child whose inherited entries user space has not copied yet.
@@ -509,9 +512,12 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
     struct proc *known = procs.lookup(&tgid);
     if (known) {
         known->gen = next_gen();
+        known->execed = 1;
+        bpf_get_current_comm(known->comm, sizeof(known->comm));
         inherits.delete(&tgid);
     } else if (tgid == TARGET_TGID) {
         struct proc started = {.gen = next_gen()};
+        bpf_get_current_comm(started.comm, sizeof(started.comm));
         if (procs.update(&tgid, &started) != 0)
             count(C_UNFOLLOWED);
     }
@@ -540,7 +546,8 @@ int task_newtask(void *record)
     if (!parent_gen)
         return 0;
     u32 child = tracepoint_field(record, NEWTASK_PID, 4);
-    struct proc started = {.gen = next_gen()};
+    struct proc started = {.gen = next_gen(), .parent = parent};
+    bpf_get_current_comm(started.comm, sizeof(started.comm));   // the parent's, which the child starts with
     if (procs.update(&child, &started) != 0) {
         count(C_UNFOLLOWED);
         return 0;

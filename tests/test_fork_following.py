@@ -6,6 +6,7 @@ child's copy exists) and a vfork+exec child, with known blocks in each.
 from __future__ import annotations
 
 import re
+import time
 
 from helpers import reports, run_command
 from leaktrace import EngineSettings, Trace
@@ -77,6 +78,7 @@ def test_zygote_bit_in_buffer_dump_and_leak_log(program, tmp_path):
                           "--options", f"leak_track backtrace_dump_on_exit backtrace_dump_prefix={prefix}",
                           "0.05"])
     pids = departures(result.stdout)
+    assert sorted(pids) == sorted(FAMILY), result.stdout + result.stderr
     child = pids["child"]
 
     entries = decode_leak_info((tmp_path / f"leak.bin.{child}").read_bytes(), 16)
@@ -94,7 +96,7 @@ def test_zygote_bit_in_buffer_dump_and_leak_log(program, tmp_path):
 
     grandchild_log = [line for line in result.stderr.splitlines()
                       if re.match(r"\+\+\+ forks leaked block of size \d+ at 0x[0-9a-f]+ \(leak \d of 6\)", line)]
-    assert len(grandchild_log) == 6
+    assert len(grandchild_log) == 6, result.stderr
     sizes = [int(line.split()[6]) for line in grandchild_log]
     assert sizes == [777, 666, 555, 222, 111, 111]   # zygote 0 first, then size descending
 
@@ -106,3 +108,20 @@ def test_exited_children_leave_nothing_in_the_maps(program):
         assert {g.pid for g in trace.engine.groups()} == {parent}
         assert trace.engine.recorded_pids() == {"live": {parent}, "sites": {parent}, "procs": {parent},
                                                 "inherits": set(), "copy_slots": set()}
+
+
+def test_children_that_came_and_went_between_polls_keep_their_names(program):
+    """No poll while the family lives: the kernel side's comm and the parent's maps stand in."""
+    with Trace.launch([str(program("forks"))], EngineSettings(follow_forks=True)) as trace:
+        time.sleep(2)   # the whole family runs; the parent waits in its exit stop
+        trace.wait()
+    processes = trace.final_snapshot.processes
+    assert len(processes) == 4
+    parent = processes[trace.pid]
+    # The parent, the child and the grandchild: the children have the parent's maps as last read.
+    forked = [info for info in processes.values() if str(program("forks")) in info.maps]
+    assert len(forked) == 3 and parent in forked
+    assert all(info.exited and info.comm == info.name == "forks" for info in forked), forked
+    # The exec child ran /proc/self/exe, which the kernel names "exe"; its maps were never read.
+    (execed,) = [info for info in processes.values() if info not in forked]
+    assert (execed.comm, execed.name, execed.maps, execed.exited) == ("exe", "exe", "", True)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from bcc.libbcc import lib
 
-from .bpf_maps import dump_map
+from .bpf_maps import dump_map, gc_paused
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .malloc_options import SIZE_MAX
@@ -263,20 +263,33 @@ class BpfEngine:
         frames = self._stack(stack_key) if stack_key != STACK_LOST else ()
         return frames, StackStatus.CAPTURED if frames else StackStatus.LOST
 
-    def _live_entries(self) -> list[LiveEntry]:
+    def _live_records(self):
+        """(key, value) tuples of the live map, as unpacked (a record object each would double the walk)."""
         keys, values, _ = dump_map(self._bpf[b"live"])
-        return [LiveEntry._make(key + value)
-                for key, value in zip(LIVE_KEY.iter_unpack(keys), LIVE_VALUE.iter_unpack(values))]
+        return zip(LIVE_KEY.iter_unpack(keys), LIVE_VALUE.iter_unpack(values))
+
+    def _live_entries(self) -> list[LiveEntry]:
+        return [LiveEntry._make(key + value) for key, value in self._live_records()]
 
     def processes(self) -> dict[int, tuple[int, bool]]:
         """Traced processes: tgid -> (current image generation, exited)."""
         return {key.value: (value.gen, bool(value.exited)) for key, value in self._bpf[b"procs"].items()}
 
-    def _current_live(self, pids: set[int] | None) -> list[LiveEntry]:
-        """Live blocks of the current images, tombstones left out."""
-        gens = {tgid: gen for tgid, (gen, _) in self.processes().items() if pids is None or tgid in pids}
-        return [e for e in self._live_entries() if not e.tombstone and gens.get(e.tgid) == e.gen]
+    def origin(self, pid: int) -> tuple[int, bool, str] | None:
+        """(parent tgid or 0, exec'd since, comm) of a traced process, as the kernel side saw them."""
+        try:
+            value = self._bpf[b"procs"][ct.c_uint32(pid)]
+        except KeyError:
+            return None
+        return value.parent, bool(value.execed), value.comm.decode(errors="replace")
 
+    def _current_live(self, pids: set[int] | None) -> list[tuple[tuple, tuple]]:
+        """Live blocks of the current images, tombstones left out: (tgid, gen, address), (size,
+        ts_ns, stack_key, inherited, tombstone)."""
+        gens = {tgid: gen for tgid, (gen, _) in self.processes().items() if pids is None or tgid in pids}
+        return [(key, value) for key, value in self._live_records() if not value[4] and gens.get(key[0]) == key[1]]
+
+    @gc_paused
     def groups(self, older_than_ns: int | None = None, pids: set[int] | None = None) -> list[AllocationGroup]:
         """Live allocations of the traced processes (or of pids) grouped by (pid, size, stack).
 
@@ -292,22 +305,24 @@ class BpfEngine:
                 if count > 0 and gens.get(tgid) == gen:
                     tally[tgid, stack_key, size, False] += count
             if self._control(CTL_FORKS):   # inherited blocks are counted from the live map only
-                for e in self._current_live(pids):
-                    if e.inherited:
-                        tally[e.tgid, e.stack_key, e.size, True] += 1
+                for (tgid, _, _), (size, _, stack_key, inherited, _) in self._current_live(pids):
+                    if inherited:
+                        tally[tgid, stack_key, size, True] += 1
         else:
             cutoff = time.monotonic_ns() - older_than_ns
-            for e in self._current_live(pids):
-                if e.ts_ns <= cutoff:
-                    tally[e.tgid, e.stack_key, e.size, bool(e.inherited)] += 1
+            for (tgid, _, _), (size, ts_ns, stack_key, inherited, _) in self._current_live(pids):
+                if ts_ns <= cutoff:
+                    tally[tgid, stack_key, size, bool(inherited)] += 1
         return [AllocationGroup(tgid, size, count, *self._stack_of(key), inherited=inherited)
                 for (tgid, key, size, inherited), count in tally.items()]
 
+    @gc_paused
     def allocations(self, pids: set[int] | None = None) -> list[LiveAllocation]:
         """Every live allocation with its address (a walk of the whole live table)."""
-        return [LiveAllocation(e.tgid, e.address, e.size, *self._stack_of(e.stack_key), inherited=bool(e.inherited))
-                for e in self._current_live(pids)]
+        return [LiveAllocation(tgid, address, size, *self._stack_of(stack_key), inherited=bool(inherited))
+                for (tgid, _, address), (size, _, stack_key, inherited, _) in self._current_live(pids)]
 
+    @gc_paused
     def copy_inherited(self) -> None:
         """Gives each new child its own records of the blocks it inherited.
 
@@ -350,6 +365,7 @@ class BpfEngine:
                         del slots[key]
         self._set_control(CTL_COPIES_DONE, forks)
 
+    @gc_paused
     def recorded_pids(self) -> dict[str, set[int]]:
         """Table name -> the tgids it holds records of (to prove that exited processes leave none)."""
         return {"live": {e.tgid for e in self._live_entries()},
@@ -358,6 +374,7 @@ class BpfEngine:
                 "inherits": {key.value for key in self._bpf[b"inherits"].keys()},
                 "copy_slots": {key.parent for key in self._bpf[b"copy_slots"].keys()}}
 
+    @gc_paused
     def forget(self, pids: set[int]) -> None:
         """Drops every record of these processes, and of images replaced by exec."""
         current = {tgid: gen for tgid, (gen, _) in self.processes().items() if tgid not in pids}

@@ -122,6 +122,20 @@ class Trace:
         # Unreadable but not known to be gone (a zombie): exited is for trace.poll to say.
         return cached if alive else dataclasses.replace(cached, exited=True)
 
+    def _departed_info(self, pid: int) -> ProcessInfo:
+        """What is known of an exited child, even one that lived and died between two polls:
+        then its name comes from the kernel side and, unless it exec'd, its maps from its parent."""
+        info = self._process_info(pid, alive=False)
+        origin = self.engine.origin(pid)
+        if info.maps or origin is None:
+            return info
+        parent, execed, comm = origin
+        while not execed and parent:   # up through ancestors that were never read either
+            if parent in self._infos:
+                return dataclasses.replace(self._infos[parent], pid=pid, comm=comm, exited=True)
+            parent, execed, _ = self.engine.origin(parent) or (0, True, "")
+        return dataclasses.replace(info, comm=comm, name=comm)
+
     def _refresh_infos(self) -> None:
         """Keeps recent maps of every traced process, to symbolize one that dies without warning."""
         for pid in self._traced_pids():
@@ -162,8 +176,7 @@ class Trace:
         gone = {pid for pid, (_, exited) in gens.items() if exited and pid != self.pid}
         for pid in sorted(gone):
             allocations = self.engine.allocations({pid}) if self.final_with_allocations else []
-            self._departed.append((self._process_info(pid, alive=False), self.engine.groups(pids={pid}),
-                                   allocations))
+            self._departed.append((self._departed_info(pid), self.engine.groups(pids={pid}), allocations))
         for pid in gens.keys() - self._gens.keys() - gone:
             self._process_info(pid)   # now, in case it is short-lived
         replaced = any(self._gens.get(pid, (gen,))[0] != gen for pid, (gen, _) in gens.items())
