@@ -236,7 +236,7 @@ class BpfEngine:
 
     def exit_stop_pending(self) -> bool:
         """True once the target has been stopped in _exit by the BPF program."""
-        return bool(self._bpf[b"control"][ct.c_int(CTL_EXIT_STOP)].value)
+        return bool(self._control(CTL_EXIT_STOP))
 
     def clear_exit_stop(self) -> None:
         self._set_control(CTL_EXIT_STOP, 0)
@@ -283,10 +283,13 @@ class BpfEngine:
             return None
         return value.parent, bool(value.execed), value.comm.decode(errors="replace")
 
-    def _current_live(self, pids: set[int] | None) -> list[tuple[tuple, tuple]]:
-        """Live blocks of the current images, tombstones left out: (tgid, gen, address), (size,
+    def _generations(self, pids: set[int] | None = None) -> dict[int, int]:
+        """tgid -> current image generation, of every traced process or of pids."""
+        return {tgid: gen for tgid, (gen, _) in self.processes().items() if pids is None or tgid in pids}
+
+    def _current_live(self, gens: dict[int, int]) -> list[tuple[tuple, tuple]]:
+        """Live blocks of these images, tombstones left out: (tgid, gen, address), (size,
         ts_ns, stack_key, inherited, tombstone)."""
-        gens = {tgid: gen for tgid, (gen, _) in self.processes().items() if pids is None or tgid in pids}
         return [(key, value) for key, value in self._live_records() if not value[4] and gens.get(key[0]) == key[1]]
 
     @gc_paused
@@ -297,20 +300,20 @@ class BpfEngine:
         per-site counts; otherwise it walks every live allocation.
         """
         tally: Tally[tuple[int, int, int, bool]] = Tally()
+        gens = self._generations(pids)
         if older_than_ns is None:
-            gens = {tgid: gen for tgid, (gen, _) in self.processes().items() if pids is None or tgid in pids}
             keys, values, _ = dump_map(self._bpf[b"sites"])
             for (tgid, gen, stack_key, size), (count,) in zip(struct.iter_unpack("<IIQQ", keys),
                                                               struct.iter_unpack("<q", values)):
                 if count > 0 and gens.get(tgid) == gen:
                     tally[tgid, stack_key, size, False] += count
             if self._control(CTL_FORKS):   # inherited blocks are counted from the live map only
-                for (tgid, _, _), (size, _, stack_key, inherited, _) in self._current_live(pids):
+                for (tgid, _, _), (size, _, stack_key, inherited, _) in self._current_live(gens):
                     if inherited:
                         tally[tgid, stack_key, size, True] += 1
         else:
             cutoff = time.monotonic_ns() - older_than_ns
-            for (tgid, _, _), (size, ts_ns, stack_key, inherited, _) in self._current_live(pids):
+            for (tgid, _, _), (size, ts_ns, stack_key, inherited, _) in self._current_live(gens):
                 if ts_ns <= cutoff:
                     tally[tgid, stack_key, size, bool(inherited)] += 1
         return [AllocationGroup(tgid, size, count, *self._stack_of(key), inherited=inherited)
@@ -319,8 +322,9 @@ class BpfEngine:
     @gc_paused
     def allocations(self, pids: set[int] | None = None) -> list[LiveAllocation]:
         """Every live allocation with its address (a walk of the whole live table)."""
+        live = self._current_live(self._generations(pids))
         return [LiveAllocation(tgid, address, size, *self._stack_of(stack_key), inherited=bool(inherited))
-                for (tgid, _, address), (size, _, stack_key, inherited, _) in self._current_live(pids)]
+                for (tgid, _, address), (size, _, stack_key, inherited, _) in live]
 
     @gc_paused
     def copy_inherited(self) -> None:
@@ -337,7 +341,7 @@ class BpfEngine:
         links = sorted(((k.value, v.parent, v.parent_gen, v.fork_ts) for k, v in inherits.items()),
                        key=lambda link: link[3])
         if links:
-            gens = {tgid: gen for tgid, (gen, _) in self.processes().items()}
+            gens = self._generations()
             by_image: dict[tuple[int, int], list[LiveEntry]] = {}
             for e in self._live_entries():
                 by_image.setdefault((e.tgid, e.gen), []).append(e)
@@ -377,7 +381,7 @@ class BpfEngine:
     @gc_paused
     def forget(self, pids: set[int]) -> None:
         """Drops every record of these processes, and of images replaced by exec."""
-        current = {tgid: gen for tgid, (gen, _) in self.processes().items() if tgid not in pids}
+        current = {tgid: gen for tgid, gen in self._generations().items() if tgid not in pids}
         needed = {(v.parent, v.parent_gen) for v in self._bpf[b"inherits"].values()}
 
         def stale(tgid: int, gen: int) -> bool:

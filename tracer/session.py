@@ -62,7 +62,7 @@ class Trace:
         self._infos: dict[int, ProcessInfo] = {pid: info} if info is not None else {}
         self._info_read_at = time.monotonic()
         self._exited = False
-        self._gens: dict[int, tuple[int, bool]] = {}
+        self._gens: dict[int, int] = {}       # traced pid -> image generation, as last seen
         # Children that exited since the last snapshot: their last state, shown once.
         self._departed: list[tuple[ProcessInfo, list, list]] = []
 
@@ -113,6 +113,7 @@ class Trace:
     # -- running ------------------------------------------------------------
 
     def _process_info(self, pid: int, alive: bool = True) -> ProcessInfo:
+        alive = alive and not (pid == self.pid and self._exited)
         if alive:
             info = read_process(pid)
             if info is not None and info.maps:
@@ -139,7 +140,7 @@ class Trace:
     def _refresh_infos(self) -> None:
         """Keeps recent maps of every traced process, to symbolize one that dies without warning."""
         for pid in self._traced_pids():
-            self._process_info(pid, alive=not (pid == self.pid and self._exited))
+            self._process_info(pid)
         self._info_read_at = time.monotonic()
 
     def _traced_pids(self) -> list[int]:
@@ -156,7 +157,7 @@ class Trace:
             return self.final_snapshot
         older_than_ns = None if older_than_ms is None else older_than_ms * 1_000_000
         pids = self._traced_pids()
-        processes = {pid: self._process_info(pid, alive=not (pid == self.pid and self._exited)) for pid in pids}
+        processes = {pid: self._process_info(pid) for pid in pids}
         groups = self.engine.groups(older_than_ns, set(pids))
         allocations = self.engine.allocations(set(pids)) if with_allocations else None
         for info, departed_groups, departed_allocations in self._departed:
@@ -179,10 +180,10 @@ class Trace:
             self._departed.append((self._departed_info(pid), self.engine.groups(pids={pid}), allocations))
         for pid in gens.keys() - self._gens.keys() - gone:
             self._process_info(pid)   # now, in case it is short-lived
-        replaced = any(self._gens.get(pid, (gen,))[0] != gen for pid, (gen, _) in gens.items())
+        replaced = any(self._gens.get(pid, gen) != gen for pid, (gen, _) in gens.items())
         if gone or replaced:
             self.engine.forget(gone)
-        self._gens = {pid: value for pid, value in gens.items() if pid not in gone}
+        self._gens = {pid: gen for pid, (gen, _) in gens.items() if pid not in gone}
 
     def poll(self) -> bool:
         """Notices stops and exits; returns False once the target is gone."""

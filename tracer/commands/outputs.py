@@ -25,7 +25,7 @@ def _say(text: str) -> None:
 class Outputs:
     json: bool = False
     top: int = 10
-    leak_info: str | None = None          # raw get_malloc_leak_info buffer (children: FILE.PID), rewritten at each report
+    leak_info: str | None = None          # raw get_malloc_leak_info buffer, rewritten each report (children: FILE.PID)
     dump_prefix: str = DEFAULT_DUMP_PREFIX  # heap dumps go to PREFIX.PID.txt and PREFIX.PID.exit.txt
     dump_each_report: bool = False        # PREFIX.PID.txt at each report (always on SIGUSR2)
     dump_on_exit: bool = False            # PREFIX.PID.exit.txt once, when a traced process exits
