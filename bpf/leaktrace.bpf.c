@@ -6,6 +6,8 @@
 // Compile-time parameters (set by tracer/bpf_engine.py with -D):
 //   TARGET_TGID    the process -c launches (armed at its exec, stopped in its _exit)
 //   FOLLOW_FORKS   1 when children are traced (-f): only then can a free concern a waiting child
+//   TRACE_ALL      1 for --all: a process is traced from its first allocator call
+//   SELF_TGID      leaktrace itself, which --all never traces, nor the processes it starts
 //   STACK_DEPTH    frames kept per stack (the caller's return address + the rest)
 //   LT_SIZE_MIN    smallest size that gets a stack (inclusive)
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
@@ -47,7 +49,7 @@ enum counter {
     C_INTERNAL_FREE,    // free by the allocator's own code of a block it kept (glibc's tcache)
     C_MISSED_FREE,      // an address came back from the allocator while still recorded
     C_NESTED,           // allocator call made from inside another one (ignored)
-    C_UNFOLLOWED,       // child process not traced: procs map full
+    C_UNFOLLOWED,       // process not traced: procs map full
     C_INHERIT_LOST,     // child traced without its inherited blocks: too many copies waiting
     C_COUNTERS,
 };
@@ -82,10 +84,14 @@ struct site_key {
 struct proc {
     u32 gen;
     u32 exited;
-    u32 parent;           // the tgid it was forked from (0: the target itself)
+    u32 parent;           // the tgid it was forked from (0: the target, or first seen with --all)
     u32 execed;           // it has exec'd since
     char comm[16];        // as of its fork or exec: names a process that dies before user space looks
+    u32 uid;              // real uid as of its fork, exec or first call (for --uid)
+    u32 ignored;          // IGNORED_*: known, but not traced
 };
+#define IGNORED_UNSELECTED 1   // user space found it outside --comm/--uid/--pid-filter; exec clears it
+#define IGNORED_TRACER 2       // a process leaktrace started itself (addr2line): never traced
 
 // A child whose inherited entries user space has not copied yet.
 struct inherit {
@@ -150,7 +156,7 @@ static __always_inline void count(u32 which)
 static __always_inline u32 traced_gen(u32 tgid)
 {
     struct proc *p = procs.lookup(&tgid);
-    return p ? p->gen : 0;
+    return p && !p->ignored ? p->gen : 0;
 }
 
 static __always_inline u32 next_gen(void)
@@ -164,6 +170,37 @@ static __always_inline u32 next_gen(void)
     u32 gen = *next;
     *next = gen + 1;
     return gen;
+}
+
+// A new image of the current process: a new generation, the current comm and uid.
+static __always_inline void start_image(struct proc *p)
+{
+    p->gen = next_gen();
+    p->uid = (u32)bpf_get_current_uid_gid();
+    bpf_get_current_comm(p->comm, sizeof(p->comm));
+}
+
+// The generation for an allocator call: with --all, a process not seen
+// before is traced from this call on (user space may ignore it later).
+static __always_inline u32 calling_gen(u32 tgid)
+{
+#if TRACE_ALL
+    struct proc *p = procs.lookup(&tgid);
+    if (p)
+        return p->ignored ? 0 : p->gen;
+    if (tgid == SELF_TGID)
+        return 0;
+    struct proc started = {};
+    start_image(&started);
+    // NOEXIST: a racing first call of another thread may have created it.
+    if (procs.insert(&tgid, &started) != 0 && !procs.lookup(&tgid)) {
+        count(C_UNFOLLOWED);
+        return 0;
+    }
+    return traced_gen(tgid);
+#else
+    return traced_gen(tgid);
+#endif
 }
 
 static __always_inline int wants_stack(u64 size)
@@ -354,7 +391,7 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
 {
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32, tid = (u32)id;
-    u32 gen = traced_gen(tgid);
+    u32 gen = calling_gen(tgid);
     if (!gen)
         return 0;
     u64 sp = PT_REGS_SP(ctx);
@@ -511,13 +548,14 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc *known = procs.lookup(&tgid);
     if (known) {
-        known->gen = next_gen();
+        start_image(known);
         known->execed = 1;
-        bpf_get_current_comm(known->comm, sizeof(known->comm));
+        if (known->ignored == IGNORED_UNSELECTED)
+            known->ignored = 0;   // a new program: user space selects again
         inherits.delete(&tgid);
-    } else if (tgid == TARGET_TGID) {
-        struct proc started = {.gen = next_gen()};
-        bpf_get_current_comm(started.comm, sizeof(started.comm));
+    } else if (tgid == TARGET_TGID && !TRACE_ALL) {
+        struct proc started = {};
+        start_image(&started);
         if (procs.update(&tgid, &started) != 0)
             count(C_UNFOLLOWED);
     }
@@ -542,12 +580,19 @@ int task_newtask(void *record)
     if (clone_flags & CLONE_THREAD)
         return 0;
     u32 parent = bpf_get_current_pid_tgid() >> 32;
+    u32 child = tracepoint_field(record, NEWTASK_PID, 4);
+    struct proc started = {.parent = parent};
+    start_image(&started);   // the parent's comm, which the child starts with
+#if TRACE_ALL
+    if (parent == SELF_TGID) {
+        started.ignored = IGNORED_TRACER;
+        procs.update(&child, &started);
+        return 0;
+    }
+#endif
     u32 parent_gen = traced_gen(parent);
     if (!parent_gen)
         return 0;
-    u32 child = tracepoint_field(record, NEWTASK_PID, 4);
-    struct proc started = {.gen = next_gen(), .parent = parent};
-    bpf_get_current_comm(started.comm, sizeof(started.comm));   // the parent's, which the child starts with
     if (procs.update(&child, &started) != 0) {
         count(C_UNFOLLOWED);
         return 0;

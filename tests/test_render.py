@@ -75,10 +75,11 @@ def test_json_carries_every_group_and_frame():
     report = json.loads(out)
     assert report["live_bytes"] == 79 and report["live_allocations"] == 4
     assert report["counters"]["unknown_frees"] == 2
-    assert report["processes"] == [{"pid": 10, "comm": "server", "exited": False}]
+    assert report["processes"] == [{"pid": 10, "comm": "server", "exited": False, "live_bytes": 79,
+                                    "live_allocations": 4, "growth_bytes": 0, "growth_bytes_per_s": 0.0}]
     first, second = report["groups"]
     assert first == {"pid": 10, "size": 24, "count": 3, "bytes": 72, "stack_status": "captured",
-                     "inherited": False, "frames": [{"address": 0x1010, "function": "make_node", "offset": 0x10,
+                     "inherited": False, "likely_leak_bytes_per_s": None, "frames": [{"address": 0x1010, "function": "make_node", "offset": 0x10,
                                  "module": "/opt/app/bin/server", "file": "node.c", "line": 42},
                                 {"address": 0x2020, "function": "main", "offset": 0x20,
                                  "module": "/opt/app/bin/server", "file": "main.c", "line": 7}]}

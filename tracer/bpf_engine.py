@@ -25,6 +25,7 @@ from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
 from .system import tracepoint_fields
 
 STACK_NONE, STACK_LOST = 0, 1
+IGNORED_UNSELECTED = 1
 CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE = 0, 1, 2, 3
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
@@ -62,6 +63,18 @@ class EngineSettings:
     follow_forks: bool = False       # trace children, with the blocks they inherit
 
 
+class TracedProcess(NamedTuple):
+    """A process the kernel side knows, as its `procs` record says."""
+
+    gen: int                     # current image generation
+    exited: bool
+    ignored: int                 # 0: traced; 1: outside the selection (until it execs); 2: leaktrace's own
+    parent: int                  # tgid it was forked from, 0 when not followed from a fork
+    execed: bool                 # exec'd since it was first seen
+    comm: str                    # as of its fork, exec or first allocator call
+    uid: int
+
+
 class LiveEntry(NamedTuple):
     """One record of the live map: a block, or the tombstone of an inherited one."""
 
@@ -77,6 +90,7 @@ class LiveEntry(NamedTuple):
 
 @dataclass(frozen=True)
 class AttachedProbe:
+    library: str
     function: str
     address: int                 # the function's entry (link-time address)
     placement: Placement         # where its probes went, and why
@@ -108,13 +122,16 @@ def _first_error_line(text: str) -> str:
 
 
 class BpfEngine:
-    """One compiled BPF program tracing one process (or all, with target 0)."""
+    """One compiled BPF program tracing one process and, with -f, its children; or, with
+    target 0, every process that calls into the libraries (each from its first call)."""
 
-    def __init__(self, settings: EngineSettings, target: int, library: str,
+    def __init__(self, settings: EngineSettings, target: int, libraries: tuple[str, ...],
                  arm_on_exec: bool = False, stop_library: str | None = None):
+        if not target:
+            settings = dataclasses.replace(settings, follow_forks=True)
         self.settings = settings
         self.target = target
-        self.library = library
+        self.libraries = libraries
         self.arm_on_exec = arm_on_exec
         self.stop_library = stop_library     # library with _exit, to stop the target there
         self.probes: list[AttachedProbe] = []
@@ -126,6 +143,7 @@ class BpfEngine:
     def _cflags(self) -> list[str]:
         s = self.settings
         return [f"-DTARGET_TGID={self.target}", f"-DFOLLOW_FORKS={int(s.follow_forks)}",
+                f"-DTRACE_ALL={int(not self.target)}", f"-DSELF_TGID={os.getpid()}",
                 f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
                 f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
                 f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
@@ -161,7 +179,7 @@ class BpfEngine:
     def _attach_uprobe(self, library: str, address: int, fn_name: str, ret: bool) -> None:
         attach = self._bpf.attach_uretprobe if ret else self._bpf.attach_uprobe
         # Children are only seen by probes that fire in every process.
-        pid = -1 if self.settings.follow_forks or not self.target else self.target
+        pid = -1 if self.settings.follow_forks else self.target
         try:
             with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
                 attach(name=library.encode(), addr=address, fn_name=fn_name.encode(), pid=pid)
@@ -170,35 +188,28 @@ class BpfEngine:
                 raise RuntimeFailure(f"pid {self.target} exited before the probes were attached") from None
             raise RuntimeFailure(f"cannot attach a uprobe to {library}: {e}") from None
 
-    def start(self) -> None:
-        """Compiles, arms (unless waiting for exec) and attaches every probe."""
+    def _placements(self, library: str) -> tuple[dict[str, int], dict[str, Placement]]:
+        """The library's allocator functions (name -> entry) and where each one's probe goes."""
         try:
-            elf = ElfFile(self.library)
+            elf = ElfFile(library)
             functions = elf.dynamic_functions
         except ElfError as e:
             raise RuntimeFailure(f"cannot read allocator library: {e}") from None
         if "malloc" not in functions or "free" not in functions:
-            raise RuntimeFailure(f"{self.library} does not export malloc and free")
+            raise RuntimeFailure(f"{library} does not export malloc and free")
         placements = {function: place_probe(elf, function, functions[function], arguments)
                       for function, (_, _, arguments) in PROBES.items() if function in functions}
         free_probe = placements["free"].address
         text = elf.segment_containing(free_probe)
         if text is not None:
-            self._text_around_free = (free_probe - text.vaddr, text.vaddr + text.memsz - free_probe)
-        self._read_tracepoint_layouts()
-        self._bpf = self._compile()
-        self._set_control(CTL_NEXT_GEN, 1)
-        if not self.arm_on_exec:
-            self._bpf[b"procs"][ct.c_uint32(self.target)] = self._bpf[b"procs"].Leaf(self._next_gen(), 0)
-        self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
-        if self.settings.follow_forks:
-            for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
-                                        (b"sched:sched_process_exit", b"process_exit")):
-                try:
-                    with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
-                        self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
-                except Exception as e:
-                    raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
+            # One extent serves every library: the widest (it only sorts unknown frees).
+            before, after = self._text_around_free
+            self._text_around_free = (max(before, free_probe - text.vaddr),
+                                      max(after, text.vaddr + text.memsz - free_probe))
+        return functions, placements
+
+    def _attach_library(self, library: str, functions: dict[str, int],
+                        placements: dict[str, Placement]) -> None:
         by_address: dict[int, AttachedProbe] = {}
         for function, (program, has_return, _) in PROBES.items():
             address = functions.get(function)
@@ -208,16 +219,37 @@ class BpfEngine:
             if known is not None:
                 # An alias of a function already probed (glibc: memalign = aligned_alloc).
                 if PROBES[known.function][0] != program:
-                    raise RuntimeFailure(f"{self.library}: {function} and {known.function} share an address")
+                    raise RuntimeFailure(f"{library}: {function} and {known.function} share an address")
                 by_address[address] = dataclasses.replace(known, aliases=known.aliases + (function,))
                 continue
             placement = placements[function]
             # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
-            self._attach_uprobe(self.library, placement.address, program, ret=False)
+            self._attach_uprobe(library, placement.address, program, ret=False)
             if has_return:
-                self._attach_uprobe(self.library, placement.address, "alloc_return", ret=True)
-            by_address[address] = AttachedProbe(function, address, placement)
-        self.probes = list(by_address.values())
+                self._attach_uprobe(library, placement.address, "alloc_return", ret=True)
+            by_address[address] = AttachedProbe(library, function, address, placement)
+        self.probes += by_address.values()
+
+    def start(self) -> None:
+        """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
+        layouts = {library: self._placements(library) for library in self.libraries}
+        self._read_tracepoint_layouts()
+        self._bpf = self._compile()
+        self._set_control(CTL_NEXT_GEN, 1)
+        if self.target and not self.arm_on_exec:
+            procs = self._bpf[b"procs"]
+            procs[ct.c_uint32(self.target)] = procs.Leaf(gen=self._next_gen())
+        self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
+        if self.settings.follow_forks:
+            for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
+                                        (b"sched:sched_process_exit", b"process_exit")):
+                try:
+                    with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
+                        self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
+                except Exception as e:
+                    raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
+        for library, (functions, placements) in layouts.items():
+            self._attach_library(library, functions, placements)
         if self.stop_library:
             exit_address = ElfFile(self.stop_library).dynamic_functions.get("_exit")
             if exit_address:
@@ -271,21 +303,37 @@ class BpfEngine:
     def _live_entries(self) -> list[LiveEntry]:
         return [LiveEntry._make(key + value) for key, value in self._live_records()]
 
-    def processes(self) -> dict[int, tuple[int, bool]]:
-        """Traced processes: tgid -> (current image generation, exited)."""
-        return {key.value: (value.gen, bool(value.exited)) for key, value in self._bpf[b"procs"].items()}
+    @staticmethod
+    def _traced_process(value) -> TracedProcess:
+        return TracedProcess(value.gen, bool(value.exited), value.ignored, value.parent, bool(value.execed),
+                             value.comm.decode(errors="replace"), value.uid)
 
-    def origin(self, pid: int) -> tuple[int, bool, str] | None:
-        """(parent tgid or 0, exec'd since, comm) of a traced process, as the kernel side saw them."""
+    def processes(self) -> dict[int, TracedProcess]:
+        """Every process the kernel side knows (traced or ignored), by tgid."""
+        return {key.value: self._traced_process(value) for key, value in self._bpf[b"procs"].items()}
+
+    def origin(self, pid: int) -> TracedProcess | None:
+        """What the kernel side knows of one process."""
         try:
-            value = self._bpf[b"procs"][ct.c_uint32(pid)]
+            return self._traced_process(self._bpf[b"procs"][ct.c_uint32(pid)])
         except KeyError:
             return None
-        return value.parent, bool(value.execed), value.comm.decode(errors="replace")
+
+    def ignore(self, images: dict[int, int]) -> None:
+        """Stops tracing these processes (pid -> generation) until they exec; forget() then
+        drops their records. One that exec'd since is left alone: its new image is judged anew."""
+        procs = self._bpf[b"procs"]
+        for pid, gen in images.items():
+            with contextlib.suppress(KeyError):
+                value = procs[ct.c_uint32(pid)]
+                if not value.ignored and value.gen == gen:
+                    value.ignored = IGNORED_UNSELECTED
+                    procs[ct.c_uint32(pid)] = value
 
     def _generations(self, pids: set[int] | None = None) -> dict[int, int]:
         """tgid -> current image generation, of every traced process or of pids."""
-        return {tgid: gen for tgid, (gen, _) in self.processes().items() if pids is None or tgid in pids}
+        return {tgid: p.gen for tgid, p in self.processes().items()
+                if not p.ignored and (pids is None or tgid in pids)}
 
     def _current_live(self, gens: dict[int, int]) -> list[tuple[tuple, tuple]]:
         """Live blocks of these images, tombstones left out: (tgid, gen, address), (size,
@@ -348,7 +396,9 @@ class BpfEngine:
             live_fd = self._bpf[b"live"].map_fd
             for child, parent, parent_gen, fork_ts in links:
                 child_gen = gens.get(child)
-                if child_gen is None:
+                if child_gen is None:   # gone (or left out) before its copy was made
+                    with contextlib.suppress(KeyError):
+                        del inherits[ct.c_uint32(child)]
                     continue
                 copied = by_image.setdefault((child, child_gen), [])
                 for e in by_image.get((parent, parent_gen), ()):
@@ -380,12 +430,24 @@ class BpfEngine:
 
     @gc_paused
     def forget(self, pids: set[int]) -> None:
-        """Drops every record of these processes, and of images replaced by exec."""
-        current = {tgid: gen for tgid, gen in self._generations().items() if tgid not in pids}
+        """Drops every record of these processes, and of images replaced by exec or left out."""
+        for pid in pids:
+            for table in (b"procs", b"inherits"):
+                with contextlib.suppress(KeyError):
+                    del self._bpf[table][ct.c_uint32(pid)]
+        slots = self._bpf[b"copy_slots"]
+        for key, child in list(slots.items()):
+            if key.parent in pids or child.value in pids:
+                with contextlib.suppress(KeyError):
+                    del slots[key]
+        # The oldest image still wanted per process. Generations only grow, and a process
+        # not in the table yet may be one that starts during this walk: its records stay.
+        wanted_from = {tgid: p.gen + bool(p.ignored) for tgid, p in self.processes().items()}
+        wanted_from.update((pid, 1 << 32) for pid in pids)
         needed = {(v.parent, v.parent_gen) for v in self._bpf[b"inherits"].values()}
 
         def stale(tgid: int, gen: int) -> bool:
-            return current.get(tgid) != gen and (tgid, gen) not in needed
+            return gen < wanted_from.get(tgid, 0) and (tgid, gen) not in needed
 
         live = self._bpf[b"live"]
         for e in self._live_entries():
@@ -397,10 +459,6 @@ class BpfEngine:
             if stale(key.tgid, key.gen):
                 with contextlib.suppress(KeyError):
                     del sites[key]
-        procs = self._bpf[b"procs"]
-        for pid in pids:
-            with contextlib.suppress(KeyError):
-                del procs[ct.c_uint32(pid)]
 
     def close(self) -> None:
         """Detaches every probe and frees the maps; safe to call twice."""

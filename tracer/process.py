@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -78,6 +79,30 @@ def allocator_library_of_process(pid: int, maps: str) -> str:
                              "use --lib PATH")
     others = [p for p in candidates if "/libc.so" not in p and "/libc-" not in p]
     return host_path(pid, (others or candidates)[0])
+
+
+_LIBC_NAME = re.compile(r"/(libc\.so[.\d]*|libc-[\d.]+\.so|ld-musl-[^/]*\.so[.\d]*)$")
+
+
+def libc_libraries() -> tuple[str, ...]:
+    """Every distinct libc mapped by a running process (a container's is another file), each
+    as a path this process can open; this process's own libc first."""
+    found: dict[tuple[int, int], str] = {}
+    pids = [os.getpid()] + sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                paths = {m.path for m in parse_maps(f.read()) if _LIBC_NAME.search(m.path)}
+        except OSError:
+            continue   # gone, or a kernel thread
+        for path in sorted(paths):
+            opened = host_path(pid, path)
+            try:
+                st = os.stat(opened)
+            except OSError:
+                continue
+            found.setdefault((st.st_dev, st.st_ino), opened)
+    return tuple(found.values())
 
 
 def resolve_executable(name: str) -> str:

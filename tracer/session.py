@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import time
+from dataclasses import dataclass
 
-from .bpf_engine import BpfEngine, EngineSettings
+from .bpf_engine import BpfEngine, EngineSettings, TracedProcess
 from .errors import RuntimeFailure
-from .process import (allocator_library_of_process, library_of_executable, read_process,
-                      resolve_executable)
+from .process import (allocator_library_of_process, libc_libraries, library_of_executable,
+                      read_process, resolve_executable)
 from .snapshot import ProcessInfo, Snapshot
 from .system import check_bpf, check_privileges, check_uprobes
 
@@ -48,11 +50,28 @@ def _spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:
     return pid, gate_w, err_r
 
 
-class Trace:
-    """A BPF trace of one process; a context manager that always detaches."""
+@dataclass(frozen=True)
+class Selection:
+    """Which processes a systemwide trace keeps (all of them when every field is empty)."""
 
-    def __init__(self, engine: BpfEngine, pid: int, info: ProcessInfo | None, is_child: bool):
+    pids: frozenset[int] = frozenset()
+    comm: re.Pattern | None = None       # searched in the 15-character comm
+    uid: int | None = None               # real uid
+
+    def matches(self, pid: int, process: TracedProcess) -> bool:
+        return ((not self.pids or pid in self.pids)
+                and (self.comm is None or self.comm.search(process.comm) is not None)
+                and (self.uid is None or process.uid == self.uid))
+
+
+class Trace:
+    """A BPF trace of one process (pid), or of every process (pid 0); a context manager
+    that always detaches."""
+
+    def __init__(self, engine: BpfEngine, pid: int, info: ProcessInfo | None, is_child: bool,
+                 selection: Selection = Selection()):
         self.engine = engine
+        self.selection = selection
         # Set to make the final snapshot list every live pointer (for the exit leak log).
         self.final_with_allocations = False
         self.pid = pid
@@ -63,6 +82,11 @@ class Trace:
         self._info_read_at = time.monotonic()
         self._exited = False
         self._gens: dict[int, int] = {}       # traced pid -> image generation, as last seen
+        # Exited (or replaced, or left out) since the kernel's tables were last cleaned:
+        # cleaning walks the live table, so it runs at most once a second.
+        self._to_forget: set[int] = set()
+        self._forget_due = False
+        self._forgot_at = 0.0
         # Children that exited since the last snapshot: their last state, shown once.
         self._departed: list[tuple[ProcessInfo, list, list]] = []
 
@@ -78,7 +102,7 @@ class Trace:
         if info is None or not info.maps:
             raise RuntimeFailure(f"no process with pid {pid}")
         library = library or allocator_library_of_process(pid, info.maps)
-        engine = BpfEngine(settings, pid, library)
+        engine = BpfEngine(settings, pid, (library,))
         try:
             engine.start()
         except BaseException:
@@ -95,7 +119,7 @@ class Trace:
         library = library or library_of_executable(path)
         libc = library_of_executable(path, "_exit") if library != path else None
         pid, gate, errors = _spawn_gated(path, argv)
-        engine = BpfEngine(settings, pid, library, arm_on_exec=True, stop_library=libc or library)
+        engine = BpfEngine(settings, pid, (library,), arm_on_exec=True, stop_library=libc or library)
         try:
             engine.start()
             os.write(gate, b"x")
@@ -109,6 +133,21 @@ class Trace:
             _reap(pid, kill=True)
             raise
         return cls(engine, pid, read_process(pid), is_child=True)
+
+    @classmethod
+    def everything(cls, settings: EngineSettings = EngineSettings(), libraries: tuple[str, ...] = (),
+                   selection: Selection = Selection()) -> "Trace":
+        """Traces every process that calls into a libc on this system (and into libraries),
+        each from its first allocator call; children inherit as with follow_forks."""
+        check_system()
+        found = libc_libraries()
+        engine = BpfEngine(settings, 0, found + tuple(lib for lib in libraries if lib not in found))
+        try:
+            engine.start()
+        except BaseException:
+            engine.close()
+            raise
+        return cls(engine, 0, None, is_child=False, selection=selection)
 
     # -- running ------------------------------------------------------------
 
@@ -130,11 +169,12 @@ class Trace:
         origin = self.engine.origin(pid)
         if info.maps or origin is None:
             return info
-        parent, execed, comm = origin
+        comm, parent, execed = origin.comm, origin.parent, origin.execed
         while not execed and parent:   # up through ancestors that were never read either
             if parent in self._infos:
                 return dataclasses.replace(self._infos[parent], pid=pid, comm=comm, exited=True)
-            parent, execed, _ = self.engine.origin(parent) or (0, True, "")
+            ancestor = self.engine.origin(parent)
+            parent, execed = (ancestor.parent, ancestor.execed) if ancestor else (0, True)
         return dataclasses.replace(info, comm=comm, name=comm)
 
     def _refresh_infos(self) -> None:
@@ -144,9 +184,9 @@ class Trace:
         self._info_read_at = time.monotonic()
 
     def _traced_pids(self) -> list[int]:
-        """The target first, then the children followed (fork following only)."""
+        """The target first, then the children followed (fork following only); or every traced process."""
         children = sorted(self._gens) if self.engine.settings.follow_forks else []
-        return [self.pid] + [pid for pid in children if pid != self.pid]
+        return ([self.pid] if self.pid else []) + [pid for pid in children if pid != self.pid]
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live allocations now (or the final ones, once the target has exited).
@@ -170,26 +210,44 @@ class Trace:
                         self.engine.settings.stack_depth, None if allocations is None else tuple(allocations))
 
     def _track_processes(self) -> None:
-        """Copies what new children inherited; takes leave of exited children; drops replaced images."""
+        """Copies what new children inherited; leaves out processes outside the selection; takes
+        leave of exited children; drops the records of those and of replaced images."""
         if self.engine.settings.follow_forks:
             self.engine.copy_inherited()
-        gens = self.engine.processes()
-        gone = {pid for pid, (_, exited) in gens.items() if exited and pid != self.pid}
-        for pid in sorted(gone):
+        known = {pid: p for pid, p in self.engine.processes().items() if pid not in self._to_forget}
+        # New images (first seen, or exec'd) that the selection leaves out are not traced further.
+        unselected = {pid: p.gen for pid, p in known.items()
+                      if not p.ignored and self._gens.get(pid) != p.gen and not self.selection.matches(pid, p)}
+        if unselected:
+            self.engine.ignore(unselected)
+        traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}
+        gone = {pid for pid, p in known.items() if p.exited and pid != self.pid}
+        for pid in sorted(gone & traced.keys()):
             allocations = self.engine.allocations({pid}) if self.final_with_allocations else []
             self._departed.append((self._departed_info(pid), self.engine.groups(pids={pid}), allocations))
-        for pid in gens.keys() - self._gens.keys() - gone:
+        for pid in traced.keys() - self._gens.keys() - gone:
             self._process_info(pid)   # now, in case it is short-lived
-        replaced = any(self._gens.get(pid, gen) != gen for pid, (gen, _) in gens.items())
-        if gone or replaced:
-            self.engine.forget(gone)
-        self._gens = {pid: gen for pid, (gen, _) in gens.items() if pid not in gone}
+        for pid in gone - {self.pid}:
+            self._infos.pop(pid, None)
+        replaced = any(self._gens.get(pid, p.gen) != p.gen for pid, p in traced.items())
+        self._to_forget |= gone
+        self._forget_due |= bool(gone or replaced or unselected)
+        self._gens = {pid: p.gen for pid, p in traced.items() if pid not in self._to_forget}
+        if time.monotonic() - self._forgot_at >= 1.0:
+            self._forget()
+
+    def _forget(self) -> None:
+        if self._forget_due:
+            self.engine.forget(self._to_forget)
+            self._to_forget, self._forget_due, self._forgot_at = set(), False, time.monotonic()
 
     def poll(self) -> bool:
         """Notices stops and exits; returns False once the target is gone."""
         if self._exited:
             return False
         self._track_processes()
+        if not self.pid:
+            return True   # a systemwide trace runs until it is stopped
         running = self._poll_child() if self.is_child else _alive(self.pid)
         if not running:
             if not self._exited:
@@ -221,6 +279,7 @@ class Trace:
         if status is not None:
             self.exit_status = os.waitstatus_to_exitcode(status)
         self._exited = True
+        self._forget()
         if self.final_snapshot is None:
             self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
         else:   # taken at the exit stop, while the process still existed

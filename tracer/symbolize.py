@@ -154,4 +154,6 @@ class Symbolizer:
             function = self._demangled.get(frame.function, frame.function) if frame.function else None
             frames[key] = Frame(frame.address, function, frame.offset, frame.module, file, line,
                                 frame.module_offset)
+        # Processes come and go (systemwide): keep the maps of those still in view.
+        self._spaces = {pid: space for pid, space in self._spaces.items() if pid in snapshot.processes}
         return SymbolizedSnapshot(snapshot, frames)

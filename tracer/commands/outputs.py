@@ -6,10 +6,12 @@ from dataclasses import dataclass
 
 from ..atomic_write import write_atomically
 from ..errors import RuntimeFailure
+from ..growth import GrowthTracker
 from ..render_heap_dump import render_heap_dump
 from ..render_json import render_json
 from ..render_leak_info import get_malloc_leak_info
 from ..render_leak_log import render_leak_log
+from ..render_process_report import render_process_report
 from ..render_text import render_text
 from ..snapshot import Snapshot
 from ..symbolize import Symbolizer
@@ -31,9 +33,14 @@ class Outputs:
     dump_on_exit: bool = False            # PREFIX.PID.exit.txt once, when a traced process exits
     backtrace_full: bool = False
     leak_track: bool = False              # the +++ leak log on stderr when a traced process exits
+    systemwide: bool = False              # the per-process report; leak info in FILE.PID for every process
+    top_processes: int = 10
+    min_bytes: int = 0                    # systemwide: processes holding less are left out of the report
+    growth_intervals: int = 3             # rises in a row that flag a stack as a likely leak
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
+        self.growth = GrowthTracker(self.growth_intervals)
 
     @property
     def wants_exit_allocations(self) -> bool:
@@ -54,13 +61,20 @@ class Outputs:
     def report(self, snapshot: Snapshot) -> None:
         """The report; per process, the leak-info file, heap dumps and, for one that exited, its leak log."""
         symbolized = self.symbolizer.symbolize(snapshot)
-        text = render_json(symbolized) if self.json else render_text(symbolized, self.top)
+        growth = self.growth.observe(snapshot)
+        if self.json:
+            text = render_json(symbolized, growth)
+        elif self.systemwide:
+            text = render_process_report(symbolized, growth, self.top_processes, self.top, self.min_bytes)
+        else:
+            text = render_text(symbolized, self.top, growth=growth)
         sys.stdout.write(text)
         sys.stdout.flush()
         for index, (pid, process) in enumerate(snapshot.processes.items()):
             if self.leak_info:
                 info = get_malloc_leak_info(snapshot, pid)
-                self._write(self.leak_info if index == 0 else f"{self.leak_info}.{pid}", info.buffer, "leak info")
+                path = self.leak_info if index == 0 and not self.systemwide else f"{self.leak_info}.{pid}"
+                self._write(path, info.buffer, "leak info")
                 _say(f"leak info of pid {pid}: overall_size {info.overall_size}, info_size {info.info_size}, "
                      f"total_memory {info.total_memory}, backtrace_size {info.backtrace_size}"
                      + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else ""))

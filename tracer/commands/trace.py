@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import pwd
+import re
 import shlex
 import signal
 import sys
@@ -11,7 +13,7 @@ from ..bpf_engine import EngineSettings
 from ..errors import UsageError
 from ..malloc_options import (MallocDebugConfig, OptionError, check_bpf_engine_options,
                               parse_malloc_debug_options)
-from ..session import Trace
+from ..session import Selection, Trace
 from . import ArgumentParser, Command
 from .outputs import DEFAULT_DUMP_PREFIX, Outputs
 
@@ -27,6 +29,31 @@ def _bounded_int(low: int, high: int | None = None):
             raise argparse.ArgumentTypeError(f"{value} is out of range ({bounds})")
         return value
     return parse
+
+
+def _pid_list(text: str) -> frozenset[int]:
+    parse = _bounded_int(1)
+    return frozenset(parse(part) for part in text.split(",") if part.strip())
+
+
+def _regex(text: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a regular expression ({e})") from None
+
+
+def _uid(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"no user named '{text}'") from None
+
+
+# Options that only a systemwide trace (--all) takes.
+_SYSTEMWIDE_ONLY = ("pid_filter", "comm", "uid", "min_bytes", "top_processes")
 
 
 def _interval(text: str) -> float:
@@ -68,10 +95,28 @@ class TraceCommand(Command):
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("-p", "--pid", type=_bounded_int(1), help="trace this running process")
         target.add_argument("-c", "--command", help="run this command line, traced from its first allocation")
+        target.add_argument("-a", "--all", action="store_true",
+                            help="trace every process that uses a libc of this system (and --lib), each from "
+                                 "its first allocator call")
         parser.add_argument("interval", nargs="?", type=_interval, default=5.0,
                             help="seconds between reports (default 5)")
         parser.add_argument("count", nargs="?", type=_bounded_int(1), help="stop after this many reports")
-        parser.add_argument("--top", type=_bounded_int(1), default=10, help="stacks per report (default 10)")
+        parser.add_argument("--top", type=_bounded_int(1),
+                            help="stacks per report (default 10), or per process with --all (default 5)")
+        parser.add_argument("--top-view", action="store_true",
+                            help="a full-screen live view like top instead of reports (keys: h for help)")
+        parser.add_argument("--growth-intervals", type=_bounded_int(1), default=3, metavar="N",
+                            help="a stack whose live bytes rose in each of the last N intervals is flagged "
+                                 "as a likely leak (default 3)")
+        parser.add_argument("--pid-filter", type=_pid_list, metavar="PID[,PID...]",
+                            help="--all: only these processes")
+        parser.add_argument("--comm", type=_regex, metavar="REGEX",
+                            help="--all: only processes whose comm (15 characters) matches REGEX")
+        parser.add_argument("--uid", type=_uid, metavar="UID|USER", help="--all: only processes of this real uid")
+        parser.add_argument("--min-bytes", type=_bounded_int(0), metavar="N",
+                            help="--all: leave processes holding fewer than N live bytes out of the report")
+        parser.add_argument("--top-processes", type=_bounded_int(1), metavar="N",
+                            help="--all: processes per report (default 10)")
         parser.add_argument("--older-than", type=_bounded_int(0), metavar="MS",
                             help="only allocations older than MS milliseconds")
         parser.add_argument("--min-size", type=_bounded_int(1), help="smallest size that gets a stack")
@@ -97,7 +142,9 @@ class TraceCommand(Command):
                                  "the probes then trap in every process that uses the library")
         parser.add_argument("-v", "--verbose", action="store_true",
                             help="say where each probe went and why (stderr)")
-        parser.add_argument("--lib", metavar="PATH", help="probe this allocator library instead of the target's")
+        parser.add_argument("--lib", metavar="PATH", action="append",
+                            help="probe this allocator library instead of the target's; with --all, in "
+                                 "addition to every libc (repeatable)")
         defaults = EngineSettings()
         for flag, default, what in (("--max-live", defaults.max_live, "live allocations"),
                                     ("--max-sites", defaults.max_sites, "distinct (pid, stack, size) sites"),
@@ -117,12 +164,14 @@ class TraceCommand(Command):
 
     @staticmethod
     def outputs(args: argparse.Namespace, config: MallocDebugConfig) -> Outputs:
-        return Outputs(json=args.json, top=args.top, leak_info=args.leak_info,
+        return Outputs(json=args.json, top=args.top or (5 if args.all else 10), leak_info=args.leak_info,
                        dump_prefix=args.heap_dump or config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX),
                        dump_each_report=args.heap_dump is not None,
                        dump_on_exit=args.heap_dump_on_exit or "backtrace_dump_on_exit" in config.options,
                        backtrace_full=args.backtrace_full or "backtrace_full" in config.options,
-                       leak_track=args.leak_track or "leak_track" in config.options)
+                       leak_track=args.leak_track or "leak_track" in config.options,
+                       systemwide=args.all, top_processes=args.top_processes or 10,
+                       min_bytes=args.min_bytes or 0, growth_intervals=args.growth_intervals)
 
     @staticmethod
     def settings(args: argparse.Namespace, config: MallocDebugConfig) -> EngineSettings:
@@ -135,41 +184,66 @@ class TraceCommand(Command):
                               max_stacks=args.max_stacks, max_pending=args.max_pending,
                               follow_forks=args.follow_forks)
 
+    @staticmethod
+    def start(args: argparse.Namespace, settings: EngineSettings) -> tuple[Trace, str]:
+        """The trace the arguments ask for, and how to name its target."""
+        if args.all:
+            selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid)
+            return Trace.everything(settings, tuple(args.lib or ()), selection), "every process"
+        given = [f"--{name.replace('_', '-')}" for name in _SYSTEMWIDE_ONLY if getattr(args, name) is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --all")
+        if args.lib and len(args.lib) > 1:
+            raise UsageError("--lib is given once, except with --all")
+        library = args.lib[0] if args.lib else None
+        if args.command is None:
+            return Trace.attach(args.pid, settings, library), f"pid {args.pid}"
+        argv = shlex.split(args.command)
+        if not argv:
+            raise UsageError("-c needs a command")
+        trace = Trace.launch(argv, settings, library)
+        return trace, f"command '{args.command}' {trace.pid}"
+
+    @staticmethod
+    def report_loop(trace: Trace, args: argparse.Namespace, outputs: Outputs, flags: _SignalFlags) -> bool:
+        """Reports every interval until stopped or the target is gone; True when COUNT reports were made."""
+        reports = 0
+        next_report = time.monotonic() + args.interval
+        while flags.stop is None and trace.poll():
+            if flags.take_dump():
+                outputs.dump_now(trace.snapshot())
+            if time.monotonic() >= next_report:
+                outputs.report(trace.snapshot(args.older_than))
+                reports += 1
+                if args.count and reports >= args.count:
+                    return True
+                next_report += args.interval
+            time.sleep(0.02)
+        return False
+
     def run(self, args: argparse.Namespace) -> int:
         config = self.config(args)
         settings = self.settings(args, config)
         outputs = self.outputs(args, config)
-        argv = None
-        if args.command is not None:
-            argv = shlex.split(args.command)
-            if not argv:
-                raise UsageError("-c needs a command")
         flags = _SignalFlags()
-        trace = Trace.launch(argv, settings, args.lib) if argv else Trace.attach(args.pid, settings, args.lib)
+        trace, what = self.start(args, settings)
         trace.final_with_allocations = outputs.wants_exit_allocations
         with trace:
-            what = f"command '{args.command}'" if argv else "pid"
             if args.verbose:
                 for probe in trace.engine.probes:
                     print(f"leaktrace: {probe.placement.why}", file=sys.stderr)
-            print(f"leaktrace: tracing {what} {trace.pid} through {trace.engine.library}: "
+            libraries = ", ".join(trace.engine.libraries)
+            print(f"leaktrace: tracing {what} through {libraries}: "
                   f"{len(trace.engine.probes)} probes live", file=sys.stderr, flush=True)
-            reports = 0
-            next_report = time.monotonic() + args.interval
-            while flags.stop is None and trace.poll():
-                if flags.take_dump():
-                    outputs.dump_now(trace.snapshot())
-                if time.monotonic() >= next_report:
-                    outputs.report(trace.snapshot(args.older_than))
-                    reports += 1
-                    if args.count and reports >= args.count:
-                        return 0
-                    next_report += args.interval
-                time.sleep(0.02)
+            if args.top_view:
+                from ..top_view import run_top_view
+                run_top_view(trace, args.interval, flags, args.growth_intervals)
+            elif self.report_loop(trace, args, outputs, flags):
+                return 0
             if trace.exited:
                 ending = (f"exited with status {trace.exit_status}" if trace.exit_status is not None
                           else "exited")
-                print(f"leaktrace: {what} {trace.pid} {ending}", file=sys.stderr, flush=True)
+                print(f"leaktrace: {what} {ending}", file=sys.stderr, flush=True)
             final = trace.snapshot(args.older_than, with_allocations=trace.exited and outputs.wants_exit_allocations)
             outputs.report(final)
         return 0
