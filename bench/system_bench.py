@@ -66,7 +66,11 @@ def traced_round(binary: Path, args: argparse.Namespace) -> dict:
     memory = {"rss": peak_rss(tool.pid), "maps": bpf_map_bytes(tool.pid)}
     tool.send_signal(signal.SIGINT)
     out, err = tool.communicate(timeout=600)
-    reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    try:
+        reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    except ValueError:
+        Path("/tmp/system_bench_out.txt").write_text(out)
+        raise
     most = max(reports, key=lambda r: r["live_allocations"])
     return {"ns": ns, **memory, "reports": len(reports), "live": most["live_allocations"],
             "processes": max(len(r["processes"]) for r in reports), "counters": reports[-1]["counters"]}

@@ -3,8 +3,10 @@ and nothing left attached."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -127,3 +129,25 @@ def test_sigterm_gives_final_report_and_detaches(program, probes_left_as_found):
     finally:
         target.kill()
         target.wait()
+
+
+def test_large_reports_arrive_whole_when_a_signal_stops_a_blocked_write(program, probes_left_as_found):
+    """Reports of ~300 KB into a pipe nobody reads until SIGINT: every line still parses."""
+    # The command's own output goes elsewhere: it would hold the pipes open after leaktrace exits.
+    command = f"sh -c 'exec {program('workers')} sizes > /dev/null 2>&1'"
+    tool = subprocess.Popen(leaktrace_command("-c", command, "--json", "0.2"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = tool.stderr.readline()
+    assert "probes live" in started, started
+    command_pid = int(started.split("' ")[1].split()[0])
+    try:
+        time.sleep(2)   # reports pile up: the pipe fills and leaktrace blocks in a write
+        tool.send_signal(signal.SIGINT)
+        out, err = tool.communicate(timeout=120)
+    finally:
+        os.kill(command_pid, signal.SIGKILL)
+    assert tool.returncode == 0, err
+    lines = out.splitlines()
+    assert len(lines) >= 2 and all(len(line) > 131072 for line in lines[1:])
+    for line in lines:
+        json.loads(line)

@@ -7,6 +7,7 @@
 //                makes 1 x 2000 from in_child (both print ready)
 //   exec         4 x 400 from before_exec, then execs itself as after_exec
 //   after_exec   1 x 4444 from after_exec_site
+//   sizes        one block of each size from 1 to 1000 (1000 groups: reports of ~300 KB)
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -92,6 +93,11 @@ int main(int argc, char **argv)
             keep[kept++] = before_exec(400);
         execl(argv[0], argv[0], "after_exec", (char *)NULL);
         return 127;
+    } else if (!strcmp(mode, "sizes")) {
+        for (size_t size = 1; size <= 1000; size++)
+            leak_site(size);
+        ready();
+        wait_forever();
     } else if (!strcmp(mode, "after_exec")) {
         keep[0] = after_exec_site(4444);
         ready();

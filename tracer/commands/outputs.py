@@ -1,6 +1,7 @@
 """What the trace command writes at each report, on SIGUSR2 and at the target's exit."""
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -17,6 +18,16 @@ from ..snapshot import Snapshot
 from ..symbolize import Symbolizer
 
 DEFAULT_DUMP_PREFIX = "/tmp/backtrace_heap"   # Android's /data/local/tmp does not exist on Linux
+
+
+def write_fully(stream, text: str) -> None:
+    """Writes text to a standard stream with os.write until all of it is out. Python's
+    buffered writer drops the rest of a large write that a signal interrupts on a full
+    pipe (seen with reports of 200 KB and SIGINT), and reports must arrive whole."""
+    stream.flush()
+    view = memoryview(text.encode())
+    while view:
+        view = view[os.write(stream.fileno(), view):]
 
 
 def _say(text: str) -> None:
@@ -68,8 +79,7 @@ class Outputs:
             text = render_process_report(symbolized, growth, self.top_processes, self.top, self.min_bytes)
         else:
             text = render_text(symbolized, self.top, growth=growth)
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        write_fully(sys.stdout, text)
         for index, (pid, process) in enumerate(snapshot.processes.items()):
             if self.leak_info:
                 info = get_malloc_leak_info(snapshot, pid)
@@ -79,9 +89,8 @@ class Outputs:
                      f"total_memory {info.total_memory}, backtrace_size {info.backtrace_size}"
                      + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else ""))
             if self.leak_track and process.exited and snapshot.allocations is not None:
-                for line in render_leak_log(symbolized, pid, process.name or process.comm):
-                    print(line, file=sys.stderr)
-                sys.stderr.flush()
+                lines = render_leak_log(symbolized, pid, process.name or process.comm)
+                write_fully(sys.stderr, "".join(line + "\n" for line in lines))
             if self.dump_each_report:
                 self._heap_dump(symbolized, pid, ".txt")
             if self.dump_on_exit and process.exited:
