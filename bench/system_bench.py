@@ -47,10 +47,11 @@ def bpf_map_bytes(pid: int) -> int:
     return total
 
 
-def peak_rss(pid: int) -> int:
+def rss(pid: int, field: str = "VmRSS") -> int:
+    """Resident memory of a process (VmRSS), or its peak (VmHWM), in bytes."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 
@@ -61,9 +62,11 @@ def traced_round(binary: Path, args: argparse.Namespace) -> dict:
     line = tool.stderr.readline()
     if "probes live" not in line:
         raise RuntimeError(line + tool.stderr.read())
+    at_start = rss(tool.pid)
     ns = run_workloads(binary, args.processes, args.calls)
     time.sleep(args.interval * 2)   # a report with every workload in it, exited
-    memory = {"rss": peak_rss(tool.pid), "maps": bpf_map_bytes(tool.pid)}
+    memory = {"rss_start": at_start, "rss_peak": rss(tool.pid, "VmHWM"), "rss_end": rss(tool.pid),
+              "maps": bpf_map_bytes(tool.pid)}
     tool.send_signal(signal.SIGINT)
     out, err = tool.communicate(timeout=600)
     try:
@@ -98,8 +101,10 @@ def main() -> None:
     print(f"{args.processes} processes x {args.calls} malloc/free pairs (1% leaked), {args.rounds} rounds:")
     print(f"  per call, median of processes and rounds: untraced {base:.1f} ns, under leaktrace --all "
           f"{under:.1f} ns ({under / base:.0f}x)")
-    print(f"  leaktrace itself: peak RSS {last['rss'] / 2**20:.0f} MiB, BPF maps {last['maps'] / 2**20:.0f} MiB "
-          f"(fdinfo memlock)")
+    mib = {key: last[key] / 2**20 for key in ("rss_start", "rss_peak", "rss_end", "maps")}
+    print(f"  leaktrace itself: RSS {mib['rss_start']:.0f} MiB once probes were live (bcc and LLVM), "
+          f"{mib['rss_end']:.0f} MiB at the end, peak {mib['rss_peak']:.0f} MiB; "
+          f"BPF maps {mib['maps']:.0f} MiB (fdinfo memlock)")
     print(f"  largest report: {last['live']} live allocations in {last['processes']} processes; "
           f"{last['reports']} reports; allocations {last['counters']['allocations']}, "
           f"frees {last['counters']['frees']}; drops {drops or 'none'}")

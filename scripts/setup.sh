@@ -14,7 +14,7 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools python3-venv python3-pip gcc libc6-dev binutils util-linux libjemalloc2 "linux-headers-$arch")
+packages=(python3-bpfcc bpfcc-tools python3-venv python3-pip gcc libc6-dev binutils util-linux tmux libjemalloc2 "linux-headers-$arch")
 
 missing=()
 for p in "${packages[@]}"; do
