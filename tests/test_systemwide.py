@@ -74,8 +74,8 @@ class SystemTrace:
     def __init__(self, *args: str, interval: float = 0.3):
         self.process = subprocess.Popen(leaktrace_command("--all", "--json", str(interval), *args),
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = wait_for_line(self.process.stderr)
-        assert "probes live" in line, line + self.process.stderr.read()
+        self.started = wait_for_line(self.process.stderr)
+        assert "probes live" in self.started, self.started + self.process.stderr.read()
 
     def next_report(self) -> dict:
         while True:
@@ -276,3 +276,30 @@ def test_systemwide_only_options_need_all():
         assert result.stderr.count("\n") == 1 and "needs --all" in result.stderr, result.stderr
     result = subprocess.run(leaktrace_command("--all", "--comm", "("), capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 2 and "is not a regular expression" in result.stderr
+
+
+def test_each_distinct_libc_is_probed(program, tmp_path):
+    """A process running on a copy of libc (another file, as in a container) is traced too."""
+    libc_dir = tmp_path / "otherlibc"
+    libc_dir.mkdir()
+    system_libc = os.path.realpath("/lib/x86_64-linux-gnu/libc.so.6")
+    shutil.copy(system_libc, libc_dir / "libc.so.6")
+    loader = os.path.realpath("/lib64/ld-linux-x86-64.so.2")
+    other = Workers(program("workers"), prefix=(loader, "--library-path", str(libc_dir)))
+    try:
+        [pid] = other.start("leak")
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert str(libc_dir / "libc.so.6") in maps
+        trace = SystemTrace("--pid-filter", str(pid))
+        try:
+            libraries = trace.started.split(" through ")[1].split(":")[0].split(", ")
+            assert system_libc in [os.path.realpath(lib) for lib in libraries]
+            assert str(libc_dir / "libc.so.6") in libraries
+            os.kill(pid, signal.SIGUSR1)
+            assert other.read_line(other.processes[0]).startswith("ready")
+            report = trace.report_after(time.time() + 0.3)
+            assert our_sites(report, pid) == {("leak_site", False): [(1000, 5)]}
+        finally:
+            trace.stop()
+    finally:
+        other.stop()

@@ -121,6 +121,12 @@ def test_top_view_shows_the_leaker_on_top_sorts_and_restores_the_terminal(worker
         text = pane.wait_for(r"\[sizes 1000-1000\]")
         assert [pid for pid, _ in table_rows(text)] == [leak]
 
+        subprocess.run([*TMUX, "resize-window", "-t", "view", "-x", "70", "-y", "12"], check=True)
+        text = pane.wait_for(r"^leaktrace .*h: he")
+        assert len(text.splitlines()) <= 12 and max(len(line) for line in text.splitlines()) <= 70
+        assert table_rows(text)[0][0] == leak
+        subprocess.run([*TMUX, "resize-window", "-t", "view", "-x", "160", "-y", "40"], check=True)
+
         pane.keys("h")
         pane.wait_for(r"leaktrace top view: keys")
         pane.keys("x")
