@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 from .growth import Growth, bytes_by_process, stack_id
+from .snapshot import UnreachableReport
 from .symbolize import SymbolizedSnapshot
 
 
@@ -33,11 +34,26 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
             "stack_status": g.stack_status.value, "inherited": g.inherited,
             # Set when the live bytes of this group's stack rose in each of the last intervals.
             "likely_leak_bytes_per_s": growth.likely_leaks.get(stack_id(g)),
-            "frames": [{"address": f.address, "function": f.function, "offset": f.offset,
-                        "module": f.module, "file": f.file, "line": f.line}
-                       for f in symbolized.stack_of(g)],
+            "frames": [frame_to_dict(f) for f in symbolized.stack_of(g)],
         } for g in groups],
+        "unreachable": None if snap.unreachable is None else unreachable_to_dict(symbolized, snap.unreachable),
     }
+
+
+def unreachable_to_dict(symbolized: SymbolizedSnapshot, report: UnreachableReport) -> dict:
+    fields = dataclasses.asdict(report)
+    fields["leaks"] = [{**dataclasses.asdict(leak), "stack_status": leak.stack_status.value,
+                        "contents": leak.contents.hex(), "total_size": leak.total_size,
+                        "frames": [frame_to_dict(f) for f in symbolized.stack_of(leak)]} for leak in report.leaks]
+    for leak in fields["leaks"]:
+        del leak["stack"]
+    fields["seed_options"] = report.seed_options()
+    return fields
+
+
+def frame_to_dict(f) -> dict:
+    return {"address": f.address, "function": f.function, "offset": f.offset, "module": f.module,
+            "file": f.file, "line": f.line}
 
 
 def render_json(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) -> str:

@@ -1,16 +1,20 @@
 """malloc_debug's leak_track log at exit: one entry per live pointer, upstream's order."""
 from __future__ import annotations
 
-from .android_records import android_frame, sorted_records
+from .android_records import android_frame, android_pcs, sorted_records
 from .symbolize import SymbolizedSnapshot
 
 
-def _frame_line(symbolized: SymbolizedSnapshot, pid: int, number: int, pc: int, address: int) -> str:
-    frame = android_frame(symbolized.frames, pid, pc, address)
-    line = f"          #{number:02d}  pc {frame.rel_pc:016x}  {frame.module or '<unknown>'}"
-    if frame.function:
-        line += f" ({frame.function}+{frame.function_offset})"
-    return line
+def backtrace_lines(symbolized: SymbolizedSnapshot, pid: int, stack: tuple[int, ...]) -> list[str]:
+    """A stack as malloc_debug's backtrace_string prints it (libmemunreachable uses it too)."""
+    lines = []
+    for number, (pc, address) in enumerate(zip(android_pcs(stack), stack)):
+        frame = android_frame(symbolized.frames, pid, pc, address)
+        line = f"          #{number:02d}  pc {frame.rel_pc:016x}  {frame.module or '<unknown>'}"
+        if frame.function:
+            line += f" ({frame.function}+{frame.function_offset})"
+        lines.append(line)
+    return lines
 
 
 def render_leak_log(symbolized: SymbolizedSnapshot, pid: int, program_name: str) -> list[str]:
@@ -25,6 +29,5 @@ def render_leak_log(symbolized: SymbolizedSnapshot, pid: int, program_name: str)
                      f"(leak {index} of {len(records)})")
         if record.frames:
             lines.append("Backtrace at time of allocation:")
-            lines.extend(_frame_line(symbolized, pid, n, pc, address)
-                         for n, (pc, address) in enumerate(zip(record.frames, record.stack)))
+            lines.extend(backtrace_lines(symbolized, pid, record.stack))
     return lines

@@ -80,6 +80,55 @@ class ProcessInfo:
     exited: bool = False
 
 
+CONTENTS_LENGTH = 32      # bytes of each unreachable leak kept (libmemunreachable's contents_length)
+
+
+@dataclass(frozen=True)
+class UnreachableLeak:
+    """One reported leak: an allocation nothing reachable points to, with what it holds."""
+
+    pid: int
+    address: int
+    size: int
+    referenced_count: int
+    referenced_size: int
+    stack: tuple[int, ...] = ()
+    stack_status: StackStatus = StackStatus.CAPTURED
+    contents: bytes = b""
+    similar_count: int = 0          # other leaks with the same backtrace, merged into this one
+    similar_size: int = 0
+    similar_referenced_count: int = 0
+    similar_referenced_size: int = 0
+
+    @property
+    def total_size(self) -> int:
+        return self.size + self.referenced_size + self.similar_size + self.similar_referenced_size
+
+
+@dataclass(frozen=True)
+class UnreachableReport:
+    pid: int
+    leaks: tuple[UnreachableLeak, ...]   # the first `limit`, largest total first
+    reported: int                        # leaks before the limit
+    num_leaks: int                       # every unreachable allocation
+    leak_bytes: int
+    num_allocations: int                 # every allocation judged
+    allocation_bytes: int
+    complete: bool                       # False: blocks made before the trace began were not judged
+    pause_seconds: float                 # how long the process stood still
+    sweep_seconds: float
+    unreadable_pages: int                # read as zeros (PROT_NONE, or vanished)
+
+    def seed_options(self) -> str:
+        """malloc_debug options that take stacks for exactly the unreachable sizes' range."""
+        sizes = sorted({leak.size for leak in self.leaks})
+        if not sizes:
+            return ""
+        if sizes[0] == sizes[-1]:
+            return f"backtrace_size={sizes[0]}"
+        return f"backtrace_min_size={sizes[0]} backtrace_max_size={sizes[-1]}"
+
+
 @dataclass(frozen=True)
 class Snapshot:
     taken_at: float                      # wall-clock seconds
@@ -90,6 +139,8 @@ class Snapshot:
     # Each live allocation, when the source was asked for them (they cost a walk of every one);
     # may cover only the processes that exited, for their exit leak log.
     allocations: tuple[LiveAllocation, ...] | None = None
+    # The reachability check of the target, when one was asked for (--unreachable).
+    unreachable: UnreachableReport | None = None
 
     @property
     def live_bytes(self) -> int:

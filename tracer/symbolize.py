@@ -136,7 +136,8 @@ class Symbolizer:
 
     def symbolize(self, snapshot: Snapshot) -> SymbolizedSnapshot:
         partial: dict[tuple[int, int], tuple[Frame, tuple[str, int] | None]] = {}
-        for item in (*snapshot.groups, *(snapshot.allocations or ())):
+        unreachable = snapshot.unreachable.leaks if snapshot.unreachable else ()
+        for item in (*snapshot.groups, *(snapshot.allocations or ()), *unreachable):
             process = snapshot.processes.get(item.pid)
             space = self._space(item.pid, process.maps if process else "")
             for address in item.stack:

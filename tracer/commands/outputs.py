@@ -14,6 +14,7 @@ from ..render_leak_info import get_malloc_leak_info
 from ..render_leak_log import render_leak_log
 from ..render_process_report import render_process_report
 from ..render_text import render_text
+from ..render_unreachable import render_unreachable
 from ..snapshot import Snapshot
 from ..symbolize import Symbolizer
 
@@ -48,6 +49,7 @@ class Outputs:
     top_processes: int = 10
     min_bytes: int = 0                    # systemwide: processes holding less are left out of the report
     growth_intervals: int = 3             # rises in a row that flag a stack as a likely leak
+    contents: bool = False                # unreachable leaks with their first bytes
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
@@ -79,6 +81,9 @@ class Outputs:
             text = render_process_report(symbolized, growth, self.top_processes, self.top, self.min_bytes)
         else:
             text = render_text(symbolized, self.top, growth=growth)
+        if snapshot.unreachable and not self.json:
+            text += f"unreachable memory of pid {snapshot.unreachable.pid}:\n"
+            text += render_unreachable(symbolized, snapshot.unreachable, self.contents)
         write_fully(sys.stdout, text)
         for index, (pid, process) in enumerate(snapshot.processes.items()):
             if self.leak_info:

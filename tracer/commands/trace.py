@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pwd
 import re
 import shlex
@@ -10,10 +11,12 @@ import sys
 import time
 
 from ..bpf_engine import EngineSettings
-from ..errors import UsageError
+from ..errors import RuntimeFailure, UsageError
 from ..malloc_options import (MallocDebugConfig, OptionError, check_bpf_engine_options,
                               parse_malloc_debug_options)
 from ..session import Selection, Trace
+from ..snapshot import Snapshot
+from ..unreachable import DEFAULT_LIMIT
 from . import ArgumentParser, Command
 from .outputs import DEFAULT_DUMP_PREFIX, Outputs
 
@@ -137,6 +140,13 @@ class TraceCommand(Command):
                             help="add bt_info lines to heap dumps (backtrace_full)")
         parser.add_argument("--leak-track", action="store_true",
                             help="log every live allocation on stderr when the target exits (leak_track)")
+        parser.add_argument("--unreachable", action="store_true",
+                            help="at each report while the target lives, freeze it a moment and find the "
+                                 "allocations nothing reachable points to (libmemunreachable's check)")
+        parser.add_argument("--contents", action="store_true",
+                            help="--unreachable: show the first 32 bytes of each leak")
+        parser.add_argument("--limit", type=_bounded_int(0), metavar="N",
+                            help="--unreachable: leaks shown (default 100)")
         parser.add_argument("-f", "--follow-forks", action="store_true",
                             help="trace child processes too, with the blocks they inherit (zygote bit); "
                                  "the probes then trap in every process that uses the library")
@@ -171,7 +181,8 @@ class TraceCommand(Command):
                        backtrace_full=args.backtrace_full or "backtrace_full" in config.options,
                        leak_track=args.leak_track or "leak_track" in config.options,
                        systemwide=args.all, top_processes=args.top_processes or 10,
-                       min_bytes=args.min_bytes or 0, growth_intervals=args.growth_intervals)
+                       min_bytes=args.min_bytes or 0, growth_intervals=args.growth_intervals,
+                       contents=args.contents)
 
     @staticmethod
     def settings(args: argparse.Namespace, config: MallocDebugConfig) -> EngineSettings:
@@ -188,11 +199,15 @@ class TraceCommand(Command):
     def start(args: argparse.Namespace, settings: EngineSettings) -> tuple[Trace, str]:
         """The trace the arguments ask for, and how to name its target."""
         if args.all:
+            if args.unreachable:
+                raise UsageError("--unreachable checks one process: use -p or -c, not --all")
             selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid)
             return Trace.everything(settings, tuple(args.lib or ()), selection), "every process"
         given = [f"--{name.replace('_', '-')}" for name in _SYSTEMWIDE_ONLY if getattr(args, name) is not None]
         if given:
             raise UsageError(f"{given[0]} needs --all")
+        if (args.contents or args.limit is not None) and not args.unreachable:
+            raise UsageError(f"{'--contents' if args.contents else '--limit'} needs --unreachable")
         if args.lib and len(args.lib) > 1:
             raise UsageError("--lib is given once, except with --all")
         library = args.lib[0] if args.lib else None
@@ -205,6 +220,19 @@ class TraceCommand(Command):
         return trace, f"command '{args.command}' {trace.pid}"
 
     @staticmethod
+    def report_snapshot(trace: Trace, args: argparse.Namespace, **options) -> Snapshot:
+        """The snapshot of a report, with the reachability check when asked for and possible."""
+        snapshot = trace.snapshot(args.older_than, **options)
+        if not args.unreachable or trace.exited:
+            return snapshot
+        try:
+            report = trace.check_unreachable(DEFAULT_LIMIT if args.limit is None else args.limit)
+        except RuntimeFailure as e:
+            print(f"leaktrace: reachability check skipped: {e}", file=sys.stderr, flush=True)
+            return snapshot
+        return dataclasses.replace(snapshot, unreachable=report)
+
+    @staticmethod
     def report_loop(trace: Trace, args: argparse.Namespace, outputs: Outputs, flags: _SignalFlags) -> bool:
         """Reports every interval until stopped or the target is gone; True when COUNT reports were made."""
         reports = 0
@@ -213,7 +241,7 @@ class TraceCommand(Command):
             if flags.take_dump():
                 outputs.dump_now(trace.snapshot())
             if time.monotonic() >= next_report:
-                outputs.report(trace.snapshot(args.older_than))
+                outputs.report(TraceCommand.report_snapshot(trace, args))
                 reports += 1
                 if args.count and reports >= args.count:
                     return True
@@ -244,6 +272,7 @@ class TraceCommand(Command):
                 ending = (f"exited with status {trace.exit_status}" if trace.exit_status is not None
                           else "exited")
                 print(f"leaktrace: {what} {ending}", file=sys.stderr, flush=True)
-            final = trace.snapshot(args.older_than, with_allocations=trace.exited and outputs.wants_exit_allocations)
+            final = self.report_snapshot(trace, args,
+                                         with_allocations=trace.exited and outputs.wants_exit_allocations)
             outputs.report(final)
         return 0
