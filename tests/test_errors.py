@@ -39,6 +39,11 @@ def assert_one_line_error(result: subprocess.CompletedProcess, status: int, text
     (["-p", "1", "--options", "guard"], "option 'guard' works only inside the allocator"),
     (["-p", "1", "--min-size", "500", "--max-size", "100"], "(500) is larger than the largest (100)"),
     (["-c", ""], "-c needs a command"),
+    (["-c", "true", "--contents"], "--contents needs --unreachable"),
+    (["-p", "1", "--limit", "5"], "--limit needs --unreachable"),
+    (["--all", "--unreachable"], "--unreachable checks one process"),
+    (["-c", "true", "--unreachable", "--top-view"], "not in the top view"),
+    (["-p", "1", "--lib", "/a", "--lib", "/b"], "--lib is given once, except with --all"),
 ])
 def test_usage_errors_exit_2(args, text, probes_left_as_found):
     assert_one_line_error(run_command(args), 2, text)

@@ -142,7 +142,7 @@ def test_top_view_shows_the_leaker_on_top_sorts_and_restores_the_terminal(worker
         pane.close()
 
 
-def test_top_view_ends_cleanly_on_ctrl_c_and_on_the_targets_exit(workers):
+def test_top_view_ends_cleanly_on_ctrl_c_sigterm_and_the_targets_exit(workers):
     [leak] = workers.start("leak")
     pane = leaktrace_in_pane("-p", str(leak), "--top-view", "0.5")
     try:
@@ -153,13 +153,20 @@ def test_top_view_ends_cleanly_on_ctrl_c_and_on_the_targets_exit(workers):
         assert f"pid {leak} exited" in text and "Traceback" not in text
     finally:
         pane.close()
-    [leak] = workers.start("leak")
-    pane = leaktrace_in_pane("-p", str(leak), "--top-view", "0.5")
-    try:
-        pane.wait_for(r"PID +COMM")
-        pane.keys("C-c")
-        text = pane.wait_for(r"^EXIT 0$")
-        assert pane.flag("alternate_on") == "0" and pane.flag("cursor_flag") == "1"
-        assert "Traceback" not in text
-    finally:
-        pane.close()
+    for stop in ("C-c", "SIGTERM"):
+        [leak] = workers.start("leak")
+        pane = leaktrace_in_pane("-p", str(leak), "--top-view", "0.5")
+        try:
+            pane.wait_for(r"PID +COMM")
+            if stop == "SIGTERM":
+                shell = pane.flag("pane_pid")
+                tool = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True).stdout.split()
+                os.kill(int(tool[0]), signal.SIGTERM)
+            else:
+                pane.keys(stop)
+            text = pane.wait_for(r"^EXIT 0$")
+            assert pane.flag("alternate_on") == "0" and pane.flag("cursor_flag") == "1"
+            assert "Traceback" not in text
+            assert re.search(rf"\[\d\d:\d\d:\d\d\] pid {leak} \(workers\): \d+ live bytes", text)  # the final report
+        finally:
+            pane.close()

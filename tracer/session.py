@@ -65,6 +65,16 @@ class Selection:
                 and (self.uid is None or process.uid == self.uid))
 
 
+def _started(engine: BpfEngine) -> BpfEngine:
+    """The engine, started; closed again (nothing left attached) if starting fails."""
+    try:
+        engine.start()
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
 class Trace:
     """A BPF trace of one process (pid), or of every process (pid 0); a context manager
     that always detaches."""
@@ -83,11 +93,13 @@ class Trace:
         self._info_read_at = time.monotonic()
         self._exited = False
         self._gens: dict[int, int] = {}       # traced pid -> image generation, as last seen
-        # Exited (or replaced, or left out) since the kernel's tables were last cleaned:
-        # cleaning walks the live table, so it runs at most once a second.
+        # Exited (or replaced, or left out) since the kernel's tables were last cleaned.
+        # Cleaning walks the live table (about 1 s per million records), so it waits at
+        # least a second and ten times its last duration: at most a tenth of a CPU.
         self._to_forget: set[int] = set()
         self._forget_due = False
         self._forgot_at = 0.0
+        self._forget_pause = 1.0
         # Children that exited since the last snapshot: their last state, shown once.
         self._departed: list[tuple[ProcessInfo, list, list]] = []
 
@@ -103,13 +115,7 @@ class Trace:
         if info is None or not info.maps:
             raise RuntimeFailure(f"no process with pid {pid}")
         library = library or allocator_library_of_process(pid, info.maps)
-        engine = BpfEngine(settings, pid, (library,))
-        try:
-            engine.start()
-        except BaseException:
-            engine.close()
-            raise
-        return cls(engine, pid, info, is_child=False)
+        return cls(_started(BpfEngine(settings, pid, (library,))), pid, info, is_child=False)
 
     @classmethod
     def launch(cls, argv: list[str], settings: EngineSettings = EngineSettings(),
@@ -143,12 +149,7 @@ class Trace:
         check_system()
         found = libc_libraries()
         engine = BpfEngine(settings, 0, found + tuple(lib for lib in libraries if lib not in found))
-        try:
-            engine.start()
-        except BaseException:
-            engine.close()
-            raise
-        return cls(engine, 0, None, is_child=False, selection=selection)
+        return cls(_started(engine), 0, None, is_child=False, selection=selection)
 
     # -- running ------------------------------------------------------------
 
@@ -242,13 +243,15 @@ class Trace:
         self._to_forget |= gone
         self._forget_due |= bool(gone or replaced or unselected)
         self._gens = {pid: p.gen for pid, p in traced.items() if pid not in self._to_forget}
-        if time.monotonic() - self._forgot_at >= 1.0:
+        if time.monotonic() - self._forgot_at >= self._forget_pause:
             self._forget()
 
     def _forget(self) -> None:
         if self._forget_due:
+            started = time.monotonic()
             self.engine.forget(self._to_forget)
             self._to_forget, self._forget_due, self._forgot_at = set(), False, time.monotonic()
+            self._forget_pause = max(1.0, 10 * (self._forgot_at - started))
 
     def poll(self) -> bool:
         """Notices stops and exits; returns False once the target is gone."""

@@ -206,6 +206,8 @@ class TraceCommand(Command):
         given = [f"--{name.replace('_', '-')}" for name in _SYSTEMWIDE_ONLY if getattr(args, name) is not None]
         if given:
             raise UsageError(f"{given[0]} needs --all")
+        if args.unreachable and args.top_view:
+            raise UsageError("--unreachable reports in text or JSON, not in the top view")
         if (args.contents or args.limit is not None) and not args.unreachable:
             raise UsageError(f"{'--contents' if args.contents else '--limit'} needs --unreachable")
         if args.lib and len(args.lib) > 1:
