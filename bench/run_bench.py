@@ -1,5 +1,6 @@
-"""One run, several interleaved rounds: the traced/untraced slowdown of leaktrace and
-of bcc's memleak-bpfcc on the same workload, both tools' start-up and shutdown, then
+"""One run, several interleaved rounds: the traced/untraced slowdown of leaktrace (BPF
+engine, and the LD_PRELOAD library with and without stacks) and of bcc's memleak-bpfcc
+on the same workload, both tools' start-up and shutdown, then
 leaktrace's report time at 100k and 1M live allocations. Prints medians and ratios; run as root from the repo:
 
     .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1] [--calls 100000]
@@ -62,6 +63,10 @@ def overhead(binary: Path, args: argparse.Namespace) -> None:
         "leaktrace": [*leaktrace, "-c", workload, "--json", "3600"],
         "leaktrace size-filtered": [*leaktrace, "-c", workload, "--json", "--options", "backtrace_size=320",
                                     "3600"],
+        "leaktrace --engine preload": [*leaktrace, "-c", workload, "--json", "--engine", "preload", "3600"],
+        # No size of the workload gets a stack: the library's table alone.
+        "preload without stacks": [*leaktrace, "-c", workload, "--json", "--engine", "preload",
+                                   "--options", "backtrace_size=1", "3600"],
     }
     memleak = shutil.which("memleak-bpfcc")
     if memleak:

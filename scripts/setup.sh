@@ -55,6 +55,6 @@ fi
 if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-if ! .venv/bin/python -c 'import leaktrace, pytest, tabulate, bcc, capstone, numpy' >/dev/null 2>&1; then
+if ! .venv/bin/python -c 'import leaktrace.preload as p, pytest, tabulate, bcc, capstone, numpy; p.preload_library()' >/dev/null 2>&1; then
     .venv/bin/pip install -q -e '.[test]'
 fi

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from leaktrace.malloc_options import (SIZE_MAX, OptionError, check_bpf_engine_options,
+from leaktrace.malloc_options import (SIZE_MAX, OptionError, check_engine_options,
                                       parse_malloc_debug_options)
 
 
@@ -70,9 +70,9 @@ def test_aliases_and_defaults():
 ])
 def test_bpf_engine_refuses(text, reason):
     with pytest.raises(OptionError, match=reason):
-        check_bpf_engine_options(parse_malloc_debug_options(text))
+        check_engine_options(parse_malloc_debug_options(text))
 
 
 def test_bpf_engine_accepts_backtrace_options():
-    check_bpf_engine_options(parse_malloc_debug_options(
+    check_engine_options(parse_malloc_debug_options(
         "bt=8 bt_sz=24 backtrace_min_size=1 leak_track bt_full bt_dmp_on_ex bt_dmp_pre=/tmp/d"))

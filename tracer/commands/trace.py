@@ -12,8 +12,9 @@ import time
 
 from ..bpf_engine import EngineSettings
 from ..errors import RuntimeFailure, UsageError
-from ..malloc_options import (MallocDebugConfig, OptionError, check_bpf_engine_options,
+from ..malloc_options import (SIZE_MAX, MallocDebugConfig, OptionError, check_engine_options,
                               parse_malloc_debug_options)
+from ..preload import PreloadTrace, preload_library
 from ..session import Selection, Trace
 from ..snapshot import Snapshot
 from ..unreachable import DEFAULT_LIMIT
@@ -101,6 +102,9 @@ class TraceCommand(Command):
         target.add_argument("-a", "--all", action="store_true",
                             help="trace every process that uses a libc of this system (and --lib), each from "
                                  "its first allocator call")
+        target.add_argument("--preload-lib", action="store_true",
+                            help="print the path of leaktrace's LD_PRELOAD library (malloc_debug's API for "
+                                 "glibc programs) and exit")
         parser.add_argument("interval", nargs="?", type=_interval, default=5.0,
                             help="seconds between reports (default 5)")
         parser.add_argument("count", nargs="?", type=_bounded_int(1), help="stop after this many reports")
@@ -140,6 +144,9 @@ class TraceCommand(Command):
                             help="add bt_info lines to heap dumps (backtrace_full)")
         parser.add_argument("--leak-track", action="store_true",
                             help="log every live allocation on stderr when the target exits (leak_track)")
+        parser.add_argument("--engine", choices=("bpf", "preload"), default="bpf",
+                            help="bpf: uprobes (default); preload: run -c's command with leaktrace's LD_PRELOAD "
+                                 "library, which records in the process and dumps on request")
         parser.add_argument("--unreachable", action="store_true",
                             help="at each report while the target lives, freeze it a moment and find the "
                                  "allocations nothing reachable points to (libmemunreachable's check)")
@@ -167,7 +174,7 @@ class TraceCommand(Command):
     def config(args: argparse.Namespace) -> MallocDebugConfig:
         try:
             config = parse_malloc_debug_options(args.options)
-            check_bpf_engine_options(config)
+            check_engine_options(config, args.engine)
         except OptionError as e:
             raise UsageError(str(e).removeprefix("leaktrace: ")) from None
         return config
@@ -194,6 +201,24 @@ class TraceCommand(Command):
                               size_max=size_max, max_live=args.max_live, max_sites=args.max_sites,
                               max_stacks=args.max_stacks, max_pending=args.max_pending,
                               follow_forks=args.follow_forks)
+
+    @staticmethod
+    def start_preload(args: argparse.Namespace, settings: EngineSettings, config: MallocDebugConfig) -> PreloadTrace:
+        """-c CMD --engine preload: the command run with the library, told the same options."""
+        if args.command is None:
+            raise UsageError("--engine preload runs a command: use -c")
+        for flag, given in (("--unreachable", args.unreachable), ("--older-than", args.older_than is not None),
+                            ("-f", args.follow_forks), ("--lib", args.lib), ("--top-view", args.top_view)):
+            if given:
+                raise UsageError(f"{flag} works with the BPF engine only")
+        argv = shlex.split(args.command)
+        if not argv:
+            raise UsageError("-c needs a command")
+        options = [f"backtrace={settings.stack_depth}"]
+        options += [f"backtrace_min_size={settings.size_min}"] if settings.size_min else []
+        options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != SIZE_MAX else []
+        options += [name for name in ("leak_track",) if args.leak_track or name in config.options]
+        return PreloadTrace(argv, " ".join(options))
 
     @staticmethod
     def start(args: argparse.Namespace, settings: EngineSettings) -> tuple[Trace, str]:
@@ -255,16 +280,26 @@ class TraceCommand(Command):
         config = self.config(args)
         settings = self.settings(args, config)
         outputs = self.outputs(args, config)
+        if args.preload_lib:
+            print(preload_library())
+            return 0
         flags = _SignalFlags()
-        trace, what = self.start(args, settings)
-        trace.final_with_allocations = outputs.wants_exit_allocations
+        if args.engine == "preload":
+            outputs.leak_track = False   # the library logs its own leaks at exit
+            trace = self.start_preload(args, settings, config)
+            what = f"command '{args.command}' {trace.pid}"
+            print(f"leaktrace: running {what} with {preload_library()} (LD_PRELOAD)", file=sys.stderr, flush=True)
+        else:
+            trace, what = self.start(args, settings)
+            trace.final_with_allocations = outputs.wants_exit_allocations
         with trace:
-            if args.verbose:
-                for probe in trace.engine.probes:
-                    print(f"leaktrace: {probe.placement.why}", file=sys.stderr)
-            libraries = ", ".join(trace.engine.libraries)
-            print(f"leaktrace: tracing {what} through {libraries}: "
-                  f"{len(trace.engine.probes)} probes live", file=sys.stderr, flush=True)
+            if args.engine == "bpf":
+                if args.verbose:
+                    for probe in trace.engine.probes:
+                        print(f"leaktrace: {probe.placement.why}", file=sys.stderr)
+                libraries = ", ".join(trace.engine.libraries)
+                print(f"leaktrace: tracing {what} through {libraries}: "
+                      f"{len(trace.engine.probes)} probes live", file=sys.stderr, flush=True)
             if args.top_view:
                 from ..top_view import run_top_view
                 run_top_view(trace, args.interval, flags, args.growth_intervals)

@@ -1,0 +1,109 @@
+"""The in-process engine: leaktrace's LD_PRELOAD library (preload/malloc_debug.c), held
+to the BPF engine on the same programs, and its option parser held to the Python one."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import leaktrace_command
+from helpers import TIMEOUT, final_report, run_command, sites
+
+from leaktrace.malloc_options import OptionError, check_engine_options, options_header, parse_malloc_debug_options
+from leaktrace.preload import preload_library
+
+REPO = Path(__file__).parent.parent
+
+
+def both_engines(*args: str) -> tuple[dict, dict]:
+    """The final JSON report of the same command under each engine."""
+    bpf = final_report(run_command([*args, "--json", "3600"]))
+    preload = final_report(run_command([*args, "--json", "3600", "--engine", "preload"]))
+    return bpf, preload
+
+
+def without_libc_internals(report: dict) -> dict:
+    """Per call site, leaving out what the C runtime allocates for itself (the same in both)."""
+    return {name: groups for name, groups in sites(report).items() if not name.startswith(("_IO_", "0x"))}
+
+
+@pytest.mark.parametrize("args", [
+    ("shapes",), ("threads", "4"), ("sizes", "24", "100", "192", "320", "1000", "4096"),
+])
+def test_same_leak_groups_as_the_bpf_engine(program, args):
+    command = " ".join([str(program(args[0])), *args[1:]])
+    bpf, preload = both_engines("-c", command)
+    assert without_libc_internals(preload) == without_libc_internals(bpf)
+    # The rest differ for a reason: the library brings a TLS module of its own, so each
+    # thread's DTV (allocated by ld.so) is 16 bytes longer under the preload engine.
+    assert preload["live_allocations"] == bpf["live_allocations"]
+
+
+def test_size_filters_match(program):
+    command = f"{program('sizes')} 24 100 192 256 320 1000"
+    bpf, preload = both_engines("-c", command, "--options", "backtrace_min_size=192 backtrace_max_size=320")
+    assert sites(preload) == sites(bpf)
+    assert sites(bpf)["alloc_size"] == [(192, 1), (256, 1), (320, 1)]
+    assert sorted(sites(bpf)["(filtered)"]) == [(24, 1), (100, 1), (1000, 1)]
+
+
+def test_options_header_is_generated_from_the_python_table():
+    assert (REPO / "preload" / "options.h").read_text() == options_header()
+
+
+@pytest.mark.parametrize("text", [
+    "backtrace=300", "backtrace=abc", "backtrace=-1", "bt=5x", "unknown_option", "leak_track=1",
+    "backtrace_size", "backtrace=99999999999999999999", "bt_min_sz=0", "guard", "free_track=10",
+    "backtrace leak_track", "bt=32 bt_sz=64", "backtrace_min_size=100 backtrace_max_size=200",
+])
+def test_both_parsers_accept_and_refuse_the_same_strings(text):
+    """The C side (run in a real process) prints exactly what the Python side raises."""
+    try:
+        check_engine_options(parse_malloc_debug_options(text), "preload")
+        expected = ""
+    except OptionError as e:
+        expected = str(e).removeprefix("leaktrace: ")
+    result = subprocess.run(["/bin/true"], capture_output=True, text=True, timeout=TIMEOUT,
+                            env={"LD_PRELOAD": preload_library(), "LIBC_DEBUG_MALLOC_OPTIONS": text})
+    lines = [line.split(": ", 1)[1] for line in result.stderr.splitlines()]
+    if expected:
+        assert lines == [expected, "malloc debug disabled: bad LIBC_DEBUG_MALLOC_OPTIONS"]
+    else:
+        assert lines == []
+    assert result.returncode == 0   # the program runs on, on plain glibc when the options are bad
+
+
+def test_preload_lib_path_leak_track_and_in_process_helper(tmp_path):
+    path = subprocess.run(leaktrace_command("--preload-lib"), capture_output=True, text=True, timeout=TIMEOUT)
+    assert path.returncode == 0 and path.stdout.strip() == preload_library()
+    script = ("import ctypes\n"
+              "from leaktrace.preload import leak_info_in_process\n"
+              "libc = ctypes.CDLL(None)\n"
+              "libc.malloc.restype = ctypes.c_void_p\n"
+              "kept = [libc.malloc(77777) for _ in range(3)]\n"
+              "entries = [e for e in leak_info_in_process() if e.size == 77777]\n"
+              "print(len(entries), entries[0].num_allocations if entries else 0)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT,
+                            env={"LD_PRELOAD": path.stdout.strip(),
+                                 "LIBC_DEBUG_MALLOC_OPTIONS": "backtrace=8 leak_track", "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "3"]
+    leaks = [line for line in result.stderr.splitlines() if line.startswith("+++ python")]
+    assert any(" leaked block of size 77777 at 0x" in line for line in leaks)
+
+
+def test_fork_gives_the_child_its_parents_blocks_with_the_zygote_bit(program, tmp_path):
+    """tests/programs/fork_exit.c under the library: each process's exit dump (v1.2)."""
+    prefix = tmp_path / "heap"
+    result = subprocess.run([str(program("fork_exit"))], capture_output=True, text=True, timeout=TIMEOUT,
+                            env={"LD_PRELOAD": preload_library(),
+                                 "LIBC_DEBUG_MALLOC_OPTIONS": f"backtrace backtrace_dump_on_exit "
+                                                              f"backtrace_dump_prefix={prefix}"})
+    assert result.returncode == 0, result.stderr
+    family = []
+    for path in tmp_path.glob("heap.*.exit.txt"):
+        records = [line.split("  bt")[0] for line in path.read_text().splitlines() if line.startswith("z ")]
+        family.append(sorted(" ".join(record.split()) for record in records))
+    assert sorted(family) == [["z 0 sz 100 num 1"] * 2,                      # the parent (two call sites)
+                              ["z 0 sz 200 num 1", "z 1 sz 100 num 1"]]      # the child: one inherited block

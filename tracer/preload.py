@@ -1,0 +1,148 @@
+"""The in-process engine: the LD_PRELOAD library (preload/malloc_debug.c) as a source.
+
+A command runs with the library; each snapshot asks it for a heap dump (SIGRTMAX-17,
+written at its next allocator call) and reads the dump back; at exit the library
+writes a last one (backtrace_dump_on_exit). The dump is Android's v1.2 text, MAPS
+included, so a snapshot from it symbolizes like one from the BPF engine.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import RuntimeFailure
+from .render_leak_info import LeakInfoEntry, decode_leak_info
+from .snapshot import AllocationGroup, Counters, ProcessInfo, Snapshot, StackStatus
+
+DUMP_SIGNAL = signal.SIGRTMAX - 17
+DUMP_TIMEOUT = 5.0     # seconds for the program to make an allocator call and write its dump
+_RECORD = re.compile(r"z (\d)  sz +(\d+)  num +(\d+)  bt((?: [0-9a-f]+)*)$")
+
+
+def preload_library() -> str:
+    """Path of the library that pip install built into the package."""
+    found = sorted(glob.glob(str(Path(__file__).parent / "_malloc_debug*.so")))
+    if not found:
+        raise RuntimeFailure("leaktrace's preload library is not built: reinstall leaktrace (pip install)")
+    return found[0]
+
+
+def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exited: bool = False) -> Snapshot:
+    """A snapshot from an "Android Native Heap Dump v1.2": its records as groups, its maps."""
+    if not text.startswith("Android Native Heap Dump v1.2"):
+        raise ValueError("not an Android Native Heap Dump v1.2")
+    body, _, maps = text.partition("\nMAPS\n")
+    depth = int(re.search(r"^Backtrace size: (\d+)$", body, re.M).group(1))
+    groups = []
+    for line in body.splitlines():
+        found = _RECORD.match(line)
+        if not found:
+            continue
+        zygote, size, count, frames = found.groups()
+        # Dumped pcs point into the call (return address - 1): snapshots keep return addresses.
+        stack = tuple(int(pc, 16) + 1 for pc in frames.split())
+        groups.append(AllocationGroup(pid, int(size), int(count), stack,
+                                      StackStatus.CAPTURED if stack else StackStatus.FILTERED, zygote == "1"))
+    info = ProcessInfo(pid, comm, comm, maps.removesuffix("END\n"), exited)
+    return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, depth)
+
+
+class PreloadTrace:
+    """A command run with the library; the same snapshots as a BPF trace."""
+
+    def __init__(self, argv: list[str], options: str):
+        self.workdir = tempfile.mkdtemp(prefix="leaktrace-preload-")
+        self.prefix = os.path.join(self.workdir, "heap")
+        env = dict(os.environ, LD_PRELOAD=preload_library(),
+                   LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={self.prefix}")
+        path = shutil.which(argv[0]) if "/" not in argv[0] else argv[0]
+        if not path or not os.access(path, os.X_OK):
+            shutil.rmtree(self.workdir)
+            raise RuntimeFailure(f"cannot run '{argv[0]}': No such file or directory")
+        self.pid = os.spawnve(os.P_NOWAIT, path, argv, env)
+        self.comm = os.path.basename(path)[:15]
+        self.exit_status: int | None = None
+        self.final_snapshot: Snapshot | None = None
+
+    @property
+    def exited(self) -> bool:
+        return self.exit_status is not None
+
+    def _read_dump(self, suffix: str, exited: bool) -> Snapshot | None:
+        path = f"{self.prefix}.{self.pid}{suffix}"
+        try:
+            text = Path(path).read_text()
+        except FileNotFoundError:
+            return None
+        os.unlink(path)
+        return snapshot_from_heap_dump(text, self.pid, self.comm, time.time(), exited)
+
+    def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
+        """Asks the program for a dump and reads it (the final one once it has exited). The
+        dump has neither ages nor pointers: older_than_ms and with_allocations are refused."""
+        if older_than_ms is not None or with_allocations:
+            raise RuntimeFailure("the preload engine's dumps carry neither ages nor pointers")
+        if self.exited:
+            return self.final_snapshot or Snapshot(time.time(), (), Counters())
+        os.kill(self.pid, DUMP_SIGNAL)
+        deadline = time.monotonic() + DUMP_TIMEOUT
+        while time.monotonic() < deadline:
+            found = self._read_dump(".txt", False)
+            if found:
+                return found
+            if not self.poll():
+                return self.snapshot()
+            time.sleep(0.01)
+        raise RuntimeFailure(f"pid {self.pid} wrote no heap dump within {DUMP_TIMEOUT:g} s "
+                             "(it writes one at its next allocator call)")
+
+    def poll(self) -> bool:
+        """False once the command has exited (its exit dump is then the final snapshot)."""
+        if self.exited:
+            return False
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid == 0:
+            return True
+        self.exit_status = os.waitstatus_to_exitcode(status)
+        self.final_snapshot = self._read_dump(".exit.txt", True)
+        return False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def close(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "PreloadTrace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def leak_info_in_process() -> list[LeakInfoEntry]:
+    """get_malloc_leak_info() of this very process, which must run with the library
+    preloaded (LD_PRELOAD=$(leaktrace --preload-lib) python ...)."""
+    try:
+        function = ctypes.CDLL(None).get_malloc_leak_info
+    except AttributeError:
+        raise RuntimeFailure("this process was not started with leaktrace's preload library") from None
+    info, sizes = ctypes.POINTER(ctypes.c_uint8)(), [ctypes.c_size_t() for _ in range(4)]
+    function(ctypes.byref(info), *(ctypes.byref(s) for s in sizes))
+    overall, _, _, backtrace_size = (s.value for s in sizes)
+    try:
+        return decode_leak_info(ctypes.string_at(info, overall), backtrace_size) if overall else []
+    finally:
+        ctypes.CDLL(None).free_malloc_leak_info(info)
