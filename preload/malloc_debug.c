@@ -61,8 +61,11 @@ static struct {
 } config;
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct record *table;
-static size_t table_slots, table_used, table_live;
+// Exported so that leaktrace can read the table from a frozen copy of the process
+// (--unreachable): slot i is leaktrace_table[i], 32 bytes, as struct record lays it out.
+struct record *leaktrace_table;
+size_t leaktrace_table_slots;
+static size_t table_used, table_live;
 static volatile sig_atomic_t dump_requested;
 static __thread int inside __attribute__((tls_model("initial-exec")));
 static uintptr_t own_start, own_end;   // this library's code: its frames are left out
@@ -247,31 +250,31 @@ static void read_config(void)
     __atomic_store_n(&config.state, 1, __ATOMIC_RELEASE);
 }
 
-// --- the table of live blocks -------------------------------------------
+// --- the leaktrace_table of live blocks -------------------------------------------
 
 static size_t slot_of(uintptr_t pointer)
 {
     uint64_t h = pointer * 0x9e3779b97f4a7c15ULL;
-    return (size_t)(h >> 17) & (table_slots - 1);
+    return (size_t)(h >> 17) & (leaktrace_table_slots - 1);
 }
 
 static int grow(void)
 {
-    size_t slots = table_slots ? table_slots * 2 : 4096;
+    size_t slots = leaktrace_table_slots ? leaktrace_table_slots * 2 : 4096;
     struct record *bigger = __libc_calloc(slots, sizeof *bigger);
     if (!bigger)
         return 0;
-    struct record *old = table;
-    size_t old_slots = table_slots;
-    table = bigger;
-    table_slots = slots;
+    struct record *old = leaktrace_table;
+    size_t old_slots = leaktrace_table_slots;
+    leaktrace_table = bigger;
+    leaktrace_table_slots = slots;
     table_used = table_live;
     for (size_t i = 0; i < old_slots; i++) {
         if (old[i].pointer > 1) {
             size_t j = slot_of(old[i].pointer);
-            while (table[j].pointer)
-                j = (j + 1) & (table_slots - 1);
-            table[j] = old[i];
+            while (leaktrace_table[j].pointer)
+                j = (j + 1) & (leaktrace_table_slots - 1);
+            leaktrace_table[j] = old[i];
         }
     }
     __libc_free(old);
@@ -281,37 +284,37 @@ static int grow(void)
 static void insert(uintptr_t pointer, size_t size, uintptr_t *frames, uint32_t frame_count)
 {
     pthread_mutex_lock(&table_lock);
-    if ((table_used + 1) * 2 > table_slots && !grow()) {
+    if ((table_used + 1) * 2 > leaktrace_table_slots && !grow()) {
         pthread_mutex_unlock(&table_lock);
         __libc_free(frames);
         return;
     }
     size_t j = slot_of(pointer);
-    while (table[j].pointer > 1 && table[j].pointer != pointer)
-        j = (j + 1) & (table_slots - 1);
-    if (table[j].pointer == pointer) {
-        __libc_free(table[j].frames);   // glibc handed the address out again: its free went unseen
+    while (leaktrace_table[j].pointer > 1 && leaktrace_table[j].pointer != pointer)
+        j = (j + 1) & (leaktrace_table_slots - 1);
+    if (leaktrace_table[j].pointer == pointer) {
+        __libc_free(leaktrace_table[j].frames);   // glibc handed the address out again: its free went unseen
     } else {
-        if (!table[j].pointer)
+        if (!leaktrace_table[j].pointer)
             table_used++;
         table_live++;
     }
-    table[j] = (struct record){pointer, size, 0, frame_count, frames};
+    leaktrace_table[j] = (struct record){pointer, size, 0, frame_count, frames};
     pthread_mutex_unlock(&table_lock);
 }
 
-// Takes a block's record out of the table; returns 0 if it was not there.
+// Takes a block's record out of the leaktrace_table; returns 0 if it was not there.
 static int take(uintptr_t pointer, struct record *out)
 {
     int found = 0;
     pthread_mutex_lock(&table_lock);
-    if (table_slots) {
+    if (leaktrace_table_slots) {
         size_t j = slot_of(pointer);
-        while (table[j].pointer && table[j].pointer != pointer)
-            j = (j + 1) & (table_slots - 1);
-        if (table[j].pointer == pointer) {
-            *out = table[j];
-            table[j].pointer = 1;
+        while (leaktrace_table[j].pointer && leaktrace_table[j].pointer != pointer)
+            j = (j + 1) & (leaktrace_table_slots - 1);
+        if (leaktrace_table[j].pointer == pointer) {
+            *out = leaktrace_table[j];
+            leaktrace_table[j].pointer = 1;
             table_live--;
             found = 1;
         }
@@ -329,9 +332,9 @@ static void erase(uintptr_t pointer)
 
 static void after_fork_in_child(void)
 {
-    for (size_t i = 0; i < table_slots; i++)
-        if (table[i].pointer > 1)
-            table[i].zygote = 1;
+    for (size_t i = 0; i < leaktrace_table_slots; i++)
+        if (leaktrace_table[i].pointer > 1)
+            leaktrace_table[i].zygote = 1;
     pthread_mutex_init(&table_lock, NULL);
 }
 
@@ -403,13 +406,13 @@ static struct record *snapshot_records(size_t *count)
     pthread_mutex_lock(&table_lock);
     struct record *list = __libc_malloc((table_live ? table_live : 1) * sizeof *list);
     size_t n = 0;
-    for (size_t i = 0; list && i < table_slots; i++) {
-        if (table[i].pointer <= 1)
+    for (size_t i = 0; list && i < leaktrace_table_slots; i++) {
+        if (leaktrace_table[i].pointer <= 1)
             continue;
-        list[n] = table[i];
+        list[n] = leaktrace_table[i];
         list[n].frames = NULL;
-        if (table[i].frame_count && (list[n].frames = __libc_malloc(table[i].frame_count * sizeof(uintptr_t))))
-            memcpy(list[n].frames, table[i].frames, table[i].frame_count * sizeof(uintptr_t));
+        if (leaktrace_table[i].frame_count && (list[n].frames = __libc_malloc(leaktrace_table[i].frame_count * sizeof(uintptr_t))))
+            memcpy(list[n].frames, leaktrace_table[i].frames, leaktrace_table[i].frame_count * sizeof(uintptr_t));
         else
             list[n].frame_count = 0;
         n++;
@@ -476,13 +479,13 @@ ssize_t malloc_backtrace(void *pointer, uintptr_t *frames, size_t frame_count)
 {
     ssize_t found = 0;
     pthread_mutex_lock(&table_lock);
-    if (table_slots) {
+    if (leaktrace_table_slots) {
         size_t j = slot_of((uintptr_t)pointer);
-        while (table[j].pointer && table[j].pointer != (uintptr_t)pointer)
-            j = (j + 1) & (table_slots - 1);
-        if (table[j].pointer == (uintptr_t)pointer) {
-            found = table[j].frame_count < frame_count ? table[j].frame_count : frame_count;
-            memcpy(frames, table[j].frames, found * sizeof *frames);
+        while (leaktrace_table[j].pointer && leaktrace_table[j].pointer != (uintptr_t)pointer)
+            j = (j + 1) & (leaktrace_table_slots - 1);
+        if (leaktrace_table[j].pointer == (uintptr_t)pointer) {
+            found = leaktrace_table[j].frame_count < frame_count ? leaktrace_table[j].frame_count : frame_count;
+            memcpy(frames, leaktrace_table[j].frames, found * sizeof *frames);
         }
     }
     pthread_mutex_unlock(&table_lock);
@@ -686,7 +689,7 @@ void *realloc(void *pointer, size_t size)
     if (!tracking())
         return __libc_realloc(pointer, size);
     inside++;
-    // Out of the table before glibc may hand the address to another thread.
+    // Out of the leaktrace_table before glibc may hand the address to another thread.
     struct record old;
     int had = pointer && take((uintptr_t)pointer, &old);
     void *result = __libc_realloc(pointer, size);

@@ -18,6 +18,7 @@ from helpers import TIMEOUT
 
 from leaktrace import EngineSettings, Trace
 from leaktrace.freeze import freeze_and_copy
+from leaktrace.preload import PreloadTrace
 
 # mode -> (unreachable bytes, unreachable allocations, reported leaks as
 # (size, referenced_count, referenced_size, similar_count), largest total first)
@@ -39,10 +40,13 @@ SHAPES = {
 
 
 class Shape:
-    """tests/programs/unreachable.c in one mode, launched under the BPF engine."""
+    """tests/programs/unreachable.c in one mode, launched under the BPF engine or with the
+    preload library (whose own table then gives the allocations)."""
 
-    def __init__(self, binary: Path, mode: str, ready: Path, settings: EngineSettings = EngineSettings()):
-        self.trace = Trace.launch([str(binary), mode, str(ready)], settings)
+    def __init__(self, binary: Path, mode: str, ready: Path, settings: EngineSettings = EngineSettings(),
+                 engine: str = "bpf"):
+        argv = [str(binary), mode, str(ready)]
+        self.trace = Trace.launch(argv, settings) if engine == "bpf" else PreloadTrace(argv, "backtrace=16")
         deadline = time.monotonic() + TIMEOUT
         while not ready.exists() or not ready.read_text().endswith("\n"):
             assert self.trace.poll() and time.monotonic() < deadline, "the shape never became ready"
@@ -75,10 +79,11 @@ def valgrind_lost(binary: Path, mode: str) -> tuple[int, int]:
     return total_bytes, total_blocks
 
 
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
 @pytest.mark.parametrize("mode", sorted(SHAPES))
-def test_shapes_match_upstream_and_valgrind(program, tmp_path, mode):
+def test_shapes_match_upstream_and_valgrind(program, tmp_path, mode, engine):
     binary = program("unreachable")
-    shape = Shape(binary, mode, tmp_path / "ready")
+    shape = Shape(binary, mode, tmp_path / "ready", engine=engine)
     try:
         first = shape.trace.check_unreachable()
         second = shape.trace.check_unreachable()   # stable when repeated, and harmless

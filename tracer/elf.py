@@ -9,7 +9,7 @@ from functools import cached_property
 
 PT_LOAD, PT_INTERP = 1, 3
 SHT_SYMTAB, SHT_DYNSYM = 2, 11
-STT_FUNC, STT_GNU_IFUNC = 2, 10
+STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 1, 2, 10
 SHN_UNDEF = 0
 
 
@@ -98,8 +98,8 @@ class ElfFile:
                 return self._data[seg.offset:seg.offset + seg.filesz].rstrip(b"\0").decode()
         return None
 
-    def _symbols_of(self, section_type: int) -> list[tuple[Symbol, int]]:
-        """Defined function symbols of one table, with their section index."""
+    def _symbols_of(self, section_type: int, types=(STT_FUNC, STT_GNU_IFUNC)) -> list[tuple[Symbol, int]]:
+        """Defined symbols of one table (functions unless types says otherwise), with their section index."""
         result = []
         for _, typ, off, size, link, entsize in self._sections:
             if typ != section_type or not entsize:
@@ -110,7 +110,7 @@ class ElfFile:
                     name, info, _, shndx, value, sym_size = struct.unpack_from("<IBBHQQ", self._data, at)
                 else:
                     name, value, sym_size, info, _, shndx = struct.unpack_from("<IIIBBH", self._data, at)
-                if (info & 0xF) in (STT_FUNC, STT_GNU_IFUNC) and shndx != SHN_UNDEF and value:
+                if (info & 0xF) in types and shndx != SHN_UNDEF and value:
                     result.append((Symbol(self._cstring(strtab + name), value, sym_size), shndx))
         return result
 
@@ -118,6 +118,11 @@ class ElfFile:
     def dynamic_functions(self) -> dict[str, int]:
         """Exported function name -> address (link-time virtual address)."""
         return {sym.name.split("@")[0]: sym.value for sym, _ in self._symbols_of(SHT_DYNSYM)}
+
+    @cached_property
+    def dynamic_objects(self) -> dict[str, int]:
+        """Exported variable name -> address (link-time virtual address)."""
+        return {sym.name.split("@")[0]: sym.value for sym, _ in self._symbols_of(SHT_DYNSYM, (STT_OBJECT,))}
 
     @cached_property
     def _function_index(self) -> tuple[list[int], list[Symbol]]:

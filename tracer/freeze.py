@@ -51,6 +51,13 @@ class FrozenImage:
     def stack_pointers(self) -> list[int]:
         return [regs[RSP_INDEX] for regs in self.registers.values()]
 
+    def read(self, address: int, size: int) -> bytes:
+        """Bytes of the copy at address (fewer where the copy ends; none outside it)."""
+        for start, data in self.memory.items():
+            if start <= address < start + len(data):
+                return data[address - start:address - start + size]
+        return b""
+
 
 def _threads(pid: int) -> set[int]:
     try:

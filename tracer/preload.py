@@ -13,17 +13,25 @@ import os
 import re
 import shutil
 import signal
+import struct
 import tempfile
 import time
 from pathlib import Path
 
+from .elf import ElfFile
 from .errors import RuntimeFailure
+from .freeze import FrozenImage, freeze_and_copy
+from .process import Mapping
 from .render_leak_info import LeakInfoEntry, decode_leak_info
-from .snapshot import AllocationGroup, Counters, ProcessInfo, Snapshot, StackStatus
+from .snapshot import (AllocationGroup, Counters, LiveAllocation, ProcessInfo, Snapshot, StackStatus,
+                       UnreachableReport)
+from .unreachable import DEFAULT_LIMIT, scanned_mapping, sweep_image
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_TIMEOUT = 5.0     # seconds for the program to make an allocator call and write its dump
 _RECORD = re.compile(r"z (\d)  sz +(\d+)  num +(\d+)  bt((?: [0-9a-f]+)*)$")
+# struct record of preload/malloc_debug.c: pointer, size, zygote, frame_count, frames.
+RECORD = struct.Struct("<QQIIQ")
 
 
 def preload_library() -> str:
@@ -122,6 +130,15 @@ class PreloadTrace:
             time.sleep(0.02)
         return True
 
+    def check_unreachable(self, limit: int = DEFAULT_LIMIT) -> UnreachableReport:
+        """The reachability check, with the allocations read from the library's own table
+        in the frozen copy: exactly the blocks live at the freeze."""
+        if self.exited:
+            raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
+        image = freeze_and_copy(self.pid, scanned_mapping)
+        allocations, table = allocations_in_image(image)
+        return sweep_image(image, allocations, complete=True, limit=limit, excluded=table)
+
     def close(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -146,3 +163,34 @@ def leak_info_in_process() -> list[LeakInfoEntry]:
         return decode_leak_info(ctypes.string_at(info, overall), backtrace_size) if overall else []
     finally:
         ctypes.CDLL(None).free_malloc_leak_info(info)
+
+
+def _library_base(maps: list[Mapping], library: str) -> int | None:
+    """Where the library is loaded in a process (its mapping at file offset 0)."""
+    real = os.path.realpath(library)
+    for mapping in maps:
+        if mapping.offset == 0 and mapping.path and os.path.realpath(mapping.path) == real:
+            return mapping.start
+    return None
+
+
+def allocations_in_image(image: FrozenImage) -> tuple[list[LiveAllocation], tuple[tuple[int, int], ...]]:
+    """The library's table of live blocks, read from a frozen copy of the process, and the
+    range the table itself occupies (never a root: it points to every block)."""
+    library = preload_library()
+    base = _library_base(image.maps, library)
+    if base is None:
+        raise RuntimeFailure(f"pid {image.pid} does not run with leaktrace's preload library")
+    symbols = ElfFile(library).dynamic_objects
+    table_at, slots_at = (base + symbols[name] for name in ("leaktrace_table", "leaktrace_table_slots"))
+    table, slots = (struct.unpack("<Q", image.read(at, 8).ljust(8, b"\0"))[0] for at in (table_at, slots_at))
+    records = image.read(table, slots * RECORD.size)
+    allocations = []
+    for pointer, size, zygote, frame_count, frames_at in RECORD.iter_unpack(records[:len(records) // 32 * 32]):
+        if pointer <= 1:
+            continue   # empty or deleted slot
+        pcs = struct.unpack(f"<{frame_count}Q", image.read(frames_at, 8 * frame_count)) if frame_count else ()
+        stack = tuple(pc + 1 for pc in pcs)
+        allocations.append(LiveAllocation(image.pid, pointer, size, stack,
+                                          StackStatus.CAPTURED if stack else StackStatus.FILTERED, bool(zygote)))
+    return allocations, ((table, table + slots * RECORD.size),)

@@ -30,11 +30,21 @@ RED_ZONE = 128            # x86-64 ABI: below the stack pointer, still the funct
 DEFAULT_LIMIT = 100
 
 
-def _scanned(mapping: Mapping) -> bool:
+def scanned_mapping(mapping: Mapping) -> bool:
+    """The mappings a check copies: readable and writable ones."""
     return "r" in mapping.perms and "w" in mapping.perms and mapping.path not in ("[vvar]", "[vsyscall]")
 
 
-def _regions(image: FrozenImage, begins: np.ndarray, complete: bool) -> list[MemoryRegion]:
+def _without(ranges: tuple[tuple[int, int], ...], excluded: tuple[tuple[int, int], ...]):
+    """The parts of ranges outside every excluded range."""
+    for low, high in excluded:
+        ranges = tuple(part for start, end in ranges
+                       for part in ((start, min(end, low)), (max(start, high), end)) if part[0] < part[1])
+    return ranges
+
+
+def _regions(image: FrozenImage, begins: np.ndarray, complete: bool,
+             excluded: tuple[tuple[int, int], ...]) -> list[MemoryRegion]:
     stack_pointers = image.stack_pointers()
     regions = []
     for mapping in image.maps:
@@ -50,16 +60,8 @@ def _regions(image: FrozenImage, begins: np.ndarray, complete: bool) -> list[Mem
             roots = ((max(mapping.start, min(pointers) - RED_ZONE), mapping.end),)
         else:
             roots = ((mapping.start, mapping.end),)
-        regions.append(MemoryRegion(mapping.start, data, roots))
+        regions.append(MemoryRegion(mapping.start, data, _without(roots, excluded)))
     return regions
-
-
-def _contents(image: FrozenImage, address: int, size: int) -> bytes:
-    for start, data in image.memory.items():
-        if start <= address < start + len(data):
-            offset = address - start
-            return data[offset:offset + min(size, CONTENTS_LENGTH)]
-    return b""
 
 
 def _merge_by_backtrace(leaks: list[UnreachableLeak]) -> list[UnreachableLeak]:
@@ -85,13 +87,20 @@ def _merge_by_backtrace(leaks: list[UnreachableLeak]) -> list[UnreachableLeak]:
 def find_unreachable(pid: int, allocations: list[LiveAllocation], complete: bool,
                      limit: int = DEFAULT_LIMIT) -> UnreachableReport:
     """Freezes pid, copies what the check needs, lets it go, and sweeps the copy."""
+    return sweep_image(freeze_and_copy(pid, scanned_mapping), allocations, complete, limit)
+
+
+def sweep_image(image: FrozenImage, allocations: list[LiveAllocation], complete: bool,
+                limit: int = DEFAULT_LIMIT, excluded: tuple[tuple[int, int], ...] = ()) -> UnreachableReport:
+    """The check on a frozen copy; excluded ranges are never roots (the tracer's own records
+    of the blocks, when they live in the process)."""
+    pid = image.pid
     ordered = sorted((a for a in allocations if a.pid == pid), key=lambda a: a.address)
     begins = np.array([a.address for a in ordered], dtype=np.uint64)
     sizes = np.array([a.size for a in ordered], dtype=np.uint64)
-    image = freeze_and_copy(pid, _scanned)
     started = time.monotonic()
     registers = [value for regs in image.registers.values() for value in regs]
-    graph = build_graph(begins, sizes, _regions(image, begins, complete), registers)
+    graph = build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
     reachable = graph.reachable()
     lost = np.flatnonzero(~reachable)
     among_lost = ~reachable[graph.sources] & ~reachable[graph.targets]
@@ -99,7 +108,7 @@ def find_unreachable(pid: int, allocations: list[LiveAllocation], complete: bool
     folded = fold_leaks(lost.tolist(), {i: ordered[i].size for i in lost.tolist()}, edges)
     leaks = [UnreachableLeak(pid, ordered[f.node].address, ordered[f.node].size, f.referenced_count,
                              f.referenced_size, ordered[f.node].stack, ordered[f.node].stack_status,
-                             _contents(image, ordered[f.node].address, ordered[f.node].size))
+                             image.read(ordered[f.node].address, min(ordered[f.node].size, CONTENTS_LENGTH)))
              for f in folded]
     leaks = sorted(_merge_by_backtrace(leaks), key=lambda leak: -leak.total_size)
     return UnreachableReport(pid, tuple(leaks[:limit]), len(leaks), len(lost),

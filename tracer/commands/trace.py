@@ -207,7 +207,7 @@ class TraceCommand(Command):
         """-c CMD --engine preload: the command run with the library, told the same options."""
         if args.command is None:
             raise UsageError("--engine preload runs a command: use -c")
-        for flag, given in (("--unreachable", args.unreachable), ("--older-than", args.older_than is not None),
+        for flag, given in (("--older-than", args.older_than is not None),
                             ("-f", args.follow_forks), ("--lib", args.lib), ("--top-view", args.top_view)):
             if given:
                 raise UsageError(f"{flag} works with the BPF engine only")
@@ -247,9 +247,14 @@ class TraceCommand(Command):
         return trace, f"command '{args.command}' {trace.pid}"
 
     @staticmethod
-    def report_snapshot(trace: Trace, args: argparse.Namespace, **options) -> Snapshot:
-        """The snapshot of a report, with the reachability check when asked for and possible."""
-        snapshot = trace.snapshot(args.older_than, **options)
+    def report_snapshot(trace: Trace, args: argparse.Namespace, **options) -> Snapshot | None:
+        """The snapshot of a report, with the reachability check when asked for and possible;
+        None when the source has none to give (a preloaded program that did not dump in time)."""
+        try:
+            snapshot = trace.snapshot(args.older_than, **options)
+        except RuntimeFailure as e:
+            print(f"leaktrace: report skipped: {e}", file=sys.stderr, flush=True)
+            return None
         if not args.unreachable or trace.exited:
             return snapshot
         try:
@@ -268,7 +273,9 @@ class TraceCommand(Command):
             if flags.take_dump():
                 outputs.dump_now(trace.snapshot())
             if time.monotonic() >= next_report:
-                outputs.report(TraceCommand.report_snapshot(trace, args))
+                snapshot = TraceCommand.report_snapshot(trace, args)
+                if snapshot:
+                    outputs.report(snapshot)
                 reports += 1
                 if args.count and reports >= args.count:
                     return True
@@ -311,5 +318,6 @@ class TraceCommand(Command):
                 print(f"leaktrace: {what} {ending}", file=sys.stderr, flush=True)
             final = self.report_snapshot(trace, args,
                                          with_allocations=trace.exited and outputs.wants_exit_allocations)
-            outputs.report(final)
+            if final:
+                outputs.report(final)
         return 0
