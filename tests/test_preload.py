@@ -2,6 +2,7 @@
 to the BPF engine on the same programs, and its option parser held to the Python one."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,36 @@ def test_fork_gives_the_child_its_parents_blocks_with_the_zygote_bit(program, tm
         family.append(sorted(" ".join(record.split()) for record in records))
     assert sorted(family) == [["z 0 sz 100 num 1"] * 2,                      # the parent (two call sites)
                               ["z 0 sz 200 num 1", "z 1 sz 100 num 1"]]      # the child: one inherited block
+
+
+def test_attach_to_a_process_started_with_the_library(program, tmp_path):
+    """-p PID --engine preload: a program started with the library elsewhere is asked for dumps
+    (written at its next allocator call, where its own options say)."""
+    prefix = tmp_path / "dump"
+    worker = subprocess.Popen([str(program("workers")), "churn"], stdout=subprocess.PIPE, text=True,
+                              env={"LD_PRELOAD": preload_library(),
+                                   "LIBC_DEBUG_MALLOC_OPTIONS": f"backtrace=8 backtrace_dump_prefix={prefix}"})
+    try:
+        assert worker.stdout.readline().startswith("ready")
+        tool = subprocess.Popen(leaktrace_command("-p", str(worker.pid), "--engine", "preload", "--json", "0.3"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "through" in tool.stderr.readline()
+        first = json.loads(tool.stdout.readline())
+        worker.kill()
+        worker.wait()
+        out, err = tool.communicate(timeout=TIMEOUT)
+    finally:
+        worker.kill()
+    assert tool.returncode == 0, err
+    assert [p["pid"] for p in first["processes"]] == [worker.pid]
+    assert any(g["frames"] and g["frames"][0]["function"] == "_IO_file_doallocate" for g in first["groups"])
+    assert json.loads(out.splitlines()[-1])["processes"][0]["exited"]
+    assert f"pid {worker.pid} exited" in err
+    plain = subprocess.Popen(["sleep", "60"])
+    try:
+        not_preloaded = run_command(["-p", str(plain.pid), "--engine", "preload"])
+    finally:
+        plain.kill()
+        plain.wait()
+    assert not_preloaded.returncode == 1 and "does not run with leaktrace's preload library" in not_preloaded.stderr
+    assert not_preloaded.stderr.count("\n") == 1

@@ -46,7 +46,7 @@ class Shape:
     def __init__(self, binary: Path, mode: str, ready: Path, settings: EngineSettings = EngineSettings(),
                  engine: str = "bpf"):
         argv = [str(binary), mode, str(ready)]
-        self.trace = Trace.launch(argv, settings) if engine == "bpf" else PreloadTrace(argv, "backtrace=16")
+        self.trace = Trace.launch(argv, settings) if engine == "bpf" else PreloadTrace.launch(argv, "backtrace=16")
         deadline = time.monotonic() + TIMEOUT
         while not ready.exists() or not ready.read_text().endswith("\n"):
             assert self.trace.poll() and time.monotonic() < deadline, "the shape never became ready"

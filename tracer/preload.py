@@ -7,7 +7,9 @@ included, so a snapshot from it symbolizes like one from the BPF engine.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import glob
 import os
 import re
@@ -21,7 +23,8 @@ from pathlib import Path
 from .elf import ElfFile
 from .errors import RuntimeFailure
 from .freeze import FrozenImage, freeze_and_copy
-from .process import Mapping
+from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
+from .process import Mapping, alive, parse_maps, read_process
 from .render_leak_info import LeakInfoEntry, decode_leak_info
 from .snapshot import (AllocationGroup, Counters, LiveAllocation, ProcessInfo, Snapshot, StackStatus,
                        UnreachableReport)
@@ -63,33 +66,57 @@ def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exi
 
 
 class PreloadTrace:
-    """A command run with the library; the same snapshots as a BPF trace."""
+    """A process running with the library: launched with it (launch) or started with it
+    elsewhere (attach); the same snapshots as a BPF trace, from the dumps it writes."""
 
-    def __init__(self, argv: list[str], options: str):
-        self.workdir = tempfile.mkdtemp(prefix="leaktrace-preload-")
-        self.prefix = os.path.join(self.workdir, "heap")
-        env = dict(os.environ, LD_PRELOAD=preload_library(),
-                   LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={self.prefix}")
+    def __init__(self, pid: int, prefix: str, comm: str, workdir: str | None = None):
+        self.pid = pid
+        self.prefix = prefix              # the library's backtrace_dump_prefix
+        self.comm = comm
+        self.workdir = workdir            # ours to delete (launch only)
+        self.is_child = workdir is not None
+        self.exit_status: int | None = None
+        self._gone = False
+        self.final_snapshot: Snapshot | None = None
+        self._last: Snapshot | None = None
+
+    @classmethod
+    def launch(cls, argv: list[str], options: str) -> "PreloadTrace":
+        """Runs argv with the library, told options (plus a dump at exit into a directory of ours)."""
         path = shutil.which(argv[0]) if "/" not in argv[0] else argv[0]
         if not path or not os.access(path, os.X_OK):
-            shutil.rmtree(self.workdir)
             raise RuntimeFailure(f"cannot run '{argv[0]}': No such file or directory")
-        self.pid = os.spawnve(os.P_NOWAIT, path, argv, env)
-        self.comm = os.path.basename(path)[:15]
-        self.exit_status: int | None = None
-        self.final_snapshot: Snapshot | None = None
+        workdir = tempfile.mkdtemp(prefix="leaktrace-preload-")
+        prefix = os.path.join(workdir, "heap")
+        env = dict(os.environ, LD_PRELOAD=preload_library(),
+                   LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={prefix}")
+        return cls(os.spawnve(os.P_NOWAIT, path, argv, env), prefix, os.path.basename(path)[:15], workdir)
+
+    @classmethod
+    def attach(cls, pid: int) -> "PreloadTrace":
+        """A process already running with the library; its dumps go where its options say."""
+        info = read_process(pid)
+        if info is None:
+            raise RuntimeFailure(f"no process with pid {pid}")
+        if _library_base(parse_maps(info.maps), preload_library()) is None:
+            raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library (see --preload-lib)")
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+            config = parse_malloc_debug_options(environ.get(b"LIBC_DEBUG_MALLOC_OPTIONS", b"").decode())
+        except (OSError, OptionError) as e:
+            raise RuntimeFailure(f"cannot read pid {pid}'s malloc debug options: {e}") from None
+        return cls(pid, str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)), info.comm)
 
     @property
     def exited(self) -> bool:
-        return self.exit_status is not None
+        return self._gone
 
     def _read_dump(self, suffix: str, exited: bool) -> Snapshot | None:
-        path = f"{self.prefix}.{self.pid}{suffix}"
         try:
-            text = Path(path).read_text()
+            text = Path(f"{self.prefix}.{self.pid}{suffix}").read_text()
         except FileNotFoundError:
             return None
-        os.unlink(path)
         return snapshot_from_heap_dump(text, self.pid, self.comm, time.time(), exited)
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
@@ -99,11 +126,14 @@ class PreloadTrace:
             raise RuntimeFailure("the preload engine's dumps carry neither ages nor pointers")
         if self.exited:
             return self.final_snapshot or Snapshot(time.time(), (), Counters())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{self.prefix}.{self.pid}.txt")   # so that the next one is known to be new
         os.kill(self.pid, DUMP_SIGNAL)
         deadline = time.monotonic() + DUMP_TIMEOUT
         while time.monotonic() < deadline:
             found = self._read_dump(".txt", False)
             if found:
+                self._last = found
                 return found
             if not self.poll():
                 return self.snapshot()
@@ -112,14 +142,20 @@ class PreloadTrace:
                              "(it writes one at its next allocator call)")
 
     def poll(self) -> bool:
-        """False once the command has exited (its exit dump is then the final snapshot)."""
-        if self.exited:
+        """False once the process has exited; its exit dump (or else its last snapshot) is then final."""
+        if self._gone:
             return False
-        pid, status = os.waitpid(self.pid, os.WNOHANG)
-        if pid == 0:
+        if self.is_child:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == 0:
+                return True
+            self.exit_status = os.waitstatus_to_exitcode(status)
+        elif alive(self.pid):
             return True
-        self.exit_status = os.waitstatus_to_exitcode(status)
-        self.final_snapshot = self._read_dump(".exit.txt", True)
+        self._gone = True
+        last = self._last and dataclasses.replace(self._last, processes={
+            pid: dataclasses.replace(info, exited=True) for pid, info in self._last.processes.items()})
+        self.final_snapshot = self._read_dump(".exit.txt", True) or last
         return False
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -140,7 +176,8 @@ class PreloadTrace:
         return sweep_image(image, allocations, complete=True, limit=limit, excluded=table)
 
     def close(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> "PreloadTrace":
         return self

@@ -44,7 +44,19 @@ def read_process(pid: int) -> ProcessInfo | None:
             maps = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
+    except PermissionError as e:
+        raise RuntimeFailure(f"cannot read pid {pid}: {e.strerror}") from None
     return ProcessInfo(pid, comm, os.path.basename(argv0) or comm, maps)
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def host_path(pid: int, path: str) -> str:

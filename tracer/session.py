@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .bpf_engine import BpfEngine, EngineSettings, TracedProcess
 from .errors import RuntimeFailure
-from .process import (allocator_library_of_process, libc_libraries, library_of_executable,
+from .process import (alive, allocator_library_of_process, libc_libraries, library_of_executable,
                       read_process, resolve_executable)
 from .snapshot import ProcessInfo, Snapshot, UnreachableReport
 from .system import check_bpf, check_privileges, check_uprobes
@@ -260,7 +260,7 @@ class Trace:
         self._track_processes()
         if not self.pid:
             return True   # a systemwide trace runs until it is stopped
-        running = self._poll_child() if self.is_child else _alive(self.pid)
+        running = self._poll_child() if self.is_child else alive(self.pid)
         if not running:
             if not self._exited:
                 self._finish(None)
@@ -326,15 +326,6 @@ class Trace:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _reap(pid: int, kill: bool) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..atomic_write import write_atomically
 from ..errors import RuntimeFailure
 from ..growth import GrowthTracker
+from ..malloc_options import DEFAULT_DUMP_PREFIX
 from ..render_heap_dump import render_heap_dump
 from ..render_json import render_json
 from ..render_leak_info import get_malloc_leak_info
@@ -18,7 +19,6 @@ from ..render_unreachable import render_unreachable
 from ..snapshot import Snapshot
 from ..symbolize import Symbolizer
 
-DEFAULT_DUMP_PREFIX = "/tmp/backtrace_heap"   # Android's /data/local/tmp does not exist on Linux
 
 
 def write_fully(stream, text: str) -> None:

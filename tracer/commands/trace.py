@@ -12,14 +12,14 @@ import time
 
 from ..bpf_engine import EngineSettings
 from ..errors import RuntimeFailure, UsageError
-from ..malloc_options import (SIZE_MAX, MallocDebugConfig, OptionError, check_engine_options,
+from ..malloc_options import (DEFAULT_DUMP_PREFIX, SIZE_MAX, MallocDebugConfig, OptionError, check_engine_options,
                               parse_malloc_debug_options)
 from ..preload import PreloadTrace, preload_library
 from ..session import Selection, Trace
 from ..snapshot import Snapshot
 from ..unreachable import DEFAULT_LIMIT
 from . import ArgumentParser, Command
-from .outputs import DEFAULT_DUMP_PREFIX, Outputs
+from .outputs import Outputs
 
 
 def _bounded_int(low: int, high: int | None = None):
@@ -203,10 +203,15 @@ class TraceCommand(Command):
                               follow_forks=args.follow_forks)
 
     @staticmethod
-    def start_preload(args: argparse.Namespace, settings: EngineSettings, config: MallocDebugConfig) -> PreloadTrace:
-        """-c CMD --engine preload: the command run with the library, told the same options."""
-        if args.command is None:
-            raise UsageError("--engine preload runs a command: use -c")
+    def start_preload(args: argparse.Namespace, settings: EngineSettings,
+                      config: MallocDebugConfig) -> tuple[PreloadTrace, str]:
+        """--engine preload: -c's command run with the library, told the same options; or -p's
+        process, started with the library elsewhere, asked for dumps."""
+        if args.all:
+            raise UsageError("--engine preload traces one process: use -c or -p")
+        if args.pid is not None:
+            trace = PreloadTrace.attach(args.pid)
+            return trace, f"pid {args.pid}"
         for flag, given in (("--older-than", args.older_than is not None),
                             ("-f", args.follow_forks), ("--lib", args.lib), ("--top-view", args.top_view)):
             if given:
@@ -218,7 +223,8 @@ class TraceCommand(Command):
         options += [f"backtrace_min_size={settings.size_min}"] if settings.size_min else []
         options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != SIZE_MAX else []
         options += [name for name in ("leak_track",) if args.leak_track or name in config.options]
-        return PreloadTrace(argv, " ".join(options))
+        trace = PreloadTrace.launch(argv, " ".join(options))
+        return trace, f"command '{args.command}' {trace.pid}"
 
     @staticmethod
     def start(args: argparse.Namespace, settings: EngineSettings) -> tuple[Trace, str]:
@@ -293,9 +299,9 @@ class TraceCommand(Command):
         flags = _SignalFlags()
         if args.engine == "preload":
             outputs.leak_track = False   # the library logs its own leaks at exit
-            trace = self.start_preload(args, settings, config)
-            what = f"command '{args.command}' {trace.pid}"
-            print(f"leaktrace: running {what} with {preload_library()} (LD_PRELOAD)", file=sys.stderr, flush=True)
+            trace, what = self.start_preload(args, settings, config)
+            print(f"leaktrace: reading {what} through {preload_library()} (LD_PRELOAD)", file=sys.stderr,
+                  flush=True)
         else:
             trace, what = self.start(args, settings)
             trace.final_with_allocations = outputs.wants_exit_allocations
