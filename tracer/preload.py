@@ -1,9 +1,11 @@
 """The in-process engine: the LD_PRELOAD library (preload/malloc_debug.c) as a source.
 
-A command runs with the library; each snapshot asks it for a heap dump (SIGRTMAX-17,
-written at its next allocator call) and reads the dump back; at exit the library
-writes a last one (backtrace_dump_on_exit). The dump is Android's v1.2 text, MAPS
-included, so a snapshot from it symbolizes like one from the BPF engine.
+A command runs with the library (or a process started with it elsewhere is read);
+each snapshot asks it for a heap dump (SIGRTMAX-17, written at its next allocator
+call) and reads the dump back; at exit a launched command writes a last one
+(backtrace_dump_on_exit). The dump is Android's v1.2 text, MAPS included, so a
+snapshot from it symbolizes like one from the BPF engine. The reachability check
+reads the library's table from the frozen copy of the process instead.
 """
 from __future__ import annotations
 
