@@ -30,6 +30,12 @@ def android_pcs(stack: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(pc - 1 if pc >= 4096 else pc for pc in stack)
 
 
+def return_addresses(pcs: tuple[int, ...]) -> tuple[int, ...]:
+    """The inverse of android_pcs: stored pcs (a dump, the preload library's table) -> the
+    return addresses snapshots keep."""
+    return tuple(pc + 1 if pc >= 4095 else pc for pc in pcs)
+
+
 @dataclass(frozen=True)
 class AndroidFrame:
     """A frame as malloc_debug prints it: pc relative to its module, offset from its function."""

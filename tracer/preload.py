@@ -22,11 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from .android_records import return_addresses
 from .elf import ElfFile
 from .errors import RuntimeFailure
 from .freeze import FrozenImage, freeze_and_copy
 from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
-from .process import Mapping, alive, parse_maps, read_process
+from .process import Mapping, alive, parse_maps, read_process, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
 from .snapshot import (AllocationGroup, Counters, LiveAllocation, ProcessInfo, Snapshot, StackStatus,
                        UnreachableReport)
@@ -37,6 +38,11 @@ DUMP_TIMEOUT = 5.0     # seconds for the program to make an allocator call and w
 _RECORD = re.compile(r"z (\d)  sz +(\d+)  num +(\d+)  bt((?: [0-9a-f]+)*)$")
 # struct record of preload/malloc_debug.c: pointer, size, zygote, frame_count, frames.
 RECORD = struct.Struct("<QQIIQ")
+
+
+def _status(stack: tuple[int, ...]) -> StackStatus:
+    """The library keeps a stack for every size in its backtrace range: none means filtered."""
+    return StackStatus.CAPTURED if stack else StackStatus.FILTERED
 
 
 def preload_library() -> str:
@@ -59,10 +65,8 @@ def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exi
         if not found:
             continue
         zygote, size, count, frames = found.groups()
-        # Dumped pcs point into the call (return address - 1): snapshots keep return addresses.
-        stack = tuple(int(pc, 16) + 1 for pc in frames.split())
-        groups.append(AllocationGroup(pid, int(size), int(count), stack,
-                                      StackStatus.CAPTURED if stack else StackStatus.FILTERED, zygote == "1"))
+        stack = return_addresses(tuple(int(pc, 16) for pc in frames.split()))
+        groups.append(AllocationGroup(pid, int(size), int(count), stack, _status(stack), zygote == "1"))
     info = ProcessInfo(pid, comm, comm, maps.removesuffix("END\n"), exited)
     return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, depth)
 
@@ -85,9 +89,7 @@ class PreloadTrace:
     @classmethod
     def launch(cls, argv: list[str], options: str) -> "PreloadTrace":
         """Runs argv with the library, told options (plus a dump at exit into a directory of ours)."""
-        path = shutil.which(argv[0]) if "/" not in argv[0] else argv[0]
-        if not path or not os.access(path, os.X_OK):
-            raise RuntimeFailure(f"cannot run '{argv[0]}': No such file or directory")
+        path = resolve_executable(argv[0])
         workdir = tempfile.mkdtemp(prefix="leaktrace-preload-")
         prefix = os.path.join(workdir, "heap")
         env = dict(os.environ, LD_PRELOAD=preload_library(),
@@ -225,11 +227,11 @@ def allocations_in_image(image: FrozenImage) -> tuple[list[LiveAllocation], tupl
     table, slots = (struct.unpack("<Q", image.read(at, 8).ljust(8, b"\0"))[0] for at in (table_at, slots_at))
     records = image.read(table, slots * RECORD.size)
     allocations = []
-    for pointer, size, zygote, frame_count, frames_at in RECORD.iter_unpack(records[:len(records) // 32 * 32]):
+    whole = len(records) // RECORD.size * RECORD.size
+    for pointer, size, zygote, frame_count, frames_at in RECORD.iter_unpack(records[:whole]):
         if pointer <= 1:
             continue   # empty or deleted slot
         pcs = struct.unpack(f"<{frame_count}Q", image.read(frames_at, 8 * frame_count)) if frame_count else ()
-        stack = tuple(pc + 1 for pc in pcs)
-        allocations.append(LiveAllocation(image.pid, pointer, size, stack,
-                                          StackStatus.CAPTURED if stack else StackStatus.FILTERED, bool(zygote)))
+        stack = return_addresses(pcs)
+        allocations.append(LiveAllocation(image.pid, pointer, size, stack, _status(stack), bool(zygote)))
     return allocations, ((table, table + slots * RECORD.size),)

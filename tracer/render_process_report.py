@@ -28,14 +28,14 @@ def render_process_report(symbolized: SymbolizedSnapshot, growth: Growth, top_pr
                           tablefmt="simple", colalign=["right", "left", "right", "right", "right", "right"],
                           disable_numparse=True))
     listed = {row.pid for row in shown}
-    leaks = [groups for groups in ranked_stacks(snap.groups)
-             if groups[0].pid in listed and stack_id(groups[0]) in growth.likely_leaks]
+    ranked = ranked_stacks(snap.groups)
+    leaks = [groups for groups in ranked if groups[0].pid in listed and stack_id(groups[0]) in growth.likely_leaks]
     if leaks:
         lines.append(f"likely leaks (live bytes rose in each of the last {growth.intervals} intervals):")
         lines.append(stack_table(symbolized, leaks, top_stacks * top_processes, 1, growth))
     for row in shown[:top_processes]:
-        ranked = ranked_stacks(g for g in snap.groups if g.pid == row.pid)
-        lines.append(f"pid {row.pid} ({row.comm}): top {min(top_stacks, len(ranked))} of {len(ranked)} "
+        own = [groups for groups in ranked if groups[0].pid == row.pid]
+        lines.append(f"pid {row.pid} ({row.comm}): top {min(top_stacks, len(own))} of {len(own)} "
                      "stacks by live bytes:")
-        lines.append(stack_table(symbolized, ranked, top_stacks, frames, growth))
+        lines.append(stack_table(symbolized, own, top_stacks, frames, growth))
     return "\n".join(lines) + "\n"

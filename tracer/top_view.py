@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from .growth import Growth, GrowthTracker, stack_id
+from .malloc_options import SIZE_MAX
 from .process_table import process_rows, sort_rows
 from .render_text import ranked_stacks, stack_text
 from .snapshot import Counters, Snapshot
@@ -70,7 +71,7 @@ def parse_size_range(text: str) -> tuple[int, int] | None:
     if not sep:
         low = high = text
     low_value = int(low) if low.strip() else 0
-    high_value = int(high) if high.strip() else 2 ** 64 - 1
+    high_value = int(high) if high.strip() else SIZE_MAX
     if low_value < 0 or high_value < low_value:
         raise ValueError(text)
     return low_value, high_value
@@ -99,7 +100,7 @@ def _header(snap: Snapshot, growth: Growth, state: ViewState, processes: int) ->
         flags.append(f"comm /{state.comm_filter.pattern}/")
     if state.size_range:
         low, high = state.size_range
-        flags.append(f"sizes {low}-{high if high < 2 ** 64 - 1 else ''}")
+        flags.append(f"sizes {low}-{high if high < SIZE_MAX else ''}")
     total_rate = sum(p.rate for p in growth.processes.values())
     losses = {name: value for name, value in snap.counters.losses().items()
               if value and name not in ("internal_frees", "nested_calls")}

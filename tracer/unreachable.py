@@ -16,6 +16,7 @@ too, so that those blocks keep alive what they point to.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -76,11 +77,10 @@ def _merge_by_backtrace(leaks: list[UnreachableLeak]) -> list[UnreachableLeak]:
             merged.append(leak)
             continue
         first = merged[earlier]
-        merged[earlier] = UnreachableLeak(
-            first.pid, first.address, first.size, first.referenced_count, first.referenced_size, first.stack,
-            first.stack_status, first.contents, first.similar_count + 1, first.similar_size + leak.size,
-            first.similar_referenced_count + leak.referenced_count,
-            first.similar_referenced_size + leak.referenced_size)
+        merged[earlier] = dataclasses.replace(
+            first, similar_count=first.similar_count + 1, similar_size=first.similar_size + leak.size,
+            similar_referenced_count=first.similar_referenced_count + leak.referenced_count,
+            similar_referenced_size=first.similar_referenced_size + leak.referenced_size)
     return merged
 
 
@@ -102,16 +102,16 @@ def sweep_image(image: FrozenImage, allocations: list[LiveAllocation], complete:
     registers = [value for regs in image.registers.values() for value in regs]
     graph = build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
     reachable = graph.reachable()
-    lost = np.flatnonzero(~reachable)
+    lost = np.flatnonzero(~reachable).tolist()
     among_lost = ~reachable[graph.sources] & ~reachable[graph.targets]
     edges = list(zip(graph.sources[among_lost].tolist(), graph.targets[among_lost].tolist()))
-    folded = fold_leaks(lost.tolist(), {i: ordered[i].size for i in lost.tolist()}, edges)
+    folded = fold_leaks(lost, {i: ordered[i].size for i in lost}, edges)
     leaks = [UnreachableLeak(pid, ordered[f.node].address, ordered[f.node].size, f.referenced_count,
                              f.referenced_size, ordered[f.node].stack, ordered[f.node].stack_status,
                              image.read(ordered[f.node].address, min(ordered[f.node].size, CONTENTS_LENGTH)))
              for f in folded]
     leaks = sorted(_merge_by_backtrace(leaks), key=lambda leak: -leak.total_size)
     return UnreachableReport(pid, tuple(leaks[:limit]), len(leaks), len(lost),
-                             sum(ordered[i].size for i in lost.tolist()), len(ordered), int(sizes.sum()), complete,
+                             sum(ordered[i].size for i in lost), len(ordered), int(sizes.sum()), complete,
                              image.pause_seconds, time.monotonic() - started, image.unreadable_pages)
 

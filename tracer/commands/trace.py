@@ -203,22 +203,44 @@ class TraceCommand(Command):
                               follow_forks=args.follow_forks)
 
     @staticmethod
+    def check_combinations(args: argparse.Namespace) -> None:
+        """Refuses options that do not go together, before anything starts."""
+        if args.all:
+            if args.unreachable:
+                raise UsageError("--unreachable checks one process: use -p or -c, not --all")
+            if args.engine == "preload":
+                raise UsageError("--engine preload traces one process: use -c or -p")
+            return
+        given = [f"--{name.replace('_', '-')}" for name in _SYSTEMWIDE_ONLY if getattr(args, name) is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --all")
+        if args.unreachable and args.top_view:
+            raise UsageError("--unreachable reports in text or JSON, not in the top view")
+        if (args.contents or args.limit is not None) and not args.unreachable:
+            raise UsageError(f"{'--contents' if args.contents else '--limit'} needs --unreachable")
+        if args.lib and len(args.lib) > 1:
+            raise UsageError("--lib is given once, except with --all")
+        if args.engine == "preload":
+            for flag, given in (("--older-than", args.older_than is not None), ("-f", args.follow_forks),
+                                ("--lib", args.lib), ("--top-view", args.top_view)):
+                if given:
+                    raise UsageError(f"{flag} works with the BPF engine only")
+
+    @staticmethod
+    def command_argv(args: argparse.Namespace) -> list[str]:
+        argv = shlex.split(args.command)
+        if not argv:
+            raise UsageError("-c needs a command")
+        return argv
+
+    @staticmethod
     def start_preload(args: argparse.Namespace, settings: EngineSettings,
                       config: MallocDebugConfig) -> tuple[PreloadTrace, str]:
         """--engine preload: -c's command run with the library, told the same options; or -p's
         process, started with the library elsewhere, asked for dumps."""
-        if args.all:
-            raise UsageError("--engine preload traces one process: use -c or -p")
         if args.pid is not None:
-            trace = PreloadTrace.attach(args.pid)
-            return trace, f"pid {args.pid}"
-        for flag, given in (("--older-than", args.older_than is not None),
-                            ("-f", args.follow_forks), ("--lib", args.lib), ("--top-view", args.top_view)):
-            if given:
-                raise UsageError(f"{flag} works with the BPF engine only")
-        argv = shlex.split(args.command)
-        if not argv:
-            raise UsageError("-c needs a command")
+            return PreloadTrace.attach(args.pid), f"pid {args.pid}"
+        argv = TraceCommand.command_argv(args)
         options = [f"backtrace={settings.stack_depth}"]
         options += [f"backtrace_min_size={settings.size_min}"] if settings.size_min else []
         options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != SIZE_MAX else []
@@ -230,38 +252,29 @@ class TraceCommand(Command):
     def start(args: argparse.Namespace, settings: EngineSettings) -> tuple[Trace, str]:
         """The trace the arguments ask for, and how to name its target."""
         if args.all:
-            if args.unreachable:
-                raise UsageError("--unreachable checks one process: use -p or -c, not --all")
             selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid)
             return Trace.everything(settings, tuple(args.lib or ()), selection), "every process"
-        given = [f"--{name.replace('_', '-')}" for name in _SYSTEMWIDE_ONLY if getattr(args, name) is not None]
-        if given:
-            raise UsageError(f"{given[0]} needs --all")
-        if args.unreachable and args.top_view:
-            raise UsageError("--unreachable reports in text or JSON, not in the top view")
-        if (args.contents or args.limit is not None) and not args.unreachable:
-            raise UsageError(f"{'--contents' if args.contents else '--limit'} needs --unreachable")
-        if args.lib and len(args.lib) > 1:
-            raise UsageError("--lib is given once, except with --all")
         library = args.lib[0] if args.lib else None
         if args.command is None:
             return Trace.attach(args.pid, settings, library), f"pid {args.pid}"
-        argv = shlex.split(args.command)
-        if not argv:
-            raise UsageError("-c needs a command")
-        trace = Trace.launch(argv, settings, library)
+        trace = Trace.launch(TraceCommand.command_argv(args), settings, library)
         return trace, f"command '{args.command}' {trace.pid}"
 
     @staticmethod
-    def report_snapshot(trace: Trace, args: argparse.Namespace, **options) -> Snapshot | None:
-        """The snapshot of a report, with the reachability check when asked for and possible;
-        None when the source has none to give (a preloaded program that did not dump in time)."""
+    def snapshot_or_skip(trace: Trace, older_than_ms: int | None = None, **options) -> Snapshot | None:
+        """A snapshot, or None with a line on stderr when the source has none to give (a
+        preloaded program that did not dump in time)."""
         try:
-            snapshot = trace.snapshot(args.older_than, **options)
+            return trace.snapshot(older_than_ms, **options)
         except RuntimeFailure as e:
             print(f"leaktrace: report skipped: {e}", file=sys.stderr, flush=True)
             return None
-        if not args.unreachable or trace.exited:
+
+    @staticmethod
+    def report_snapshot(trace: Trace, args: argparse.Namespace, **options) -> Snapshot | None:
+        """The snapshot of a report, with the reachability check when asked for and possible."""
+        snapshot = TraceCommand.snapshot_or_skip(trace, args.older_than, **options)
+        if snapshot is None or not args.unreachable or trace.exited:
             return snapshot
         try:
             report = trace.check_unreachable(DEFAULT_LIMIT if args.limit is None else args.limit)
@@ -277,7 +290,9 @@ class TraceCommand(Command):
         next_report = time.monotonic() + args.interval
         while flags.stop is None and trace.poll():
             if flags.take_dump():
-                outputs.dump_now(trace.snapshot())
+                snapshot = TraceCommand.snapshot_or_skip(trace)
+                if snapshot:
+                    outputs.dump_now(snapshot)
             if time.monotonic() >= next_report:
                 snapshot = TraceCommand.report_snapshot(trace, args)
                 if snapshot:
@@ -296,6 +311,7 @@ class TraceCommand(Command):
         if args.preload_lib:
             print(preload_library())
             return 0
+        self.check_combinations(args)
         flags = _SignalFlags()
         if args.engine == "preload":
             outputs.leak_track = False   # the library logs its own leaks at exit
