@@ -67,6 +67,9 @@ def overhead(binary: Path, args: argparse.Namespace) -> None:
         # No size of the workload gets a stack: the library's table alone.
         "preload without stacks": [*leaktrace, "-c", workload, "--json", "--engine", "preload",
                                    "--options", "backtrace_size=1", "3600"],
+        # The allocator-side checks alone: a header, guards and fills on every block.
+        "preload guard fill": [*leaktrace, "-c", workload, "--json", "--engine", "preload",
+                               "--options", "guard fill backtrace_size=1", "3600"],
     }
     memleak = shutil.which("memleak-bpfcc")
     if memleak:

@@ -1,4 +1,4 @@
-"""The in-process engine: leaktrace's LD_PRELOAD library (preload/malloc_debug.c), held
+"""The in-process engine: leaktrace's LD_PRELOAD library (preload/*.c), held
 to the BPF engine on the same programs, and its option parser held to the Python one."""
 from __future__ import annotations
 

@@ -78,9 +78,13 @@ ALLOCATOR_ONLY = frozenset({
     "expand_alloc", "free_track", "free_track_backtrace_num_frames", "record_allocs",
     "record_allocs_file", "record_allocs_on_exit", "verify_pointers", "abort_on_error",
 })
-# What the LD_PRELOAD library (preload/malloc_debug.c) honours; it refuses the rest.
-PRELOAD_LIBRARY_OPTIONS = frozenset({"backtrace", "backtrace_size", "backtrace_min_size", "backtrace_max_size",
-                                     "backtrace_dump_on_exit", "backtrace_dump_prefix", "leak_track"})
+# What the LD_PRELOAD library (preload/*.c) honours; it refuses the rest.
+PRELOAD_LIBRARY_OPTIONS = frozenset({
+    "backtrace", "backtrace_enable_on_signal", "backtrace_size", "backtrace_min_size", "backtrace_max_size",
+    "backtrace_dump_on_exit", "backtrace_dump_prefix", "backtrace_full", "leak_track",
+    "front_guard", "rear_guard", "guard", "fill_on_alloc", "fill_on_free", "fill", "expand_alloc",
+    "free_track", "free_track_backtrace_num_frames", "verify_pointers", "abort_on_error",
+})
 BPF_ENGINE_OPTIONS = frozenset({"backtrace", "backtrace_size", "backtrace_min_size", "backtrace_max_size",
                                 "backtrace_dump_on_exit", "backtrace_dump_prefix", "backtrace_full",
                                 "leak_track"})

@@ -1,4 +1,4 @@
-"""The in-process engine: the LD_PRELOAD library (preload/malloc_debug.c) as a source.
+"""The in-process engine: the LD_PRELOAD library (preload/*.c) as a source.
 
 A command runs with the library (or a process started with it elsewhere is read);
 each snapshot asks it for a heap dump (SIGRTMAX-17, written at its next allocator
@@ -36,8 +36,9 @@ from .unreachable import DEFAULT_LIMIT, scanned_mapping, sweep_image
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_TIMEOUT = 5.0     # seconds for the program to make an allocator call and write its dump
 _RECORD = re.compile(r"z (\d)  sz +(\d+)  num +(\d+)  bt((?: [0-9a-f]+)*)$")
-# struct record of preload/malloc_debug.c: pointer, size, zygote, frame_count, frames.
+# struct record of preload/malloc_debug.h: pointer, size, flags, frame_count, frames.
 RECORD = struct.Struct("<QQIIQ")
+RECORD_ZYGOTE = 1   # the flag bit of a block allocated before a fork
 
 
 def _status(stack: tuple[int, ...]) -> StackStatus:
@@ -228,10 +229,11 @@ def allocations_in_image(image: FrozenImage) -> tuple[list[LiveAllocation], tupl
     records = image.read(table, slots * RECORD.size)
     allocations = []
     whole = len(records) // RECORD.size * RECORD.size
-    for pointer, size, zygote, frame_count, frames_at in RECORD.iter_unpack(records[:whole]):
+    for pointer, size, flags, frame_count, frames_at in RECORD.iter_unpack(records[:whole]):
         if pointer <= 1:
             continue   # empty or deleted slot
         pcs = struct.unpack(f"<{frame_count}Q", image.read(frames_at, 8 * frame_count)) if frame_count else ()
         stack = return_addresses(pcs)
-        allocations.append(LiveAllocation(image.pid, pointer, size, stack, _status(stack), bool(zygote)))
+        allocations.append(LiveAllocation(image.pid, pointer, size, stack, _status(stack),
+                                          bool(flags & RECORD_ZYGOTE)))
     return allocations, ((table, table + slots * RECORD.size),)

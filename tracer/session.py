@@ -279,7 +279,9 @@ class Trace:
             return True
         if os.WIFSTOPPED(status):
             if self.engine.exit_stop_pending():
-                # Stopped in _exit by the BPF program: every free has run, maps are intact.
+                # Stopped in _exit by the BPF program: every free has run, maps are intact;
+                # children it reaped since this poll began are taken leave of first.
+                self._track_processes()
                 self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
                 self.engine.clear_exit_stop()
                 os.kill(self.pid, signal.SIGCONT)
@@ -291,10 +293,12 @@ class Trace:
         if status is not None:
             self.exit_status = os.waitstatus_to_exitcode(status)
         self._exited = True
-        self._forget()
         if self.final_snapshot is None:
+            self._track_processes()   # children that left since this poll began
+            self._forget()
             self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
         else:   # taken at the exit stop, while the process still existed
+            self._forget()
             processes = dict(self.final_snapshot.processes)
             processes[self.pid] = self._process_info(self.pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)

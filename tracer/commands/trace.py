@@ -131,7 +131,10 @@ class TraceCommand(Command):
         parser.add_argument("--options", default="", metavar="'OPT[=VAL] ...'",
                             help="malloc_debug options: backtrace[=N], backtrace_size=N, "
                                  "backtrace_min_size=N, backtrace_max_size=N, backtrace_dump_on_exit, "
-                                 "backtrace_dump_prefix=P, backtrace_full, leak_track")
+                                 "backtrace_dump_prefix=P, backtrace_full, leak_track; with --engine "
+                                 "preload also backtrace_enable_on_signal, guard, front_guard, rear_guard, "
+                                 "fill, fill_on_alloc, fill_on_free, expand_alloc, free_track, "
+                                 "free_track_backtrace_num_frames, verify_pointers, abort_on_error")
         parser.add_argument("--frames", type=_bounded_int(1, 256), help="frames per stack (backtrace=N)")
         parser.add_argument("--json", action="store_true", help="one JSON object per report and line")
         parser.add_argument("--leak-info", metavar="FILE",
@@ -241,11 +244,14 @@ class TraceCommand(Command):
         if args.pid is not None:
             return PreloadTrace.attach(args.pid), f"pid {args.pid}"
         argv = TraceCommand.command_argv(args)
-        options = [f"backtrace={settings.stack_depth}"]
+        # The user's string (allocator-side options included), then what the flags decided: last wins.
+        stacks = ("backtrace_enable_on_signal" if "backtrace_enable_on_signal" in config.options
+                  and "backtrace" not in config.options else "backtrace")
+        options = [args.options, f"{stacks}={settings.stack_depth}"]
         options += [f"backtrace_min_size={settings.size_min}"] if settings.size_min else []
         options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != SIZE_MAX else []
-        options += [name for name in ("leak_track",) if args.leak_track or name in config.options]
-        trace = PreloadTrace.launch(argv, " ".join(options))
+        options += ["leak_track"] if args.leak_track else []
+        trace = PreloadTrace.launch(argv, " ".join(option for option in options if option))
         return trace, f"command '{args.command}' {trace.pid}"
 
     @staticmethod

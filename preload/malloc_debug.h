@@ -1,0 +1,96 @@
+// The parts of leaktrace's preload library and what they share. The library is
+// compiled with -fvisibility=hidden: only what is marked EXPORT is seen by programs.
+#pragma once
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_FRAMES 256
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+extern void *__libc_memalign(size_t, size_t);
+
+// --- options (options.c) ---------------------------------------------------
+
+struct config {
+    int state;                  // 0: not read yet; 1: on; 2: off (bad options or other program)
+    size_t frames;              // backtrace=N or backtrace_enable_on_signal=N; 0: no stacks
+    int enable_on_signal;       // SIGRTMAX-19 toggles stack capture
+    int backtrace;              // stacks wanted from the start (the backtrace option)
+    size_t min_size, max_size;  // sizes that get a stack
+    int dump_on_exit, leak_track, backtrace_full;
+    size_t front_guard, rear_guard;      // bytes of 0xaa before and 0xbb after each block
+    size_t fill_on_alloc, fill_on_free;  // bytes filled with 0xeb / 0xef; 0: off
+    size_t expand;                       // extra bytes allocated (expand_alloc)
+    size_t free_track;                   // freed blocks held back and checked (free_track)
+    size_t free_track_frames;            // stack depth taken at free
+    int track_allocs;           // pointers passed in are checked against the table
+    int abort_on_error;
+    char prefix[256];
+};
+extern struct config config;
+
+// Parses LIBC_DEBUG_MALLOC_OPTIONS into config; 0 (with upstream's message on stderr) if bad.
+int parse_options(const char *text);
+
+// --- the table of live blocks (table.c) ------------------------------------
+
+#define RECORD_ZYGOTE 1u     // allocated before a fork, in the parent
+#define RECORD_UNTRACED 2u   // made while stacks were switched off: not in leak info (bionic's hash index 0)
+
+struct record {
+    uintptr_t pointer;        // 0: empty slot; 1: deleted
+    size_t size;
+    uint32_t flags;           // RECORD_*
+    uint32_t frame_count;
+    uintptr_t *frames;        // pcs inside the call instruction, as bionic stores them
+};
+
+void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count);
+int table_take(uintptr_t pointer, struct record *out);   // 0 if not there
+int table_contains(uintptr_t pointer);
+size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max);
+struct record *table_snapshot(size_t *count);             // sorted as malloc_debug sorts them
+void free_records(struct record *list, size_t count);
+int same_entry(const struct record *a, const struct record *b);
+void table_before_fork(void);
+void table_after_fork(int child);
+
+// --- stacks (stacks.c) -----------------------------------------------------
+
+void find_own_code(void);
+size_t take_stack(uintptr_t *frames, size_t max);        // the caller's stack, this library left out
+uintptr_t *copy_frames(const uintptr_t *frames, size_t count);
+void log_backtrace(const uintptr_t *frames, size_t count);
+void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// --- blocks and the allocator-side options (blocks.c) ----------------------
+
+void blocks_init(void);
+void *block_alloc(size_t size, size_t alignment, int zeroed);   // header, guards, expand, fill
+size_t block_usable_size(void *pointer);
+int block_valid(void *pointer, const char *function, int check_table);   // 0 after logging why not
+void unknown_pointer(void *pointer, const char *function);   // bionic's UNKNOWN POINTER report
+void block_release(void *pointer);                       // guards checked, filled, held back or freed
+void verify_all_freed(void);
+void blocks_before_fork(void);
+void blocks_after_fork(int child);
+
+// --- reports (reports.c) ---------------------------------------------------
+
+void write_dump(const char *suffix);
+void log_leaks(void);
+
+// --- entry and exit of the library's own work (malloc_debug.c) -------------
+
+// Allocator calls made while the library works (its own, or a signal handler's)
+// are recorded once the outermost call leaves.
+void library_enter(void);
+void library_leave(void);
