@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-// Slot i is leaktrace_table[i], 32 bytes as struct record lays it out.
+// Slot i is leaktrace_table[i], 32 bytes as struct record lays it out. Every change is
+// made under leaktrace_table_lock: a reader that stops the process finds it consistent
+// when the lock's first word is zero.
 EXPORT struct record *leaktrace_table;
 EXPORT size_t leaktrace_table_slots;
+EXPORT pthread_mutex_t leaktrace_table_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t table_used, table_live;
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t slot_of(uintptr_t pointer)
 {
@@ -48,9 +50,9 @@ static int grow(void)
 
 void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
 {
-    pthread_mutex_lock(&table_lock);
+    pthread_mutex_lock(&leaktrace_table_lock);
     if ((table_used + 1) * 2 > leaktrace_table_slots && !grow()) {
-        pthread_mutex_unlock(&table_lock);
+        pthread_mutex_unlock(&leaktrace_table_lock);
         __libc_free(frames);
         return;
     }
@@ -65,13 +67,13 @@ void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *fra
         table_live++;
     }
     leaktrace_table[j] = (struct record){pointer, size, flags, frame_count, frames};
-    pthread_mutex_unlock(&table_lock);
+    pthread_mutex_unlock(&leaktrace_table_lock);
 }
 
 int table_take(uintptr_t pointer, struct record *out)
 {
     int found = 0;
-    pthread_mutex_lock(&table_lock);
+    pthread_mutex_lock(&leaktrace_table_lock);
     if (leaktrace_table_slots) {
         size_t j = find_slot(pointer);
         if (leaktrace_table[j].pointer == pointer) {
@@ -81,22 +83,22 @@ int table_take(uintptr_t pointer, struct record *out)
             found = 1;
         }
     }
-    pthread_mutex_unlock(&table_lock);
+    pthread_mutex_unlock(&leaktrace_table_lock);
     return found;
 }
 
 int table_contains(uintptr_t pointer)
 {
-    pthread_mutex_lock(&table_lock);
+    pthread_mutex_lock(&leaktrace_table_lock);
     int found = leaktrace_table_slots && leaktrace_table[find_slot(pointer)].pointer == pointer;
-    pthread_mutex_unlock(&table_lock);
+    pthread_mutex_unlock(&leaktrace_table_lock);
     return found;
 }
 
 size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max)
 {
     size_t found = 0;
-    pthread_mutex_lock(&table_lock);
+    pthread_mutex_lock(&leaktrace_table_lock);
     if (leaktrace_table_slots) {
         const struct record *r = &leaktrace_table[find_slot(pointer)];
         if (r->pointer == pointer) {
@@ -104,7 +106,7 @@ size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max)
             memcpy(frames, r->frames, found * sizeof *frames);
         }
     }
-    pthread_mutex_unlock(&table_lock);
+    pthread_mutex_unlock(&leaktrace_table_lock);
     return found;
 }
 
@@ -134,7 +136,7 @@ int same_entry(const struct record *a, const struct record *b)
 // caller frees the list and each frames array with free_records.
 struct record *table_snapshot(size_t *count)
 {
-    pthread_mutex_lock(&table_lock);
+    pthread_mutex_lock(&leaktrace_table_lock);
     struct record *list = __libc_malloc((table_live ? table_live : 1) * sizeof *list);
     size_t n = 0;
     for (size_t i = 0; list && i < leaktrace_table_slots; i++) {
@@ -147,7 +149,7 @@ struct record *table_snapshot(size_t *count)
             list[n].frame_count = 0;
         n++;
     }
-    pthread_mutex_unlock(&table_lock);
+    pthread_mutex_unlock(&leaktrace_table_lock);
     if (list)
         qsort(list, n, sizeof *list, compare_records);
     *count = list ? n : 0;
@@ -163,7 +165,7 @@ void free_records(struct record *list, size_t count)
 
 void table_before_fork(void)
 {
-    pthread_mutex_lock(&table_lock);
+    pthread_mutex_lock(&leaktrace_table_lock);
 }
 
 // In the child, every block it inherited gets the zygote bit.
@@ -173,8 +175,8 @@ void table_after_fork(int child)
         for (size_t i = 0; i < leaktrace_table_slots; i++)
             if (leaktrace_table[i].pointer > 1)
                 leaktrace_table[i].flags |= RECORD_ZYGOTE;
-        pthread_mutex_init(&table_lock, NULL);
+        pthread_mutex_init(&leaktrace_table_lock, NULL);
     } else {
-        pthread_mutex_unlock(&table_lock);
+        pthread_mutex_unlock(&leaktrace_table_lock);
     }
 }

@@ -44,7 +44,6 @@ def assert_one_line_error(result: subprocess.CompletedProcess, status: int, text
     (["--all", "--unreachable"], "--unreachable checks one process"),
     (["-c", "true", "--unreachable", "--top-view"], "not in the top view"),
     (["-p", "1", "--lib", "/a", "--lib", "/b"], "--lib is given once, except with --all"),
-    (["-p", "1", "--engine", "preload", "--top-view"], "--top-view works with the BPF engine only"),
     (["--all", "--engine", "preload"], "--engine preload traces one process"),
 ])
 def test_usage_errors_exit_2(args, text, probes_left_as_found):

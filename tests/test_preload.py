@@ -3,16 +3,19 @@ to the BPF engine on the same programs, and its option parser held to the Python
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import leaktrace_command
-from helpers import TIMEOUT, final_report, run_command, sites
+from helpers import TIMEOUT, final_report, reports, run_command, sites
 
 from leaktrace.malloc_options import OptionError, check_engine_options, options_header, parse_malloc_debug_options
-from leaktrace.preload import preload_library
+from leaktrace.preload import PreloadTrace, preload_library
 
 REPO = Path(__file__).parent.parent
 
@@ -141,3 +144,29 @@ def test_attach_to_a_process_started_with_the_library(program, tmp_path):
         plain.wait()
     assert not_preloaded.returncode == 1 and "does not run with leaktrace's preload library" in not_preloaded.stderr
     assert not_preloaded.stderr.count("\n") == 1
+
+
+def test_an_idle_program_is_read_in_place_without_a_signal(program):
+    """No allocator call for 2 s: every report still comes (the table is read while the
+    program is stopped), and its sleep runs to the end (no signal cuts it short)."""
+    started = time.monotonic()
+    result = run_command(["-c", f"{program('idle')} 2", "--engine", "preload", "--json", "0.3"])
+    elapsed = time.monotonic() - started
+    found = reports(result.stdout)
+    assert result.returncode == 0, result.stderr
+    assert len(found) >= 5 and all(sites(report)["keep_some"] == [(4321, 5)] for report in found)
+    assert elapsed >= 2.0
+
+
+def test_snapshots_of_a_program_that_never_stops_allocating(program):
+    """A thread that allocates and frees without pause often holds the table's lock when
+    the process is stopped: each read lets it go and tries again until the lock is free."""
+    with PreloadTrace.launch([str(program("workers")), "churn"], "backtrace=8") as trace:
+        try:
+            time.sleep(0.3)
+            snapshots = [trace.snapshot() for _ in range(30)]
+        finally:
+            os.kill(trace.pid, signal.SIGKILL)
+            trace.wait()
+    # The one block that stays: stdout's buffer, from the "ready" line.
+    assert all(sum(g.count for g in s.groups if g.size == 4096) == 1 for s in snapshots)

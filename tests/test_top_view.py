@@ -170,3 +170,16 @@ def test_top_view_ends_cleanly_on_ctrl_c_sigterm_and_the_targets_exit(workers):
             assert re.search(rf"\[\d\d:\d\d:\d\d\] pid {leak} \(workers\): \d+ live bytes", text)  # the final report
         finally:
             pane.close()
+
+
+def test_top_view_with_the_preload_engine(program):
+    """The library's table read in place feeds the same screen; the command's exit ends it."""
+    pane = leaktrace_in_pane("-c", f"{program('idle')} 3", "--engine", "preload", "--top-view", "0.3")
+    try:
+        screen = pane.wait_for(r"keep_some")
+        assert re.search(r"^ +\d+ idle +21\.1KiB +5 +0B/s  keep_some\+0x[0-9a-f]+ ", screen, re.M), screen
+        text = pane.wait_for(r"^EXIT 0$")
+        assert pane.flag("alternate_on") == "0" and "Traceback" not in text
+        assert "keep_some" in text   # the final report, printed after the screen is gone
+    finally:
+        pane.close()

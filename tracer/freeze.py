@@ -1,17 +1,20 @@
 """Freezing a process for a moment: every thread stopped with PTRACE_SEIZE +
-PTRACE_INTERRUPT, its registers and the memory a reachability check needs copied,
-then every thread released. The copy is then swept with the process running.
+PTRACE_INTERRUPT (frozen()), then either read in place or, for a reachability check,
+its registers and memory copied (freeze_and_copy()), and every thread released. A
+copy is then swept with the process running.
 
 If leaktrace dies while the threads are stopped, the kernel detaches them and they
 run on (a seized thread in an interrupt stop resumes when its tracer goes).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import RuntimeFailure
@@ -97,54 +100,93 @@ def _buffers(pid: int, wanted) -> dict[tuple[int, int], mmap.mmap]:
         return {}
 
 
+@dataclass
+class FrozenProcess:
+    """A process whose threads all stand still, for as long as frozen() lasts."""
+
+    pid: int
+    maps_text: str
+    registers: dict[int, tuple[int, ...]]
+    mem_fd: int
+
+    @property
+    def maps(self) -> list[Mapping]:
+        return parse_maps(self.maps_text)
+
+    def read(self, address: int, size: int) -> bytes:
+        """Bytes of the process at address (none where it cannot be read)."""
+        try:
+            return os.pread(self.mem_fd, size, address)
+        except OSError:
+            return b""
+
+
+def _seize_every_thread(pid: int) -> set[int]:
+    """PTRACE_SEIZE + PTRACE_INTERRUPT on every thread; threads may start while others are
+    being stopped, so the list is read again until none is new."""
+    seized: set[int] = set()
+    while True:
+        new = _threads(pid) - seized
+        if not new:
+            return seized
+        for tid in new:
+            try:
+                _ptrace(PTRACE_SEIZE, tid)
+                _ptrace(PTRACE_INTERRUPT, tid)
+                seized.add(tid)
+            except OSError as e:
+                # ESRCH: gone; EPERM on a thread other than the first: it is exiting.
+                if e.errno == errno.ESRCH or (e.errno == errno.EPERM and tid != pid):
+                    continue
+                _release(seized)
+                raise RuntimeFailure(f"cannot stop pid {pid}: {e.strerror}"
+                                     + (" (is a debugger attached?)" if e.errno == errno.EPERM else "")) from None
+
+
+def _release(seized: set[int]) -> None:
+    for tid in seized:
+        try:
+            _ptrace(PTRACE_DETACH, tid)
+        except OSError:
+            pass   # gone, or already released by its exit
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[FrozenProcess]:
+    """Every thread of pid stopped, its registers and maps read, until the block ends;
+    raises RuntimeFailure if the process cannot be stopped or is gone."""
+    seized = _seize_every_thread(pid)
+    try:
+        if not seized:
+            raise RuntimeFailure(f"pid {pid} has exited")
+        registers = _wait_and_read_registers(seized)
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                maps_text = f.read()
+            mem_fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+        except OSError:
+            raise RuntimeFailure(f"pid {pid} exited while it was stopped") from None
+        try:
+            yield FrozenProcess(pid, maps_text, registers, mem_fd)
+        finally:
+            os.close(mem_fd)
+    finally:
+        _release(seized)
+
+
 def freeze_and_copy(pid: int, wanted) -> FrozenImage:
     """Stops every thread of pid, copies its registers, its maps and the mappings for which
     wanted(mapping) is true, and lets it go; raises RuntimeFailure if it cannot."""
     buffers = _buffers(pid, wanted)
-    seized: set[int] = set()
     started = time.monotonic()
-    try:
-        # Threads may start while others are being stopped: list again until none is new.
-        while True:
-            new = _threads(pid) - seized
-            if not new:
-                break
-            for tid in new:
-                try:
-                    _ptrace(PTRACE_SEIZE, tid)
-                    _ptrace(PTRACE_INTERRUPT, tid)
-                    seized.add(tid)
-                except OSError as e:
-                    # ESRCH: gone; EPERM on a thread other than the first: it is exiting.
-                    if e.errno == errno.ESRCH or (e.errno == errno.EPERM and tid != pid):
-                        continue
-                    raise RuntimeFailure(f"cannot stop pid {pid} to check reachability: {e.strerror}"
-                                         + (" (is a debugger attached?)" if e.errno == errno.EPERM else "")) from None
-        if not seized:
-            raise RuntimeFailure(f"pid {pid} exited before its reachability check")
-        registers = _wait_and_read_registers(seized)
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                maps = parse_maps(f.read())
-        except OSError:
-            raise RuntimeFailure(f"pid {pid} exited during its reachability check") from None
-        image = FrozenImage(pid, maps, registers)
+    with frozen(pid) as process:
+        image = FrozenImage(pid, process.maps, process.registers)
         page = os.sysconf("SC_PAGE_SIZE")
-        mem_fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
-        try:
-            for mapping in maps:
-                if wanted(mapping):
-                    buffer = buffers.pop((mapping.start, mapping.end), None) or _buffer(mapping.end - mapping.start)
-                    image.unreadable_pages += _read_into(mem_fd, buffer, mapping.start, page)
-                    image.memory[mapping.start] = buffer
-        finally:
-            os.close(mem_fd)
-    finally:
-        for tid in seized:
-            try:
-                _ptrace(PTRACE_DETACH, tid)
-            except OSError:
-                pass   # gone, or already released by its exit
+        for mapping in image.maps:
+            if wanted(mapping):
+                buffer = buffers.pop((mapping.start, mapping.end), None) or _buffer(mapping.end - mapping.start)
+                image.unreadable_pages += _read_into(process.mem_fd, buffer, mapping.start, page)
+                image.memory[mapping.start] = buffer
     image.pause_seconds = time.monotonic() - started
     return image
 

@@ -1,17 +1,20 @@
 """The in-process engine: the LD_PRELOAD library (preload/*.c) as a source.
 
-A command runs with the library (or a process started with it elsewhere is read);
-each snapshot asks it for a heap dump (SIGRTMAX-17, written at its next allocator
-call) and reads the dump back; at exit a launched command writes a last one
-(backtrace_dump_on_exit). The dump is Android's v1.2 text, MAPS included, so a
+A command runs with the library (or a process started with it elsewhere is read).
+Each snapshot stops the process for a moment (ptrace, as the reachability check
+does) and reads the library's table of live blocks in place, once no thread holds
+the table's lock; a process that cannot be stopped is asked for a heap dump instead
+(SIGRTMAX-17, written at its next allocator call). At exit a launched command writes
+a last dump (backtrace_dump_on_exit): Android's v1.2 text, MAPS included, so a
 snapshot from it symbolizes like one from the BPF engine. The reachability check
-reads the library's table from the frozen copy of the process instead.
+reads the table from the frozen copy of the process.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import glob
 import os
 import re
@@ -20,12 +23,13 @@ import signal
 import struct
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from .android_records import return_addresses
 from .elf import ElfFile
 from .errors import RuntimeFailure
-from .freeze import FrozenImage, freeze_and_copy
+from .freeze import FrozenImage, freeze_and_copy, frozen
 from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
 from .process import Mapping, alive, parse_maps, read_process, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
@@ -35,6 +39,8 @@ from .unreachable import DEFAULT_LIMIT, scanned_mapping, sweep_image
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_TIMEOUT = 5.0     # seconds for the program to make an allocator call and write its dump
+TABLE_TRIES = 100      # stops of the process to find its table unlocked (a lock is held for microseconds)
+SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20   # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
 _RECORD = re.compile(r"z (\d)  sz +(\d+)  num +(\d+)  bt((?: [0-9a-f]+)*)$")
 # struct record of preload/malloc_debug.h: pointer, size, flags, frame_count, frames.
 RECORD = struct.Struct("<QQIIQ")
@@ -74,12 +80,14 @@ def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exi
 
 class PreloadTrace:
     """A process running with the library: launched with it (launch) or started with it
-    elsewhere (attach); the same snapshots as a BPF trace, from the dumps it writes."""
+    elsewhere (attach); the same snapshots as a BPF trace, from the dumps it writes (or,
+    when it makes no allocator call to write one, from its table read in place)."""
 
-    def __init__(self, pid: int, prefix: str, comm: str, workdir: str | None = None):
+    def __init__(self, pid: int, prefix: str, comm: str, backtrace_frames: int, workdir: str | None = None):
         self.pid = pid
         self.prefix = prefix              # the library's backtrace_dump_prefix
         self.comm = comm
+        self.backtrace_frames = backtrace_frames
         self.workdir = workdir            # ours to delete (launch only)
         self.is_child = workdir is not None
         self.exit_status: int | None = None
@@ -95,7 +103,8 @@ class PreloadTrace:
         prefix = os.path.join(workdir, "heap")
         env = dict(os.environ, LD_PRELOAD=preload_library(),
                    LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={prefix}")
-        return cls(os.spawnve(os.P_NOWAIT, path, argv, env), prefix, os.path.basename(path)[:15], workdir)
+        frames = parse_malloc_debug_options(options).backtrace_frames
+        return cls(os.spawnve(os.P_NOWAIT, path, argv, env), prefix, os.path.basename(path)[:15], frames, workdir)
 
     @classmethod
     def attach(cls, pid: int) -> "PreloadTrace":
@@ -111,7 +120,8 @@ class PreloadTrace:
             config = parse_malloc_debug_options(environ.get(b"LIBC_DEBUG_MALLOC_OPTIONS", b"").decode())
         except (OSError, OptionError) as e:
             raise RuntimeFailure(f"cannot read pid {pid}'s malloc debug options: {e}") from None
-        return cls(pid, str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)), info.comm)
+        return cls(pid, str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)), info.comm,
+                   config.backtrace_frames)
 
     @property
     def exited(self) -> bool:
@@ -125,12 +135,25 @@ class PreloadTrace:
         return snapshot_from_heap_dump(text, self.pid, self.comm, time.time(), exited)
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
-        """Asks the program for a dump and reads it (the final one once it has exited). The
-        dump has neither ages nor pointers: older_than_ms and with_allocations are refused."""
-        if older_than_ms is not None or with_allocations:
-            raise RuntimeFailure("the preload engine's dumps carry neither ages nor pointers")
+        """The library's table read in the stopped process (no signal, so no system call of
+        the program is cut short), or the final dump once it has exited. If the process
+        cannot be stopped (a debugger holds it), it is asked for a dump, which it writes at
+        its next allocator call. The library keeps no ages: older_than_ms is refused."""
+        if older_than_ms is not None:
+            raise RuntimeFailure("the preload engine keeps no allocation ages")
         if self.exited:
             return self.final_snapshot or Snapshot(time.time(), (), Counters())
+        try:
+            self._last = table_snapshot(self.pid, self.comm, self.backtrace_frames)
+        except RuntimeFailure:
+            if not self.poll():
+                return self.snapshot()
+            if with_allocations:
+                raise
+            self._last = self._requested_dump()
+        return self._last
+
+    def _requested_dump(self) -> Snapshot:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{self.prefix}.{self.pid}.txt")   # so that the next one is known to be new
         os.kill(self.pid, DUMP_SIGNAL)
@@ -138,13 +161,12 @@ class PreloadTrace:
         while time.monotonic() < deadline:
             found = self._read_dump(".txt", False)
             if found:
-                self._last = found
                 return found
             if not self.poll():
                 return self.snapshot()
             time.sleep(0.01)
-        raise RuntimeFailure(f"pid {self.pid} wrote no heap dump within {DUMP_TIMEOUT:g} s "
-                             "(it writes one at its next allocator call)")
+        raise RuntimeFailure(f"pid {self.pid} could not be stopped and wrote no heap dump within "
+                             f"{DUMP_TIMEOUT:g} s (it writes one at its next allocator call)")
 
     def poll(self) -> bool:
         """False once the process has exited; its exit dump (or else its last snapshot) is then final."""
@@ -176,9 +198,14 @@ class PreloadTrace:
         in the frozen copy: exactly the blocks live at the freeze."""
         if self.exited:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
-        image = freeze_and_copy(self.pid, scanned_mapping)
-        allocations, table = allocations_in_image(image)
-        return sweep_image(image, allocations, complete=True, limit=limit, excluded=table)
+        for _ in range(TABLE_TRIES):
+            image = freeze_and_copy(self.pid, scanned_mapping)
+            found = allocations_in_image(image)
+            if found:
+                allocations, table = found
+                return sweep_image(image, allocations, complete=True, limit=limit, excluded=table)
+            time.sleep(0.001)
+        raise RuntimeFailure(f"pid {self.pid} kept its table locked through {TABLE_TRIES} tries")
 
     def close(self) -> None:
         if self.workdir:
@@ -216,24 +243,89 @@ def _library_base(maps: list[Mapping], library: str) -> int | None:
     return None
 
 
-def allocations_in_image(image: FrozenImage) -> tuple[list[LiveAllocation], tuple[tuple[int, int], ...]]:
-    """The library's table of live blocks, read from a frozen copy of the process, and the
-    range the table itself occupies (never a root: it points to every block)."""
-    library = preload_library()
-    base = _library_base(image.maps, library)
+@functools.lru_cache(maxsize=1)
+def _table_symbols() -> dict[str, int]:
+    symbols = ElfFile(preload_library()).dynamic_objects
+    return {name: symbols[name] for name in ("leaktrace_table", "leaktrace_table_slots", "leaktrace_table_lock")}
+
+
+def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
+    """Where the library's table variables are in a process."""
+    base = _library_base(maps, preload_library())
     if base is None:
-        raise RuntimeFailure(f"pid {image.pid} does not run with leaktrace's preload library")
-    symbols = ElfFile(library).dynamic_objects
-    table_at, slots_at = (base + symbols[name] for name in ("leaktrace_table", "leaktrace_table_slots"))
-    table, slots = (struct.unpack("<Q", image.read(at, 8).ljust(8, b"\0"))[0] for at in (table_at, slots_at))
-    records = image.read(table, slots * RECORD.size)
-    allocations = []
+        raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library")
+    return {name: base + offset for name, offset in _table_symbols().items()}
+
+
+def _table_busy(read, addresses: dict[str, int]) -> bool:
+    """A thread was stopped while changing the table (its lock is held): read it again later."""
+    return read(addresses["leaktrace_table_lock"], 4) != b"\0\0\0\0"
+
+
+def _read_table(read, pid: int, addresses: dict[str, int]) -> tuple[list[LiveAllocation], tuple[int, int]]:
+    """The live blocks in the library's table, through read(address, size) (a stopped process
+    or a copy of one), and the range the table occupies."""
+    table, slots = (struct.unpack("<Q", read(addresses[name], 8).ljust(8, b"\0"))[0]
+                    for name in ("leaktrace_table", "leaktrace_table_slots"))
+    records = read(table, slots * RECORD.size)
     whole = len(records) // RECORD.size * RECORD.size
-    for pointer, size, flags, frame_count, frames_at in RECORD.iter_unpack(records[:whole]):
-        if pointer <= 1:
-            continue   # empty or deleted slot
-        pcs = struct.unpack(f"<{frame_count}Q", image.read(frames_at, 8 * frame_count)) if frame_count else ()
-        stack = return_addresses(pcs)
-        allocations.append(LiveAllocation(image.pid, pointer, size, stack, _status(stack),
-                                          bool(flags & RECORD_ZYGOTE)))
-    return allocations, ((table, table + slots * RECORD.size),)
+    live = [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]   # 0 empty, 1 deleted
+    frames = _read_many(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
+    allocations = []
+    for pointer, size, flags, frame_count, frames_at in live:
+        pcs = frames.get(frames_at, b"") if frame_count else b""
+        stack = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
+        allocations.append(LiveAllocation(pid, pointer, size, stack, _status(stack), bool(flags & RECORD_ZYGOTE)))
+    return allocations, (table, table + slots * RECORD.size)
+
+
+def _read_many(read, ranges: list[tuple[int, int]]) -> dict[int, bytes]:
+    """address -> read(address, size) for many small ranges, as a few large reads of the
+    spans they cluster in (a stopped process is read one system call per read)."""
+    found: dict[int, bytes] = {}
+    ranges = sorted(set(ranges))
+    i = 0
+    while i < len(ranges):
+        start = ranges[i][0]
+        end = start + ranges[i][1]
+        j = i + 1
+        while j < len(ranges) and ranges[j][0] - end <= SPAN_GAP and ranges[j][0] + ranges[j][1] - start <= SPAN_MAX:
+            end = max(end, ranges[j][0] + ranges[j][1])
+            j += 1
+        span = read(start, end - start)
+        for address, size in ranges[i:j]:
+            piece = span[address - start:address - start + size]
+            found[address] = piece if len(piece) == size else read(address, size)   # across a hole: one by one
+        i = j
+    return found
+
+
+def allocations_in_image(image: FrozenImage) -> tuple[list[LiveAllocation], tuple[tuple[int, int], ...]] | None:
+    """The library's table of live blocks, read from a frozen copy of the process, and the
+    range the table itself occupies (never a root: it points to every block); None if the
+    copy caught a thread changing the table."""
+    addresses = _table_addresses(image.maps, image.pid)
+    if _table_busy(image.read, addresses):
+        return None
+    allocations, table = _read_table(image.read, image.pid, addresses)
+    return allocations, (table,)
+
+
+def table_snapshot(pid: int, comm: str, backtrace_frames: int) -> Snapshot:
+    """A snapshot read from the library's table in the stopped process, with pointers: for
+    a program that makes no allocator call (and so writes no dump)."""
+    for _ in range(TABLE_TRIES):
+        with frozen(pid) as process:
+            addresses = _table_addresses(process.maps, pid)
+            if not _table_busy(process.read, addresses):
+                allocations, _ = _read_table(process.read, pid, addresses)
+                maps = process.maps_text
+                break
+        time.sleep(0.001)
+    else:
+        raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
+    tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
+    groups = tuple(AllocationGroup(pid, size, count, stack, status, inherited)
+                   for (size, stack, status, inherited), count in tally.items())
+    return Snapshot(time.time(), groups, Counters(), {pid: ProcessInfo(pid, comm, comm, maps)}, backtrace_frames,
+                    tuple(allocations))

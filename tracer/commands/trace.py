@@ -225,7 +225,7 @@ class TraceCommand(Command):
             raise UsageError("--lib is given once, except with --all")
         if args.engine == "preload":
             for flag, given in (("--older-than", args.older_than is not None), ("-f", args.follow_forks),
-                                ("--lib", args.lib), ("--top-view", args.top_view)):
+                                ("--lib", args.lib)):
                 if given:
                     raise UsageError(f"{flag} works with the BPF engine only")
 

@@ -1,0 +1,18 @@
+// Five blocks of 4321 bytes from keep_some(), then no allocator call for argv[1] seconds.
+#include <stdlib.h>
+#include <unistd.h>
+
+void *volatile kept[5];
+
+__attribute__((noinline)) void keep_some(void)
+{
+    for (int i = 0; i < 5; i++)
+        kept[i] = malloc(4321);
+}
+
+int main(int argc, char **argv)
+{
+    keep_some();
+    sleep(argc > 1 ? (unsigned)atoi(argv[1]) : 1);
+    return 0;
+}
