@@ -170,3 +170,20 @@ def test_snapshots_of_a_program_that_never_stops_allocating(program):
             trace.wait()
     # The one block that stays: stdout's buffer, from the "ready" line.
     assert all(sum(g.count for g in s.groups if g.size == 4096) == 1 for s in snapshots)
+
+
+def test_attach_to_an_idle_process(program):
+    """-p PID: the process is asked for a dump; it makes no allocator call to write one,
+    so after DUMP_WAIT its table is read in place."""
+    idle = subprocess.Popen([str(program("idle")), "60"], env={"LD_PRELOAD": preload_library(),
+                                                              "LIBC_DEBUG_MALLOC_OPTIONS": "backtrace"})
+    try:
+        time.sleep(0.2)
+        result = run_command(["-p", str(idle.pid), "--engine", "preload", "--json", "0.2", "2"])
+        assert idle.poll() is None   # still waiting: the signal cut a sleep short, not the wait
+    finally:
+        idle.kill()
+        idle.wait()
+    assert result.returncode == 0, result.stderr
+    found = reports(result.stdout)
+    assert len(found) == 2 and all(sites(report)["keep_some"] == [(4321, 5)] for report in found)

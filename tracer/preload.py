@@ -1,12 +1,13 @@
 """The in-process engine: the LD_PRELOAD library (preload/*.c) as a source.
 
 A command runs with the library (or a process started with it elsewhere is read).
-Each snapshot stops the process for a moment (ptrace, as the reachability check
-does) and reads the library's table of live blocks in place, once no thread holds
-the table's lock; a process that cannot be stopped is asked for a heap dump instead
-(SIGRTMAX-17, written at its next allocator call). At exit a launched command writes
-a last dump (backtrace_dump_on_exit): Android's v1.2 text, MAPS included, so a
-snapshot from it symbolizes like one from the BPF engine. The reachability check
+A snapshot of a launched command stops it for a moment (ptrace, as the reachability
+check does) and reads the library's table of live blocks in place, once no thread
+holds the table's lock. A process started elsewhere is asked for a heap dump, as
+upstream's users do (SIGRTMAX-17, written at its next allocator call), and read in
+place only if none comes. At exit a launched command writes a last dump
+(backtrace_dump_on_exit). Dumps are Android's v1.2 text, MAPS included, so a
+snapshot from one symbolizes like one from the BPF engine. The reachability check
 reads the table from the frozen copy of the process.
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .snapshot import (AllocationGroup, Counters, LiveAllocation, ProcessInfo, S
 from .unreachable import DEFAULT_LIMIT, scanned_mapping, sweep_image
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
-DUMP_TIMEOUT = 5.0     # seconds for the program to make an allocator call and write its dump
+DUMP_WAIT = 1.0        # seconds for a program to make an allocator call and write the dump asked for
 TABLE_TRIES = 100      # stops of the process to find its table unlocked (a lock is held for microseconds)
 SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20   # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
 _RECORD = re.compile(r"z (\d)  sz +(\d+)  num +(\d+)  bt((?: [0-9a-f]+)*)$")
@@ -135,38 +136,42 @@ class PreloadTrace:
         return snapshot_from_heap_dump(text, self.pid, self.comm, time.time(), exited)
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
-        """The library's table read in the stopped process (no signal, so no system call of
-        the program is cut short), or the final dump once it has exited. If the process
-        cannot be stopped (a debugger holds it), it is asked for a dump, which it writes at
-        its next allocator call. The library keeps no ages: older_than_ms is refused."""
+        """The live blocks now (the final dump once the process has exited).
+
+        A launched command is stopped for a moment and its table read in place: no signal
+        reaches it, so none of its system calls is cut short. A process started elsewhere
+        is asked for a dump, as malloc_debug's users do (SIGRTMAX-17; it writes one at its
+        next allocator call); if none comes within DUMP_WAIT, its table is read in place.
+        The library keeps no ages: older_than_ms is refused."""
         if older_than_ms is not None:
             raise RuntimeFailure("the preload engine keeps no allocation ages")
         if self.exited:
             return self.final_snapshot or Snapshot(time.time(), (), Counters())
+        if not self.is_child and not with_allocations:
+            found = self._requested_dump(DUMP_WAIT)
+            if found:
+                self._last = found
+                return found
         try:
             self._last = table_snapshot(self.pid, self.comm, self.backtrace_frames)
         except RuntimeFailure:
             if not self.poll():
                 return self.snapshot()
-            if with_allocations:
-                raise
-            self._last = self._requested_dump()
+            raise
         return self._last
 
-    def _requested_dump(self) -> Snapshot:
+    def _requested_dump(self, wait: float) -> Snapshot | None:
+        """Asks for a dump and reads it; None if none comes within wait seconds."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{self.prefix}.{self.pid}.txt")   # so that the next one is known to be new
         os.kill(self.pid, DUMP_SIGNAL)
-        deadline = time.monotonic() + DUMP_TIMEOUT
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             found = self._read_dump(".txt", False)
-            if found:
-                return found
-            if not self.poll():
-                return self.snapshot()
+            if found or not self.poll():
+                return found or self.snapshot()
             time.sleep(0.01)
-        raise RuntimeFailure(f"pid {self.pid} could not be stopped and wrote no heap dump within "
-                             f"{DUMP_TIMEOUT:g} s (it writes one at its next allocator call)")
+        return None
 
     def poll(self) -> bool:
         """False once the process has exited; its exit dump (or else its last snapshot) is then final."""
