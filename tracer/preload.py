@@ -15,50 +15,28 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import functools
-import glob
 import os
 import re
 import shutil
 import signal
-import struct
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 from .android_records import return_addresses
-from .elf import ElfFile
 from .errors import RuntimeFailure
-from .freeze import FrozenImage, freeze_and_copy, frozen
+from .freeze import freeze_and_copy
+from .library_table import (TABLE_TRIES, allocations_in_image, library_base, preload_library, stack_status,
+                            table_snapshot)
 from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
-from .process import Mapping, alive, parse_maps, read_process, resolve_executable
+from .process import alive, parse_maps, read_process, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
-from .snapshot import (AllocationGroup, Counters, LiveAllocation, ProcessInfo, Snapshot, StackStatus,
-                       UnreachableReport)
+from .snapshot import AllocationGroup, Counters, ProcessInfo, Snapshot, UnreachableReport
 from .unreachable import DEFAULT_LIMIT, scanned_mapping, sweep_image
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0        # seconds for a program to make an allocator call and write the dump asked for
-TABLE_TRIES = 100      # stops of the process to find its table unlocked (a lock is held for microseconds)
-SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20   # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
 _RECORD = re.compile(r"z (\d)  sz +(\d+)  num +(\d+)  bt((?: [0-9a-f]+)*)$")
-# struct record of preload/malloc_debug.h: pointer, size, flags, frame_count, frames.
-RECORD = struct.Struct("<QQIIQ")
-RECORD_ZYGOTE = 1   # the flag bit of a block allocated before a fork
-
-
-def _status(stack: tuple[int, ...]) -> StackStatus:
-    """The library keeps a stack for every size in its backtrace range: none means filtered."""
-    return StackStatus.CAPTURED if stack else StackStatus.FILTERED
-
-
-def preload_library() -> str:
-    """Path of the library that pip install built into the package."""
-    found = sorted(glob.glob(str(Path(__file__).parent / "_malloc_debug*.so")))
-    if not found:
-        raise RuntimeFailure("leaktrace's preload library is not built: reinstall leaktrace (pip install)")
-    return found[0]
 
 
 def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exited: bool = False) -> Snapshot:
@@ -74,7 +52,7 @@ def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exi
             continue
         zygote, size, count, frames = found.groups()
         stack = return_addresses(tuple(int(pc, 16) for pc in frames.split()))
-        groups.append(AllocationGroup(pid, int(size), int(count), stack, _status(stack), zygote == "1"))
+        groups.append(AllocationGroup(pid, int(size), int(count), stack, stack_status(stack), zygote == "1"))
     info = ProcessInfo(pid, comm, comm, maps.removesuffix("END\n"), exited)
     return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, depth)
 
@@ -113,7 +91,7 @@ class PreloadTrace:
         info = read_process(pid)
         if info is None:
             raise RuntimeFailure(f"no process with pid {pid}")
-        if _library_base(parse_maps(info.maps), preload_library()) is None:
+        if library_base(parse_maps(info.maps), preload_library()) is None:
             raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library (see --preload-lib)")
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
@@ -237,100 +215,3 @@ def leak_info_in_process() -> list[LeakInfoEntry]:
         return decode_leak_info(ctypes.string_at(info, overall), backtrace_size) if overall else []
     finally:
         ctypes.CDLL(None).free_malloc_leak_info(info)
-
-
-def _library_base(maps: list[Mapping], library: str) -> int | None:
-    """Where the library is loaded in a process (its mapping at file offset 0)."""
-    real = os.path.realpath(library)
-    for mapping in maps:
-        if mapping.offset == 0 and mapping.path and os.path.realpath(mapping.path) == real:
-            return mapping.start
-    return None
-
-
-@functools.lru_cache(maxsize=1)
-def _table_symbols() -> dict[str, int]:
-    symbols = ElfFile(preload_library()).dynamic_objects
-    return {name: symbols[name] for name in ("leaktrace_table", "leaktrace_table_slots", "leaktrace_table_lock")}
-
-
-def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
-    """Where the library's table variables are in a process."""
-    base = _library_base(maps, preload_library())
-    if base is None:
-        raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library")
-    return {name: base + offset for name, offset in _table_symbols().items()}
-
-
-def _table_busy(read, addresses: dict[str, int]) -> bool:
-    """A thread was stopped while changing the table (its lock is held): read it again later."""
-    return read(addresses["leaktrace_table_lock"], 4) != b"\0\0\0\0"
-
-
-def _read_table(read, pid: int, addresses: dict[str, int]) -> tuple[list[LiveAllocation], tuple[int, int]]:
-    """The live blocks in the library's table, through read(address, size) (a stopped process
-    or a copy of one), and the range the table occupies."""
-    table, slots = (struct.unpack("<Q", read(addresses[name], 8).ljust(8, b"\0"))[0]
-                    for name in ("leaktrace_table", "leaktrace_table_slots"))
-    records = read(table, slots * RECORD.size)
-    whole = len(records) // RECORD.size * RECORD.size
-    live = [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]   # 0 empty, 1 deleted
-    frames = _read_many(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
-    allocations = []
-    for pointer, size, flags, frame_count, frames_at in live:
-        pcs = frames.get(frames_at, b"") if frame_count else b""
-        stack = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
-        allocations.append(LiveAllocation(pid, pointer, size, stack, _status(stack), bool(flags & RECORD_ZYGOTE)))
-    return allocations, (table, table + slots * RECORD.size)
-
-
-def _read_many(read, ranges: list[tuple[int, int]]) -> dict[int, bytes]:
-    """address -> read(address, size) for many small ranges, as a few large reads of the
-    spans they cluster in (a stopped process is read one system call per read)."""
-    found: dict[int, bytes] = {}
-    ranges = sorted(set(ranges))
-    i = 0
-    while i < len(ranges):
-        start = ranges[i][0]
-        end = start + ranges[i][1]
-        j = i + 1
-        while j < len(ranges) and ranges[j][0] - end <= SPAN_GAP and ranges[j][0] + ranges[j][1] - start <= SPAN_MAX:
-            end = max(end, ranges[j][0] + ranges[j][1])
-            j += 1
-        span = read(start, end - start)
-        for address, size in ranges[i:j]:
-            piece = span[address - start:address - start + size]
-            found[address] = piece if len(piece) == size else read(address, size)   # across a hole: one by one
-        i = j
-    return found
-
-
-def allocations_in_image(image: FrozenImage) -> tuple[list[LiveAllocation], tuple[tuple[int, int], ...]] | None:
-    """The library's table of live blocks, read from a frozen copy of the process, and the
-    range the table itself occupies (never a root: it points to every block); None if the
-    copy caught a thread changing the table."""
-    addresses = _table_addresses(image.maps, image.pid)
-    if _table_busy(image.read, addresses):
-        return None
-    allocations, table = _read_table(image.read, image.pid, addresses)
-    return allocations, (table,)
-
-
-def table_snapshot(pid: int, comm: str, backtrace_frames: int) -> Snapshot:
-    """A snapshot read from the library's table in the stopped process, with pointers: for
-    a program that makes no allocator call (and so writes no dump)."""
-    for _ in range(TABLE_TRIES):
-        with frozen(pid) as process:
-            addresses = _table_addresses(process.maps, pid)
-            if not _table_busy(process.read, addresses):
-                allocations, _ = _read_table(process.read, pid, addresses)
-                maps = process.maps_text
-                break
-        time.sleep(0.001)
-    else:
-        raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
-    tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
-    groups = tuple(AllocationGroup(pid, size, count, stack, status, inherited)
-                   for (size, stack, status, inherited), count in tally.items())
-    return Snapshot(time.time(), groups, Counters(), {pid: ProcessInfo(pid, comm, comm, maps)}, backtrace_frames,
-                    tuple(allocations))

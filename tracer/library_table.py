@@ -1,0 +1,139 @@
+"""The preload library's table of live blocks, read from outside the process: in place
+while the process is stopped (table_snapshot), or from a frozen copy of it
+(allocations_in_image, for the reachability check). Every change the library makes
+to the table is made under its exported lock, so a stopped process whose lock is
+free holds a consistent table; one caught with the lock held is let go and stopped
+again a moment later.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import struct
+import time
+from collections import Counter
+from pathlib import Path
+
+from .android_records import return_addresses
+from .elf import ElfFile
+from .errors import RuntimeFailure
+from .freeze import FrozenImage, frozen
+from .process import Mapping
+from .snapshot import AllocationGroup, Counters, LiveAllocation, ProcessInfo, Snapshot, StackStatus
+
+TABLE_TRIES = 100      # stops of the process to find its table unlocked (a lock is held for microseconds)
+SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20   # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
+# struct record of preload/malloc_debug.h: pointer, size, flags, frame_count, frames.
+RECORD = struct.Struct("<QQIIQ")
+RECORD_ZYGOTE = 1   # the flag bit of a block allocated before a fork
+
+
+def preload_library() -> str:
+    """Path of the library that pip install built into the package."""
+    found = sorted(glob.glob(str(Path(__file__).parent / "_malloc_debug*.so")))
+    if not found:
+        raise RuntimeFailure("leaktrace's preload library is not built: reinstall leaktrace (pip install)")
+    return found[0]
+
+
+def stack_status(stack: tuple[int, ...]) -> StackStatus:
+    """The library keeps a stack for every size in its backtrace range: none means filtered."""
+    return StackStatus.CAPTURED if stack else StackStatus.FILTERED
+
+
+def library_base(maps: list[Mapping], library: str) -> int | None:
+    """Where the library is loaded in a process (its mapping at file offset 0)."""
+    real = os.path.realpath(library)
+    for mapping in maps:
+        if mapping.offset == 0 and mapping.path and os.path.realpath(mapping.path) == real:
+            return mapping.start
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _table_symbols() -> dict[str, int]:
+    symbols = ElfFile(preload_library()).dynamic_objects
+    return {name: symbols[name] for name in ("leaktrace_table", "leaktrace_table_slots", "leaktrace_table_lock")}
+
+
+def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
+    """Where the library's table variables are in a process."""
+    base = library_base(maps, preload_library())
+    if base is None:
+        raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library")
+    return {name: base + offset for name, offset in _table_symbols().items()}
+
+
+def _table_busy(read, addresses: dict[str, int]) -> bool:
+    """A thread was stopped while changing the table (its lock is held): read it again later."""
+    return read(addresses["leaktrace_table_lock"], 4) != b"\0\0\0\0"
+
+
+def _read_table(read, pid: int, addresses: dict[str, int]) -> tuple[list[LiveAllocation], tuple[int, int]]:
+    """The live blocks in the library's table, through read(address, size) (a stopped process
+    or a copy of one), and the range the table occupies."""
+    table, slots = (struct.unpack("<Q", read(addresses[name], 8).ljust(8, b"\0"))[0]
+                    for name in ("leaktrace_table", "leaktrace_table_slots"))
+    records = read(table, slots * RECORD.size)
+    whole = len(records) // RECORD.size * RECORD.size
+    live = [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]   # 0 empty, 1 deleted
+    frames = _read_many(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
+    allocations = []
+    for pointer, size, flags, frame_count, frames_at in live:
+        pcs = frames.get(frames_at, b"") if frame_count else b""
+        stack = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
+        allocations.append(LiveAllocation(pid, pointer, size, stack, stack_status(stack), bool(flags & RECORD_ZYGOTE)))
+    return allocations, (table, table + slots * RECORD.size)
+
+
+def _read_many(read, ranges: list[tuple[int, int]]) -> dict[int, bytes]:
+    """address -> read(address, size) for many small ranges, as a few large reads of the
+    spans they cluster in (a stopped process is read one system call per read)."""
+    found: dict[int, bytes] = {}
+    ranges = sorted(set(ranges))
+    i = 0
+    while i < len(ranges):
+        start = ranges[i][0]
+        end = start + ranges[i][1]
+        j = i + 1
+        while j < len(ranges) and ranges[j][0] - end <= SPAN_GAP and ranges[j][0] + ranges[j][1] - start <= SPAN_MAX:
+            end = max(end, ranges[j][0] + ranges[j][1])
+            j += 1
+        span = read(start, end - start)
+        for address, size in ranges[i:j]:
+            piece = span[address - start:address - start + size]
+            found[address] = piece if len(piece) == size else read(address, size)   # across a hole: one by one
+        i = j
+    return found
+
+
+def allocations_in_image(image: FrozenImage) -> tuple[list[LiveAllocation], tuple[tuple[int, int], ...]] | None:
+    """The library's table of live blocks, read from a frozen copy of the process, and the
+    range the table itself occupies (never a root: it points to every block); None if the
+    copy caught a thread changing the table."""
+    addresses = _table_addresses(image.maps, image.pid)
+    if _table_busy(image.read, addresses):
+        return None
+    allocations, table = _read_table(image.read, image.pid, addresses)
+    return allocations, (table,)
+
+
+def table_snapshot(pid: int, comm: str, backtrace_frames: int) -> Snapshot:
+    """A snapshot read from the library's table in the stopped process, with pointers: for
+    a program that makes no allocator call (and so writes no dump)."""
+    for _ in range(TABLE_TRIES):
+        with frozen(pid) as process:
+            addresses = _table_addresses(process.maps, pid)
+            if not _table_busy(process.read, addresses):
+                allocations, _ = _read_table(process.read, pid, addresses)
+                maps = process.maps_text
+                break
+        time.sleep(0.001)
+    else:
+        raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
+    tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
+    groups = tuple(AllocationGroup(pid, size, count, stack, status, inherited)
+                   for (size, stack, status, inherited), count in tally.items())
+    return Snapshot(time.time(), groups, Counters(), {pid: ProcessInfo(pid, comm, comm, maps)}, backtrace_frames,
+                    tuple(allocations))
