@@ -119,12 +119,17 @@ void library_enter(void)
     depth++;
 }
 
+// The slot is claimed with one atomic add, as a signal handler may queue a call of its own
+// between the claim and the write; its write is done before the interrupted one goes on.
 static void defer(void *pointer, size_t size, int is_free)
 {
-    if (pending_count < PENDING_SLOTS)
-        pending[pending_count++] = (struct pending_call){pointer, size, is_free};
-    else
+    unsigned slot = __atomic_fetch_add(&pending_count, 1, __ATOMIC_RELAXED);
+    if (slot < PENDING_SLOTS) {
+        pending[slot] = (struct pending_call){pointer, size, is_free};
+    } else {
+        __atomic_fetch_sub(&pending_count, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&unrecorded, 1, __ATOMIC_RELAXED);   // a free is then left undone: its block stays valid
+    }
 }
 
 // free's work: the header checked, the record taken out (its absence is an unknown pointer).
@@ -148,16 +153,19 @@ void library_leave(void)
         depth--;
         return;
     }
-    // Still at depth 1: calls made while these run are queued behind them.
-    for (unsigned i = 0; i < pending_count; i++) {
-        struct pending_call call = pending[i];
-        if (call.is_free)
-            release(call.pointer, "free");
-        else
-            table_insert((uintptr_t)call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
-    }
-    pending_count = 0;
-    depth--;
+    // Still at depth 1: calls made while these run are queued behind them. The queue is
+    // emptied only if nothing was added since the last look (a signal handler may add).
+    unsigned done = 0, seen;
+    do {
+        for (seen = pending_count; done < seen; done++) {
+            struct pending_call call = pending[done];
+            if (call.is_free)
+                release(call.pointer, "free");
+            else
+                table_insert((uintptr_t)call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
+        }
+    } while (!__sync_bool_compare_and_swap(&pending_count, seen, 0));
+    depth--;   // a call queued by a handler from here on waits for this thread's next call
 }
 
 // A new block: recorded with its stack, or queued when the library is at work.
