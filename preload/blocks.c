@@ -21,11 +21,11 @@
 
 // Before each block when a guard is on: [header][front guard][block][rear guard][expand].
 struct header {
+    uintptr_t links_room[2];  // glibc writes up to 32 bytes of bin links into a freed chunk
     void *orig;               // what glibc returned
     size_t size;              // what the program asked for
     size_t usable_size;       // what malloc_usable_size reports
-    uint32_t tag;             // DEBUG_TAG while live, DEBUG_FREE_TAG once freed; last, as glibc
-                              // writes its free-list links over the first 16 bytes of a freed chunk
+    uint32_t tag;             // DEBUG_TAG while live, DEBUG_FREE_TAG once freed: past the links
 };
 
 struct freed_block {
@@ -85,7 +85,7 @@ static void *with_header(size_t size, size_t real, size_t alignment)
         return NULL;
     uintptr_t pointer = ((uintptr_t)orig + pointer_offset + alignment - 1) & ~(uintptr_t)(alignment - 1);
     struct header *header = header_of((void *)pointer);
-    *header = (struct header){orig, size, glibc_usable(orig) - (pointer - (uintptr_t)orig), DEBUG_TAG};
+    *header = (struct header){{0, 0}, orig, size, glibc_usable(orig) - (pointer - (uintptr_t)orig), DEBUG_TAG};
     memset((char *)pointer - config.front_guard, FRONT_GUARD_VALUE, config.front_guard);
     if (config.rear_guard) {
         memset((char *)pointer + size, REAR_GUARD_VALUE, config.rear_guard);

@@ -72,19 +72,21 @@ def test_free_track_finds_a_write_after_free_and_shows_the_free(program):
     assert lines[3] == "#00 write_after_free"
 
 
-@pytest.mark.parametrize("options, error, original_free", [
-    ("guard", "USED AFTER FREE (free)", False),
-    ("guard free_track", "USED AFTER FREE (free)", True),
-    ("verify_pointers", "UNKNOWN POINTER (free)", False),
-    ("free_track", "UNKNOWN POINTER (free)", True),
+@pytest.mark.parametrize("mode, options, error, original_free", [
+    ("double_free", "guard", "USED AFTER FREE (free)", False),
+    ("double_free", "guard free_track", "USED AFTER FREE (free)", True),
+    ("double_free", "verify_pointers", "UNKNOWN POINTER (free)", False),
+    ("double_free", "free_track", "UNKNOWN POINTER (free)", True),
+    # glibc wrote 32 bytes of large-bin links into the freed chunk: the tag is past them.
+    ("double_free_large", "guard", "USED AFTER FREE (free)", False),
 ])
-def test_double_free(program, options, error, original_free):
-    result, block = run(program, "double_free", options)
+def test_double_free(program, mode, options, error, original_free):
+    result, block = run(program, mode, options)
     assert result.returncode == 0, result.stderr   # the second free is refused, not passed to glibc
     lines = report(result.stderr)
     assert lines[0] == f"+++ ALLOCATION {block} {error}"
     assert ("Backtrace of original free:" in lines) == original_free
-    assert innermost(lines, "Backtrace at time of failure:") == "#00 free_twice"
+    assert innermost(lines, "Backtrace at time of failure:") in ("#00 free_twice", "#00 free_large_twice")
 
 
 def test_a_pointer_not_from_malloc(program):

@@ -3,7 +3,8 @@
 //   rear         writes 0x11 0x22 just past a 100-byte block, frees it
 //   front        writes 0x00 just before a 40-byte block, frees it
 //   after_free   frees a 64-byte block, writes 0x01 at [10], exits (free_track checks at exit)
-//   double_free  frees a 32-byte block twice
+//   double_free  frees a 32-byte block twice (double_free_large: a 4000-byte one, with a
+//                larger allocation between the frees)
 //   unknown      frees a pointer into a global array
 //   fill         prints how many bytes of malloc(100), calloc(100) and the growth of
 //                realloc(100 -> 200) are 0xeb, and of a freed block are 0xef
@@ -61,6 +62,21 @@ __attribute__((noinline)) void free_twice(void)
     free(p);
 }
 
+// A 4000-byte block freed, sorted into one of glibc's large bins by a larger request
+// (which writes 32 bytes of links into it), then freed again.
+__attribute__((noinline)) void free_large_twice(void)
+{
+    void *volatile p = malloc(4000);
+    void *volatile barrier = malloc(16);   // keeps p's chunk from merging into the top chunk
+    printf("block %p\n", p);
+    fflush(stdout);
+    free(p);
+    void *volatile larger = malloc(8000);
+    free(p);
+    free(larger);
+    free(barrier);
+}
+
 __attribute__((noinline)) void free_unknown(void)
 {
     char *volatile inside_array = not_from_malloc + 32;
@@ -94,7 +110,8 @@ static const struct {
     void (*run)(void);
 } modes[] = {
     {"rear", corrupt_rear}, {"front", corrupt_front}, {"after_free", write_after_free},
-    {"double_free", free_twice}, {"unknown", free_unknown}, {"fill", show_fills}, {"usable", show_usable_size},
+    {"double_free", free_twice}, {"double_free_large", free_large_twice}, {"unknown", free_unknown},
+    {"fill", show_fills}, {"usable", show_usable_size},
 };
 
 int main(int argc, char **argv)
