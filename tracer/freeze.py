@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import RuntimeFailure
-from .process import Mapping, parse_maps
+from .process import Mapping, alive, parse_maps
 
 PTRACE_GETREGS, PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 12, 17, 0x4206, 0x4207
 WALL = 0x40000000
@@ -139,6 +139,8 @@ def _seize_every_thread(pid: int) -> set[int]:
                 if e.errno == errno.ESRCH or (e.errno == errno.EPERM and tid != pid):
                     continue
                 _release(seized)
+                if not alive(pid):   # a zombie refuses with EPERM too
+                    raise RuntimeFailure(f"pid {pid} has exited") from None
                 raise RuntimeFailure(f"cannot stop pid {pid}: {e.strerror}"
                                      + (" (is a debugger attached?)" if e.errno == errno.EPERM else "")) from None
 
@@ -159,7 +161,7 @@ def frozen(pid: int) -> Iterator[FrozenProcess]:
     try:
         if not seized:
             raise RuntimeFailure(f"pid {pid} has exited")
-        registers = _wait_and_read_registers(seized)
+        registers = _wait_and_read_registers(pid, seized)
         try:
             with open(f"/proc/{pid}/maps") as f:
                 maps_text = f.read()
@@ -191,13 +193,37 @@ def freeze_and_copy(pid: int, wanted) -> FrozenImage:
     return image
 
 
-def _wait_and_read_registers(seized: set[int]) -> dict[int, tuple[int, ...]]:
+def _is_our_child(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _leader_exited(pid: int) -> bool:
+    """Our child's first thread has a death to report: left unreaped here, for the wait
+    that collects its exit status. (A tracer that is not the parent must reap it instead,
+    or the real parent would not hear of it.)"""
+    try:
+        found = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT | WALL)
+    except ChildProcessError:
+        return False
+    # A tracer hears of ptrace stops whatever the flags: only a death counts here.
+    return found is not None and found.si_code in (os.CLD_EXITED, os.CLD_KILLED, os.CLD_DUMPED)
+
+
+def _wait_and_read_registers(pid: int, seized: set[int]) -> dict[int, tuple[int, ...]]:
     """Waits until each seized thread is in its interrupt stop; threads that exit instead are left out."""
     registers: dict[int, tuple[int, ...]] = {}
     waiting = set(seized)
     deadline = time.monotonic() + FREEZE_TIMEOUT
+    our_child = _is_our_child(pid)
     while waiting:
         for tid in list(waiting):
+            if tid == pid and our_child and _leader_exited(pid):
+                waiting.discard(tid)
+                continue
             try:
                 done, status = os.waitpid(tid, os.WNOHANG | WALL)
             except ChildProcessError:

@@ -156,10 +156,14 @@ class PreloadTrace:
         if self._gone:
             return False
         if self.is_child:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:   # reaped elsewhere (the API user waited for it): no status
+                pid, status = self.pid, None
             if pid == 0:
                 return True
-            self.exit_status = os.waitstatus_to_exitcode(status)
+            if status is not None:
+                self.exit_status = os.waitstatus_to_exitcode(status)
         elif alive(self.pid):
             return True
         self._gone = True
