@@ -147,6 +147,16 @@ static void release(void *pointer, const char *function)
     block_release(pointer);
 }
 
+// A free: done now by an outermost call; one made while the library works waits for the
+// outer call to leave, so that its address is not handed out again before it is recorded.
+static void free_block(void *pointer, const char *function)
+{
+    if (depth > 1)
+        defer(pointer, 0, 1);
+    else
+        release(pointer, function);
+}
+
 void library_leave(void)
 {
     if (depth > 1 || !pending_count) {
@@ -248,10 +258,7 @@ EXPORT void free(void *pointer)
         return;
     }
     library_enter();
-    if (depth > 1)
-        defer(pointer, 0, 1);   // freed once the outer call leaves, so its address is not reused before
-    else
-        release(pointer, "free");
+    free_block(pointer, "free");
     library_leave();
 }
 
@@ -275,10 +282,7 @@ EXPORT void *realloc(void *pointer, size_t size)
     if (!block_valid(pointer, "realloc", 0)) {
         // bionic returns NULL and leaves the pointer alone
     } else if (!size) {
-        if (outer)
-            release(pointer, "realloc");
-        else
-            defer(pointer, 0, 1);
+        free_block(pointer, "realloc");
     } else if (outer && !blocks_changed()) {
         // Out of the table before glibc may hand the address to another thread.
         int had = table_take((uintptr_t)pointer, &old);
@@ -298,10 +302,7 @@ EXPORT void *realloc(void *pointer, size_t size)
         size_t old_size = block_usable_size(pointer);
         memcpy(result, pointer, old_size < size ? old_size : size);
         note_allocation(result, size);
-        if (outer)
-            release(pointer, "realloc");
-        else
-            defer(pointer, 0, 1);
+        free_block(pointer, "realloc");
     }
     library_leave();
     return result;

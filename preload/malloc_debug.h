@@ -63,12 +63,13 @@ int same_entry(const struct record *a, const struct record *b);
 void table_before_fork(void);
 void table_after_fork(int child);
 
-// --- stacks (stacks.c) -----------------------------------------------------
+// --- stacks and the log on stderr (stacks.c) -----------------------------
 
 void find_own_code(void);
 size_t take_stack(uintptr_t *frames, size_t max);        // the caller's stack, this library left out
 uintptr_t *copy_frames(const uintptr_t *frames, size_t count);
 void log_backtrace(const uintptr_t *frames, size_t count);
+void write_all(int fd, const char *text, size_t length);   // retried on EINTR and short writes
 void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // --- blocks and the allocator-side options (blocks.c) ----------------------

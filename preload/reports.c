@@ -71,20 +71,6 @@ EXPORT ssize_t malloc_backtrace(void *pointer, uintptr_t *frames, size_t frame_c
     return (ssize_t)table_frames((uintptr_t)pointer, frames, frame_count);
 }
 
-static void write_all(int fd, const char *text, size_t length)
-{
-    while (length) {
-        ssize_t done = write(fd, text, length);
-        if (done <= 0) {
-            if (done < 0 && errno == EINTR)
-                continue;
-            return;
-        }
-        text += done;
-        length -= (size_t)done;
-    }
-}
-
 static void put(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(int fd, const char *fmt, ...)
 {

@@ -67,6 +67,19 @@ uintptr_t *copy_frames(const uintptr_t *frames, size_t count)
     return copy;
 }
 
+void write_all(int fd, const char *text, size_t length)
+{
+    while (length) {
+        ssize_t done = write(fd, text, length);
+        if (done < 0 && errno == EINTR)
+            continue;
+        if (done <= 0)
+            return;
+        text += done;
+        length -= (size_t)done;
+    }
+}
+
 // One line on stderr in one write, so that threads' lines do not interleave.
 void log_line(const char *fmt, ...)
 {
@@ -79,15 +92,7 @@ void log_line(const char *fmt, ...)
         return;
     size_t length = (size_t)n < sizeof line - 1 ? (size_t)n : sizeof line - 2;
     line[length++] = '\n';
-    for (const char *p = line; length;) {
-        ssize_t done = write(STDERR_FILENO, p, length);
-        if (done < 0 && errno == EINTR)
-            continue;
-        if (done <= 0)
-            return;
-        p += done;
-        length -= (size_t)done;
-    }
+    write_all(STDERR_FILENO, line, length);
 }
 
 // Frames as malloc_debug logs them: module-relative pc, module, symbol+offset.
