@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .errors import RuntimeFailure
-from .process import Mapping, alive, parse_maps
+from .process import Mapping, alive, parent_of, parse_maps
 
 PTRACE_GETREGS, PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 12, 17, 0x4206, 0x4207
 WALL = 0x40000000
@@ -193,14 +193,6 @@ def freeze_and_copy(pid: int, wanted) -> FrozenImage:
     return image
 
 
-def _is_our_child(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
-    except (OSError, ValueError, IndexError):
-        return False
-
-
 def _leader_exited(pid: int) -> bool:
     """Our child's first thread has a death to report: left unreaped here, for the wait
     that collects its exit status. (A tracer that is not the parent must reap it instead,
@@ -218,7 +210,7 @@ def _wait_and_read_registers(pid: int, seized: set[int]) -> dict[int, tuple[int,
     registers: dict[int, tuple[int, ...]] = {}
     waiting = set(seized)
     deadline = time.monotonic() + FREEZE_TIMEOUT
-    our_child = _is_our_child(pid)
+    our_child = parent_of(pid) == os.getpid()
     while waiting:
         for tid in list(waiting):
             if tid == pid and our_child and _leader_exited(pid):

@@ -11,30 +11,31 @@ interval is not flagged (lengthen the interval).
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .snapshot import AllocationGroup, Snapshot, StackStatus
 
 # One stack of one process: what the text report and the top view list as a row.
 StackId = tuple[int, tuple[int, ...], StackStatus, bool]   # pid, stack, status, inherited
+K = TypeVar("K")
 
 
 def stack_id(group: AllocationGroup) -> StackId:
     return group.pid, group.stack, group.stack_status, group.inherited
 
 
-def bytes_by_stack(snapshot: Snapshot) -> dict[StackId, int]:
-    totals: dict[StackId, int] = defaultdict(int)
+def bytes_by(snapshot: Snapshot, key: Callable[[AllocationGroup], K]) -> dict[K, int]:
+    """Live bytes of the snapshot's groups, summed per key(group)."""
+    totals: dict[K, int] = defaultdict(int)
     for group in snapshot.groups:
-        totals[stack_id(group)] += group.bytes
+        totals[key(group)] += group.bytes
     return dict(totals)
 
 
 def bytes_by_process(snapshot: Snapshot) -> dict[int, int]:
-    totals: dict[int, int] = defaultdict(int)
-    for group in snapshot.groups:
-        totals[group.pid] += group.bytes
-    return dict(totals)
+    return bytes_by(snapshot, lambda group: group.pid)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class GrowthTracker:
         self._history: deque[tuple[float, dict[StackId, int], dict[int, int]]] = deque(maxlen=intervals + 1)
 
     def observe(self, snapshot: Snapshot) -> Growth:
-        self._history.append((snapshot.taken_at, bytes_by_stack(snapshot), bytes_by_process(snapshot)))
+        self._history.append((snapshot.taken_at, bytes_by(snapshot, stack_id), bytes_by_process(snapshot)))
         if len(self._history) < 2:
             return Growth(intervals=self.intervals)
         (before, _, processes_before), (now, stacks_now, processes_now) = self._history[-2], self._history[-1]

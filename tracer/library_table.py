@@ -1,6 +1,6 @@
 """The preload library's table of live blocks, read from outside the process: in place
 while the process is stopped (table_snapshot), or from a frozen copy of it
-(allocations_in_image, for the reachability check). Every change the library makes
+(copy_with_table, for the reachability check). Every change the library makes
 to the table is made under its exported lock, so a stopped process whose lock is
 free holds a consistent table; one caught with the lock held is let go and stopped
 again a moment later.
@@ -13,12 +13,14 @@ import os
 import struct
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from .android_records import return_addresses
 from .elf import ElfFile
 from .errors import RuntimeFailure
-from .freeze import FrozenImage, frozen
+from .freeze import FrozenImage, freeze_and_copy, frozen
 from .process import Mapping
 from .snapshot import AllocationGroup, Counters, LiveAllocation, ProcessInfo, Snapshot, StackStatus
 
@@ -27,6 +29,7 @@ SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20   # stacks closer than SPAN_GAP are read
 # struct record of preload/malloc_debug.h: pointer, size, flags, frame_count, frames.
 RECORD = struct.Struct("<QQIIQ")
 RECORD_ZYGOTE = 1   # the flag bit of a block allocated before a fork
+T = TypeVar("T")
 
 
 def preload_library() -> str:
@@ -108,30 +111,39 @@ def _read_many(read, ranges: list[tuple[int, int]]) -> dict[int, bytes]:
     return found
 
 
-def allocations_in_image(image: FrozenImage) -> tuple[list[LiveAllocation], tuple[tuple[int, int], ...]] | None:
-    """The library's table of live blocks, read from a frozen copy of the process, and the
-    range the table itself occupies (never a root: it points to every block); None if the
-    copy caught a thread changing the table."""
-    addresses = _table_addresses(image.maps, image.pid)
-    if _table_busy(image.read, addresses):
-        return None
-    allocations, table = _read_table(image.read, image.pid, addresses)
-    return allocations, (table,)
+def _until_unlocked(pid: int, attempt: Callable[[], T | None]) -> T:
+    """attempt() until it finds the table unlocked (it returns None while a thread holds it)."""
+    for _ in range(TABLE_TRIES):
+        found = attempt()
+        if found is not None:
+            return found
+        time.sleep(0.001)
+    raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
+
+
+def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation], tuple[int, int]]:
+    """A frozen copy of the process (the mappings wanted) taken while the table was unlocked,
+    the live blocks in that table, and the range the table occupies (never a root of a
+    reachability check: it points to every block)."""
+    def attempt():
+        image = freeze_and_copy(pid, wanted)
+        addresses = _table_addresses(image.maps, pid)
+        if _table_busy(image.read, addresses):
+            return None
+        return image, *_read_table(image.read, pid, addresses)
+    return _until_unlocked(pid, attempt)
 
 
 def table_snapshot(pid: int, comm: str, backtrace_frames: int) -> Snapshot:
-    """A snapshot read from the library's table in the stopped process, with pointers: for
-    a program that makes no allocator call (and so writes no dump)."""
-    for _ in range(TABLE_TRIES):
+    """A snapshot read from the library's table in the stopped process, with pointers."""
+    def attempt():
         with frozen(pid) as process:
             addresses = _table_addresses(process.maps, pid)
-            if not _table_busy(process.read, addresses):
-                allocations, _ = _read_table(process.read, pid, addresses)
-                maps = process.maps_text
-                break
-        time.sleep(0.001)
-    else:
-        raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
+            if _table_busy(process.read, addresses):
+                return None
+            allocations, _ = _read_table(process.read, pid, addresses)
+            return allocations, process.maps_text
+    allocations, maps = _until_unlocked(pid, attempt)
     tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
     groups = tuple(AllocationGroup(pid, size, count, stack, status, inherited)
                    for (size, stack, status, inherited), count in tally.items())

@@ -119,14 +119,16 @@ def options_header() -> str:
              "int supported; };",
              "static const struct option_spec option_specs[] = {"]
     takes = {"flag": "TAKES_FLAG", "int": "TAKES_INT", "size": "TAKES_SIZE", "text": "TAKES_TEXT"}
+
+    def c_number(value: int) -> str:
+        return "SIZE_MAX" if value == SIZE_MAX else str(value)
+
     for spec in OPTION_SPECS:
         assert len(spec.aliases) <= 1, spec.name
         alias = f'"{spec.aliases[0]}"' if spec.aliases else "NULL"
         default = spec.default if isinstance(spec.default, int) else 0
-        maximum = "SIZE_MAX" if spec.maximum == SIZE_MAX else str(spec.maximum)
-        default_value = "SIZE_MAX" if default == SIZE_MAX else str(default)
-        lines.append(f'    {{"{spec.name}", {alias}, {takes[spec.takes]}, {default_value}, {spec.minimum}, {maximum}, '
-                     f'{int(spec.name in PRELOAD_LIBRARY_OPTIONS)}}},')
+        lines.append(f'    {{"{spec.name}", {alias}, {takes[spec.takes]}, {c_number(default)}, {spec.minimum}, '
+                     f'{c_number(spec.maximum)}, {int(spec.name in PRELOAD_LIBRARY_OPTIONS)}}},')
     lines.append("};")
     return "\n".join(lines) + "\n"
 

@@ -25,9 +25,7 @@ from pathlib import Path
 
 from .android_records import return_addresses
 from .errors import RuntimeFailure
-from .freeze import freeze_and_copy
-from .library_table import (TABLE_TRIES, allocations_in_image, library_base, preload_library, stack_status,
-                            table_snapshot)
+from .library_table import copy_with_table, library_base, preload_library, stack_status, table_snapshot
 from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
 from .process import alive, parse_maps, read_process, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
@@ -185,14 +183,8 @@ class PreloadTrace:
         in the frozen copy: exactly the blocks live at the freeze."""
         if self.exited:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
-        for _ in range(TABLE_TRIES):
-            image = freeze_and_copy(self.pid, scanned_mapping)
-            found = allocations_in_image(image)
-            if found:
-                allocations, table = found
-                return sweep_image(image, allocations, complete=True, limit=limit, excluded=table)
-            time.sleep(0.001)
-        raise RuntimeFailure(f"pid {self.pid} kept its table locked through {TABLE_TRIES} tries")
+        image, allocations, table = copy_with_table(self.pid, scanned_mapping)
+        return sweep_image(image, allocations, complete=True, limit=limit, excluded=(table,))
 
     def close(self) -> None:
         if self.workdir:

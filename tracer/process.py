@@ -49,14 +49,24 @@ def read_process(pid: int) -> ProcessInfo | None:
     return ProcessInfo(pid, comm, os.path.basename(argv0) or comm, maps)
 
 
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state first); none if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
+            return f.read().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
+        return []
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def parent_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
 
 
 def host_path(pid: int, path: str) -> str:

@@ -237,7 +237,7 @@ class Trace:
             self._departed.append((self._departed_info(pid), self.engine.groups(pids={pid}), allocations))
         for pid in traced.keys() - self._gens.keys() - gone:
             self._process_info(pid)   # now, in case it is short-lived
-        for pid in gone - {self.pid}:
+        for pid in gone:
             self._infos.pop(pid, None)
         replaced = any(self._gens.get(pid, p.gen) != p.gen for pid, p in traced.items())
         self._to_forget |= gone

@@ -20,7 +20,6 @@ from ..snapshot import Snapshot
 from ..symbolize import Symbolizer
 
 
-
 def write_fully(stream, text: str) -> None:
     """Writes text to a standard stream with os.write until all of it is out. Python's
     buffered writer drops the rest of a large write that a signal interrupts on a full
