@@ -12,6 +12,16 @@ from conftest import leaktrace_command
 TIMEOUT = 120
 
 
+def library_env(options: str) -> dict[str, str]:
+    """The environment of a program run with leaktrace's preload library, told options."""
+    from leaktrace.preload import preload_library
+    return {"LD_PRELOAD": preload_library(), "LIBC_DEBUG_MALLOC_OPTIONS": options}
+
+
+def run_with_library(argv: list[str], options: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=library_env(options))
+
+
 def reports(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 

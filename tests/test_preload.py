@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import leaktrace_command
-from helpers import TIMEOUT, final_report, reports, run_command, sites
+from helpers import TIMEOUT, final_report, library_env, reports, run_command, run_with_library, sites
 
 from leaktrace.malloc_options import OptionError, check_engine_options, options_header, parse_malloc_debug_options
 from leaktrace.preload import PreloadTrace, preload_library
@@ -68,8 +68,7 @@ def test_both_parsers_accept_and_refuse_the_same_strings(text):
         expected = ""
     except OptionError as e:
         expected = str(e).removeprefix("leaktrace: ")
-    result = subprocess.run(["/bin/true"], capture_output=True, text=True, timeout=TIMEOUT,
-                            env={"LD_PRELOAD": preload_library(), "LIBC_DEBUG_MALLOC_OPTIONS": text})
+    result = run_with_library(["/bin/true"], text)
     lines = [line.split(": ", 1)[1] for line in result.stderr.splitlines()]
     if expected:
         assert lines == [expected, "malloc debug disabled: bad LIBC_DEBUG_MALLOC_OPTIONS"]
@@ -100,10 +99,8 @@ def test_preload_lib_path_leak_track_and_in_process_helper(tmp_path):
 def test_fork_gives_the_child_its_parents_blocks_with_the_zygote_bit(program, tmp_path):
     """tests/programs/fork_exit.c under the library: each process's exit dump (v1.2)."""
     prefix = tmp_path / "heap"
-    result = subprocess.run([str(program("fork_exit"))], capture_output=True, text=True, timeout=TIMEOUT,
-                            env={"LD_PRELOAD": preload_library(),
-                                 "LIBC_DEBUG_MALLOC_OPTIONS": f"backtrace backtrace_dump_on_exit "
-                                                              f"backtrace_dump_prefix={prefix}"})
+    result = run_with_library([str(program("fork_exit"))],
+                              f"backtrace backtrace_dump_on_exit backtrace_dump_prefix={prefix}")
     assert result.returncode == 0, result.stderr
     family = []
     for path in tmp_path.glob("heap.*.exit.txt"):
@@ -118,8 +115,7 @@ def test_attach_to_a_process_started_with_the_library(program, tmp_path):
     (written at its next allocator call, where its own options say)."""
     prefix = tmp_path / "dump"
     worker = subprocess.Popen([str(program("workers")), "churn"], stdout=subprocess.PIPE, text=True,
-                              env={"LD_PRELOAD": preload_library(),
-                                   "LIBC_DEBUG_MALLOC_OPTIONS": f"backtrace=8 backtrace_dump_prefix={prefix}"})
+                              env=library_env(f"backtrace=8 backtrace_dump_prefix={prefix}"))
     try:
         assert worker.stdout.readline().startswith("ready")
         tool = subprocess.Popen(leaktrace_command("-p", str(worker.pid), "--engine", "preload", "--json", "0.3"),
@@ -175,8 +171,7 @@ def test_snapshots_of_a_program_that_never_stops_allocating(program):
 def test_attach_to_an_idle_process(program):
     """-p PID: the process is asked for a dump; it makes no allocator call to write one,
     so after DUMP_WAIT its table is read in place."""
-    idle = subprocess.Popen([str(program("idle")), "60"], env={"LD_PRELOAD": preload_library(),
-                                                              "LIBC_DEBUG_MALLOC_OPTIONS": "backtrace"})
+    idle = subprocess.Popen([str(program("idle")), "60"], env=library_env("backtrace"))
     try:
         time.sleep(0.2)
         result = run_command(["-p", str(idle.pid), "--engine", "preload", "--json", "0.2", "2"])

@@ -8,9 +8,7 @@ import signal
 import subprocess
 
 import pytest
-from helpers import TIMEOUT, final_report, run_command
-
-from leaktrace.preload import preload_library
+from helpers import final_report, run_command, run_with_library
 
 DIVIDER = "*** *** *** *** *** *** *** *** *** *** *** *** *** *** *** ***"
 FRAME = re.compile(r" {10}#(\d\d)  pc [0-9a-f]{16}  (\S+)(?: \((\S+)\+\d+\))?$")
@@ -18,9 +16,7 @@ FRAME = re.compile(r" {10}#(\d\d)  pc [0-9a-f]{16}  (\S+)(?: \((\S+)\+\d+\))?$")
 
 def run(program, mode: str, options: str) -> tuple[subprocess.CompletedProcess, str]:
     """heap_errors MODE under the library; the result and the block's address it printed."""
-    result = subprocess.run([str(program("heap_errors", "-rdynamic")), mode], capture_output=True, text=True,
-                            timeout=TIMEOUT, env={"LD_PRELOAD": preload_library(),
-                                                  "LIBC_DEBUG_MALLOC_OPTIONS": options})
+    result = run_with_library([str(program("heap_errors", "-rdynamic")), mode], options)
     found = re.search(r"^block (0x[0-9a-f]+)$", result.stdout, re.M)
     return result, found.group(1) if found else ""
 

@@ -6,18 +6,9 @@ from __future__ import annotations
 import re
 import subprocess
 from collections import Counter
-from pathlib import Path
 
-from helpers import TIMEOUT, final_report, run_command, sites
-
-from leaktrace.preload import preload_library
-
-PROGRAMS_DIR = Path(__file__).parent / "programs"
-
-
-def with_library(argv: list[str], options: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, **kwargs,
-                          env={"LD_PRELOAD": preload_library(), "LIBC_DEBUG_MALLOC_OPTIONS": options})
+from conftest import PROGRAMS
+from helpers import final_report, run_command, run_with_library, sites
 
 
 def exit_dump_records(path) -> list[tuple[int, int, int]]:
@@ -33,21 +24,21 @@ def exit_dump_records(path) -> list[tuple[int, int, int]]:
 def test_stacks_switched_on_and_off_by_signal(program, tmp_path):
     """111 and 333 are allocated with stacks off, 222 with them on: leak info holds 222 only,
     the dump holds all three, two of them without frames (bionic's hash index 0)."""
-    result = with_library([str(program("stack_toggle"))],
+    result = run_with_library([str(program("stack_toggle"))],
                           f"backtrace_enable_on_signal=8 backtrace_dump_on_exit backtrace_dump_prefix={tmp_path}/d")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["entry 222 1 stack", "total 222 depth 8"]
     records = {size: frames for size, _, frames in exit_dump_records(next(tmp_path.glob("d.*.exit.txt")))}
     assert records[111] == records[333] == 0 and 2 <= records[222] <= 8
     # With backtrace as well, stacks start on and the first signal turns them off.
-    result = with_library([str(program("stack_toggle"))], "backtrace backtrace_enable_on_signal")
+    result = run_with_library([str(program("stack_toggle"))], "backtrace backtrace_enable_on_signal")
     assert result.stdout.splitlines() == ["entry 333 1 stack", "entry 111 1 stack", "total 444 depth 16"]
 
 
 def plugin(build_dir) -> str:
     path = build_dir / "libplugin.so"
     if not path.exists():
-        subprocess.run(["gcc", "-shared", "-fPIC", "-g", "-O0", "-o", str(path), f"{PROGRAMS_DIR}/plugin.c"],
+        subprocess.run(["gcc", "-shared", "-fPIC", "-g", "-O0", "-o", str(path), f"{PROGRAMS}/plugin.c"],
                        check=True)
     return str(path)
 
@@ -57,7 +48,7 @@ def test_libraries_loaded_by_ld_so_and_by_dlopen(program, build_dir):
     function's block: the same call sites under both engines, symbolized in the library."""
     library = plugin(build_dir)
     linked = build_dir / "uses_plugin_linked"
-    subprocess.run(["gcc", "-g", "-O0", "-DLINKED", "-o", str(linked), f"{PROGRAMS_DIR}/uses_plugin.c", library,
+    subprocess.run(["gcc", "-g", "-O0", "-DLINKED", "-o", str(linked), f"{PROGRAMS}/uses_plugin.c", library,
                     f"-Wl,-rpath,{build_dir}"], check=True)
     for command in (str(linked), f"{program('uses_plugin')} {library}"):
         for engine in ("bpf", "preload"):
@@ -72,7 +63,7 @@ def test_libraries_loaded_by_ld_so_and_by_dlopen(program, build_dir):
 def test_signals_inside_the_allocator(program, tmp_path):
     """Four threads allocate while dump and toggle signals rain on them: no deadlock, and
     the exit dump holds exactly the 4000 blocks they kept (some with stacks, some without)."""
-    result = with_library([str(program("signal_storm"))],
+    result = run_with_library([str(program("signal_storm"))],
                           f"backtrace backtrace_enable_on_signal backtrace_dump_on_exit "
                           f"backtrace_dump_prefix={tmp_path}/d")
     assert result.returncode == 0, result.stderr
@@ -88,7 +79,7 @@ def test_signals_inside_the_allocator(program, tmp_path):
 
 
 def test_backtrace_full_dump_names_module_and_function(program, tmp_path):
-    result = with_library([str(program("sites", "-rdynamic"))],
+    result = run_with_library([str(program("sites", "-rdynamic"))],
                           f"backtrace backtrace_full backtrace_dump_on_exit backtrace_dump_prefix={tmp_path}/d")
     assert result.returncode == 0, result.stderr
     lines = next(tmp_path.glob("d.*.exit.txt")).read_text().splitlines()
