@@ -13,7 +13,7 @@
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
 //   PAGE_BYTES     the page size, for pvalloc
 //   TEXT_BEFORE_FREE, TEXT_AFTER_FREE   extent of the allocator's code around free
-//   MAX_LIVE, MAX_SITES, MAX_STACKS, MAX_PENDING, MAX_PROCS   map capacities
+//   MAX_LIVE, MAX_SITES, MAX_STACKS, MAX_PROCS   map capacities
 //
 // Traced processes are the keys of `procs`. Each process image has a `gen`
 // (new at fork and exec, never reused) that is part of every live and site
@@ -43,7 +43,7 @@ enum counter {
     C_SITE_FULL,        // allocation not recorded: site map full
     C_STACK_FULL,       // stack lost: stack map full
     C_STACK_COLLISION,  // stack lost: another stack has the same hash
-    C_PENDING_FULL,     // call lost: per-thread pending-call map full
+    C_PENDING_LOST,     // call lost: its per-thread record could not be created (or handed on)
     C_STALE_CALL,       // a call whose return was never seen was replaced
     C_UNKNOWN_FREE,     // free/realloc by the program of an address that is not recorded
     C_INTERNAL_FREE,    // free by the allocator's own code of a block it kept (glibc's tcache)
@@ -111,9 +111,17 @@ struct stack_val {
     u64 ip[STACK_DEPTH];
 };
 
-// One allocator call in flight on a thread; nested and tail calls are
-// recognised by a stack pointer at or below entry_sp, and the matching return
-// by entry_sp + 8.
+// An allocator call's arguments, as its entry probe read them.
+struct call_args {
+    u64 size;
+    u64 arg;              // realloc: old pointer; posix_memalign: memptr
+    u32 kind;
+    u32 gen;              // the caller's image generation
+};
+
+// The allocator call in flight on a thread (entry_sp 0: none); nested and tail
+// calls are recognised by a stack pointer at or below entry_sp, and the
+// matching return by entry_sp + 8.
 struct pending_call {
     u64 entry_sp;
     u64 size;
@@ -124,18 +132,23 @@ struct pending_call {
     u32 has_old;          // realloc removed a recorded block at entry
     u32 pad;
     struct live_val old;
+    // The stack being captured. Per thread: a uprobe handler can be preempted,
+    // and another thread's handler on the same CPU would overwrite per-CPU scratch.
+    struct stack_val walk;
+    struct call_args handed;   // from a rare entry point to shared_enter
 };
 
 // Allocated as it fills: 1.2M preallocated records would cost ~115 MB and 0.5 s at start.
 BPF_F_TABLE("hash", struct live_key, struct live_val, live, MAX_LIVE, BPF_F_NO_PREALLOC);
 BPF_HASH(sites, struct site_key, s64, MAX_SITES);
 BPF_HASH(stacks, u64, struct stack_val, MAX_STACKS);
-BPF_HASH(pending, u32, struct pending_call, MAX_PENDING);
 BPF_HASH(procs, u32, struct proc, MAX_PROCS);
+// In the thread's own storage: a hash update and delete per call cost ~5x more here.
+BPF_TASK_STORAGE(pending, struct pending_call);
+BPF_PROG_ARRAY(shared_entry, 1);
 BPF_HASH(inherits, u32, struct inherit, MAX_PROCS);
 BPF_HASH(copy_slots, struct copy_slot_key, u32, MAX_PROCS);
 BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
-BPF_PERCPU_ARRAY(stack_scratch, struct stack_val, 1);
 // [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
 // [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
 // [CTL_COPIES_DONE] written by user space: forks whose copies it has made.
@@ -201,6 +214,13 @@ static __always_inline u32 calling_gen(u32 tgid)
 #else
     return traced_gen(tgid);
 #endif
+}
+
+// The current thread's call record; created on first use when `create`.
+static __always_inline struct pending_call *thread_call(u64 create)
+{
+    return pending.task_storage_get(bpf_get_current_task_btf(), 0,
+                                    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 }
 
 static __always_inline int wants_stack(u64 size)
@@ -335,12 +355,8 @@ static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_
 // caller's frame pointer); the rest follow the frame-pointer chain from rbp,
 // which must climb the stack, so a broken chain ends the stack instead of
 // adding garbage. This walk costs ~0.1 us here, bpf_get_stack ~0.8 us.
-static __always_inline u64 capture_stack(struct pt_regs *ctx)
+static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_val *scratch)
 {
-    u32 zero = 0;
-    struct stack_val *scratch = stack_scratch.lookup(&zero);
-    if (!scratch)
-        return STACK_LOST;
     u64 caller = 0;
     bpf_probe_read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(ctx));
     scratch->ip[0] = caller;
@@ -387,67 +403,105 @@ static __always_inline u64 capture_stack(struct pt_regs *ctx)
     return hash;
 }
 
-static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
+// The call record of the current thread when its process is traced (and its
+// generation in *gen); NULL otherwise.
+static __always_inline struct pending_call *traced_thread(u32 tgid, u32 *gen)
 {
-    u64 id = bpf_get_current_pid_tgid();
-    u32 tgid = id >> 32, tid = (u32)id;
-    u32 gen = calling_gen(tgid);
-    if (!gen)
+    *gen = calling_gen(tgid);
+    if (!*gen)
         return 0;
+    struct pending_call *call = thread_call(1);
+    if (!call)
+        count(C_PENDING_LOST);
+    return call;
+}
+
+static __always_inline int record_call(struct pt_regs *ctx, struct pending_call *call, u32 tgid,
+                                       struct call_args args)
+{
     u64 sp = PT_REGS_SP(ctx);
-    struct pending_call *outer = pending.lookup(&tid);
-    if (outer) {
+    if (call->entry_sp) {
         // Equal sp: a tail call (glibc's reallocarray jumps to realloc).
-        if (sp <= outer->entry_sp) {
+        if (sp <= call->entry_sp) {
             count(C_NESTED);
             return 0;
         }
         count(C_STALE_CALL);
     }
-
-    struct pending_call call = {.entry_sp = sp, .size = size, .arg = arg, .kind = kind, .gen = gen};
-    call.stack_key = wants_stack(size) ? capture_stack(ctx) : STACK_NONE;
+    call->entry_sp = sp;
+    call->size = args.size;
+    call->arg = args.arg;
+    call->kind = args.kind;
+    call->gen = args.gen;
+    call->stack_key = wants_stack(args.size) ? capture_stack(ctx, &call->walk) : STACK_NONE;
     // realloc releases the old block before it returns; forget it now so that
     // another thread can be handed the same address without a clash.
-    if (kind == K_REALLOC && arg) {
-        call.has_old = live_remove(tgid, gen, arg, &call.old);
-        if (!call.has_old)
+    call->has_old = 0;
+    if (args.kind == K_REALLOC && args.arg) {
+        call->has_old = live_remove(tgid, args.gen, args.arg, &call->old);
+        if (!call->has_old)
             count(C_UNKNOWN_FREE);
-    }
-    if (pending.update(&tid, &call) != 0) {
-        count(C_PENDING_FULL);
-        if (call.has_old)
-            live_add(tgid, gen, arg, &call.old);
     }
     return 0;
 }
 
+// malloc records its call itself: it is the hot path.
+static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32, gen;
+    struct pending_call *call = traced_thread(tgid, &gen);
+    if (!call)
+        return 0;
+    struct call_args args = {.size = size, .arg = arg, .kind = kind, .gen = gen};
+    return record_call(ctx, call, tgid, args);
+}
+
+// The other entry points hand their arguments to shared_enter by a tail call:
+// one copy of record_call instead of seven halves bcc's compile time.
+static __always_inline int hand_over(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32, gen;
+    struct pending_call *call = traced_thread(tgid, &gen);
+    if (!call)
+        return 0;
+    struct call_args args = {.size = size, .arg = arg, .kind = kind, .gen = gen};
+    call->handed = args;
+    shared_entry.call(ctx, 0);
+    count(C_PENDING_LOST);   // reached only if the tail call failed
+    return 0;
+}
+
+int shared_enter(struct pt_regs *ctx)
+{
+    struct pending_call *call = thread_call(0);
+    if (!call)
+        return 0;
+    return record_call(ctx, call, bpf_get_current_pid_tgid() >> 32, call->handed);
+}
+
 static __always_inline int exit_call(struct pt_regs *ctx)
 {
-    u32 tid = (u32)bpf_get_current_pid_tgid();
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct pending_call *found = pending.lookup(&tid);
-    if (!found || PT_REGS_SP(ctx) != found->entry_sp + 8)
+    struct pending_call *call = thread_call(0);
+    if (!call || !call->entry_sp || PT_REGS_SP(ctx) != call->entry_sp + 8)
         return 0;   // not traced, or the return of a nested call
-    struct pending_call call = *found;
-    pending.delete(&tid);
+    // Read in place: only this thread, now inside this handler, uses its record.
+    call->entry_sp = 0;
 
-    u64 ret = PT_REGS_RC(ctx);
-    struct live_val val = {.size = call.size, .ts_ns = bpf_ktime_get_ns(), .stack_key = call.stack_key};
-    if (call.kind == K_POSIX_MEMALIGN) {
-        u64 stored = 0;
-        if ((int)ret == 0 && bpf_probe_read_user(&stored, sizeof(stored), (void *)call.arg) == 0 && stored)
-            live_add(tgid, call.gen, stored, &val);
-        return 0;
-    }
-    if (call.kind == K_REALLOC && ret == 0 && call.size != 0) {
+    u64 ret = PT_REGS_RC(ctx), addr = ret;
+    struct live_val val = {.size = call->size, .ts_ns = bpf_ktime_get_ns(), .stack_key = call->stack_key};
+    if (call->kind == K_POSIX_MEMALIGN) {
+        addr = 0;
+        if ((int)ret == 0 && bpf_probe_read_user(&addr, sizeof(addr), (void *)call->arg) != 0)
+            addr = 0;
+    } else if (call->kind == K_REALLOC && ret == 0 && call->size != 0) {
         // A failed realloc leaves the old block where it was.
-        if (call.has_old)
-            live_add(tgid, call.gen, call.arg, &call.old);
-        return 0;
+        addr = call->has_old ? call->arg : 0;
+        val = call->old;
     }
-    if (ret)
-        live_add(tgid, call.gen, ret, &val);
+    // One call site: each inlined copy of live_add lengthens bcc's compile.
+    if (addr)
+        live_add(tgid, call->gen, addr, &val);
     return 0;
 }
 
@@ -471,12 +525,12 @@ int calloc_enter(struct pt_regs *ctx)
     u64 nmemb = PT_REGS_PARM1(ctx), size = PT_REGS_PARM2(ctx);
     if (product_overflows(nmemb, size))
         return 0;   // calloc fails without allocating
-    return enter_call(ctx, K_ALLOC, nmemb * size, 0);
+    return hand_over(ctx, K_ALLOC, nmemb * size, 0);
 }
 
 int realloc_enter(struct pt_regs *ctx)
 {
-    return enter_call(ctx, K_REALLOC, PT_REGS_PARM2(ctx), PT_REGS_PARM1(ctx));
+    return hand_over(ctx, K_REALLOC, PT_REGS_PARM2(ctx), PT_REGS_PARM1(ctx));
 }
 
 int reallocarray_enter(struct pt_regs *ctx)
@@ -484,28 +538,28 @@ int reallocarray_enter(struct pt_regs *ctx)
     u64 nmemb = PT_REGS_PARM2(ctx), size = PT_REGS_PARM3(ctx);
     if (product_overflows(nmemb, size))
         return 0;   // fails with ENOMEM, the old block stays
-    return enter_call(ctx, K_REALLOC, nmemb * size, PT_REGS_PARM1(ctx));
+    return hand_over(ctx, K_REALLOC, nmemb * size, PT_REGS_PARM1(ctx));
 }
 
 int posix_memalign_enter(struct pt_regs *ctx)
 {
-    return enter_call(ctx, K_POSIX_MEMALIGN, PT_REGS_PARM3(ctx), PT_REGS_PARM1(ctx));
+    return hand_over(ctx, K_POSIX_MEMALIGN, PT_REGS_PARM3(ctx), PT_REGS_PARM1(ctx));
 }
 
 int aligned_alloc_enter(struct pt_regs *ctx)
 {
-    return enter_call(ctx, K_ALLOC, PT_REGS_PARM2(ctx), 0);
+    return hand_over(ctx, K_ALLOC, PT_REGS_PARM2(ctx), 0);
 }
 
 int valloc_enter(struct pt_regs *ctx)
 {
-    return enter_call(ctx, K_ALLOC, PT_REGS_PARM1(ctx), 0);
+    return hand_over(ctx, K_ALLOC, PT_REGS_PARM1(ctx), 0);
 }
 
 int pvalloc_enter(struct pt_regs *ctx)
 {
     u64 size = PT_REGS_PARM1(ctx);
-    return enter_call(ctx, K_ALLOC, (size + PAGE_BYTES - 1) & ~((u64)PAGE_BYTES - 1), 0);
+    return hand_over(ctx, K_ALLOC, (size + PAGE_BYTES - 1) & ~((u64)PAGE_BYTES - 1), 0);
 }
 
 int alloc_return(struct pt_regs *ctx)
@@ -517,18 +571,19 @@ int free_enter(struct pt_regs *ctx)
 {
     u64 addr = PT_REGS_PARM1(ctx);
     u64 id = bpf_get_current_pid_tgid();
-    u32 tgid = id >> 32, tid = (u32)id;
+    u32 tgid = id >> 32;
     u32 gen = addr ? traced_gen(tgid) : 0;
     if (!gen)
         return 0;
-    struct pending_call *outer = pending.lookup(&tid);
+    struct live_val gone;
+    if (live_remove(tgid, gen, addr, &gone))
+        return 0;
+    // Only a miss asks whether a call is in flight: most frees are not nested.
+    struct pending_call *outer = thread_call(0);
     if (outer && PT_REGS_SP(ctx) <= outer->entry_sp) {
         count(C_NESTED);   // e.g. realloc(p, 0) freeing p: handled at realloc
         return 0;
     }
-    struct live_val gone;
-    if (live_remove(tgid, gen, addr, &gone))
-        return 0;
     // A caller inside the allocator's own code is the allocator returning a
     // block it held (glibc frees its per-thread cache at thread exit).
     u64 caller = 0, here = PT_REGS_IP(ctx);

@@ -45,7 +45,7 @@ PROBES = {
 }
 # The BPF program's counter indexes, in order, as Counters fields.
 COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "stack_map_full",
-                  "stack_collisions", "pending_map_full", "stale_calls",
+                  "stack_collisions", "pending_lost", "stale_calls",
                   "unknown_frees", "internal_frees", "missed_frees", "nested_calls",
                   "unfollowed_children", "inheritance_lost")
 
@@ -58,7 +58,6 @@ class EngineSettings:
     max_live: int = 1_200_000        # live allocations held
     max_sites: int = 262_144         # distinct (pid, stack, size)
     max_stacks: int = 65_536         # distinct stacks
-    max_pending: int = 16_384        # threads inside an allocator call at once
     max_procs: int = 4_096           # processes traced at once (with fork following)
     follow_forks: bool = False       # trace children, with the blocks they inherit
 
@@ -148,7 +147,6 @@ class BpfEngine:
                 f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
                 f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
                 f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}",
-                f"-DMAX_PENDING={s.max_pending}",
                 f"-DTEXT_BEFORE_FREE={self._text_around_free[0]}ULL",
                 f"-DTEXT_AFTER_FREE={self._text_around_free[1]}ULL"] + self._tracepoint_cflags
 
@@ -171,7 +169,11 @@ class BpfEngine:
         with tempfile.TemporaryFile(mode="w+") as log:
             try:
                 with _stderr_to(log):
-                    return BPF(text=bpf_source().encode(), cflags=self._cflags())
+                    bpf = BPF(text=bpf_source().encode(), cflags=self._cflags())
+                    # The rare entry points reach the shared one by a tail call through this slot.
+                    shared = bpf.load_func(b"shared_enter", BPF.KPROBE)
+                    bpf[b"shared_entry"][ct.c_int(0)] = ct.c_int(shared.fd)
+                    return bpf
             except Exception as e:   # bcc raises bare Exception
                 log.seek(0)
                 raise RuntimeFailure(f"cannot load the BPF program: {_first_error_line(log.read() or str(e))}") from None

@@ -54,7 +54,7 @@ class Counters:
     site_map_full: int = 0
     stack_map_full: int = 0
     stack_collisions: int = 0
-    pending_map_full: int = 0
+    pending_lost: int = 0
     stale_calls: int = 0
     unknown_frees: int = 0        # frees by the program of blocks not recorded (made before -p attached)
     internal_frees: int = 0       # frees by the allocator itself of blocks it kept (not a loss)

@@ -168,8 +168,7 @@ class TraceCommand(Command):
         defaults = EngineSettings()
         for flag, default, what in (("--max-live", defaults.max_live, "live allocations"),
                                     ("--max-sites", defaults.max_sites, "distinct (pid, stack, size) sites"),
-                                    ("--max-stacks", defaults.max_stacks, "distinct stacks"),
-                                    ("--max-pending", defaults.max_pending, "threads inside an allocator call")):
+                                    ("--max-stacks", defaults.max_stacks, "distinct stacks")):
             parser.add_argument(flag, type=_bounded_int(1), default=default,
                                 help=f"map capacity: {what} (default {default})")
 
@@ -202,7 +201,7 @@ class TraceCommand(Command):
             raise UsageError(f"the smallest size with a stack ({size_min}) is larger than the largest ({size_max})")
         return EngineSettings(stack_depth=args.frames or config.backtrace_frames, size_min=size_min,
                               size_max=size_max, max_live=args.max_live, max_sites=args.max_sites,
-                              max_stacks=args.max_stacks, max_pending=args.max_pending,
+                              max_stacks=args.max_stacks,
                               follow_forks=args.follow_forks)
 
     @staticmethod
