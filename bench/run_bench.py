@@ -3,7 +3,7 @@ engine, and the LD_PRELOAD library with and without stacks) and of bcc's memleak
 on the same workload, both tools' start-up and shutdown, then
 leaktrace's report time at 100k and 1M live allocations. Prints medians and ratios; run as root from the repo:
 
-    .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1] [--calls 100000]
+    .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1 2] [--calls 100000]
 """
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def run(argv: list[str]) -> float:
     return ns_per_call("".join(seen))
 
 
-def overhead(binary: Path, args: argparse.Namespace) -> None:
-    workload = f"{binary} {args.threads} {args.calls} {args.leak_permille} {START_DELAY_MS}"
+def overhead(binary: Path, args: argparse.Namespace, threads: int) -> None:
+    workload = f"{binary} {threads} {args.calls} {args.leak_permille} {START_DELAY_MS}"
     leaktrace = [sys.executable, "-m", "leaktrace.cli"]
     tools = {
         "untraced": workload.split(),
@@ -79,7 +79,7 @@ def overhead(binary: Path, args: argparse.Namespace) -> None:
         for name, argv in tools.items():
             samples[name].append(run(argv))
     base = statistics.median(samples["untraced"])
-    print(f"workload: {args.threads} thread(s) x {args.calls} malloc/free pairs, sizes 24/64/320/4096, "
+    print(f"workload: {threads} thread(s) x {args.calls} malloc/free pairs, sizes 24/64/320/4096, "
           f"{args.leak_permille / 10:g}% leaked; {args.rounds} rounds, interleaved")
     print(f"{'':26}{'ns/call (median)':>18}{'slowdown':>10}")
     for name, values in samples.items():
@@ -154,7 +154,7 @@ def report_time(binary: Path, live: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--calls", type=int, default=100_000)
     parser.add_argument("--leak-permille", type=int, default=10)
     parser.add_argument("--skip-overhead", action="store_true")
@@ -162,7 +162,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         binaries = build(Path(out))
         if not args.skip_overhead:
-            overhead(binaries["alloc_bench"], args)
+            for threads in args.threads:
+                overhead(binaries["alloc_bench"], args, threads)
             start_up_and_shutdown(args.rounds)
         for live in (100_000, 1_000_000):
             report_time(binaries["hold"], live)

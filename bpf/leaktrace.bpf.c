@@ -43,7 +43,7 @@ enum counter {
     C_SITE_FULL,        // allocation not recorded: site map full
     C_STACK_FULL,       // stack lost: stack map full
     C_STACK_COLLISION,  // stack lost: another stack has the same hash
-    C_PENDING_LOST,     // call lost: its per-thread record could not be created (or handed on)
+    C_PENDING_LOST,     // call lost: its per-thread record could not be created
     C_STALE_CALL,       // a call whose return was never seen was replaced
     C_UNKNOWN_FREE,     // free/realloc by the program of an address that is not recorded
     C_INTERNAL_FREE,    // free by the allocator's own code of a block it kept (glibc's tcache)
@@ -52,6 +52,18 @@ enum counter {
     C_UNFOLLOWED,       // process not traced: procs map full
     C_INHERIT_LOST,     // child traced without its inherited blocks: too many copies waiting
     C_COUNTERS,
+};
+
+// The allocating functions, as cookies of alloc_enter's probes.
+enum function {
+    F_MALLOC,
+    F_CALLOC,
+    F_REALLOC,
+    F_REALLOCARRAY,
+    F_POSIX_MEMALIGN,
+    F_ALIGNED_ALLOC,   // and memalign
+    F_VALLOC,
+    F_PVALLOC,
 };
 
 enum call_kind {
@@ -111,14 +123,6 @@ struct stack_val {
     u64 ip[STACK_DEPTH];
 };
 
-// An allocator call's arguments, as its entry probe read them.
-struct call_args {
-    u64 size;
-    u64 arg;              // realloc: old pointer; posix_memalign: memptr
-    u32 kind;
-    u32 gen;              // the caller's image generation
-};
-
 // The allocator call in flight on a thread (entry_sp 0: none); nested and tail
 // calls are recognised by a stack pointer at or below entry_sp, and the
 // matching return by entry_sp + 8.
@@ -135,7 +139,6 @@ struct pending_call {
     // The stack being captured. Per thread: a uprobe handler can be preempted,
     // and another thread's handler on the same CPU would overwrite per-CPU scratch.
     struct stack_val walk;
-    struct call_args handed;   // from a rare entry point to shared_enter
 };
 
 // Allocated as it fills: 1.2M preallocated records would cost ~115 MB and 0.5 s at start.
@@ -145,7 +148,6 @@ BPF_HASH(stacks, u64, struct stack_val, MAX_STACKS);
 BPF_HASH(procs, u32, struct proc, MAX_PROCS);
 // In the thread's own storage: a hash update and delete per call cost ~5x more here.
 BPF_TASK_STORAGE(pending, struct pending_call);
-BPF_PROG_ARRAY(shared_entry, 1);
 BPF_HASH(inherits, u32, struct inherit, MAX_PROCS);
 BPF_HASH(copy_slots, struct copy_slot_key, u32, MAX_PROCS);
 BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
@@ -276,6 +278,7 @@ static __always_inline void live_add(u32 tgid, u32 gen, u64 addr, struct live_va
 static __always_inline int inherited_lookup(u32 tgid, u64 addr, struct live_val *out)
 {
     struct inherit *link = inherits.lookup(&tgid);
+#pragma clang loop unroll(disable)
     for (int depth = 0; depth < INHERIT_DEPTH && link; depth++) {
         u32 owner = link->parent;
         u64 cutoff = link->fork_ts;
@@ -304,6 +307,7 @@ static __always_inline void hand_to_waiting_children(u32 tgid, u32 gen, u64 addr
     u32 *done = control.lookup(&slot);
     if (!forks || !done || *forks == *done)
         return;
+#pragma clang loop unroll(disable)
     for (u32 i = 0; i < COPY_SLOTS; i++) {
         struct copy_slot_key waiting = {.parent = tgid, .slot = i};
         u32 *child = copy_slots.lookup(&waiting);
@@ -374,6 +378,7 @@ static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_val *
         fp = frame[0];
     }
     u64 hash = 0xcbf29ce484222325ULL;
+#pragma clang loop unroll(disable)
     for (u32 i = 0; i < STACK_DEPTH; i++) {
         if (i >= frames)
             scratch->ip[i] = 0;
@@ -394,6 +399,7 @@ static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_val *
             return STACK_LOST;
         }
     }
+#pragma clang loop unroll(disable)
     for (u32 i = 0; i < STACK_DEPTH; i++) {
         if (known->ip[i] != scratch->ip[i]) {
             count(C_STACK_COLLISION);
@@ -403,22 +409,17 @@ static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_val *
     return hash;
 }
 
-// The call record of the current thread when its process is traced (and its
-// generation in *gen); NULL otherwise.
-static __always_inline struct pending_call *traced_thread(u32 tgid, u32 *gen)
+static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
 {
-    *gen = calling_gen(tgid);
-    if (!*gen)
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u32 gen = calling_gen(tgid);
+    if (!gen)
         return 0;
     struct pending_call *call = thread_call(1);
-    if (!call)
+    if (!call) {
         count(C_PENDING_LOST);
-    return call;
-}
-
-static __always_inline int record_call(struct pt_regs *ctx, struct pending_call *call, u32 tgid,
-                                       struct call_args args)
-{
+        return 0;
+    }
     u64 sp = PT_REGS_SP(ctx);
     if (call->entry_sp) {
         // Equal sp: a tail call (glibc's reallocarray jumps to realloc).
@@ -429,54 +430,20 @@ static __always_inline int record_call(struct pt_regs *ctx, struct pending_call 
         count(C_STALE_CALL);
     }
     call->entry_sp = sp;
-    call->size = args.size;
-    call->arg = args.arg;
-    call->kind = args.kind;
-    call->gen = args.gen;
-    call->stack_key = wants_stack(args.size) ? capture_stack(ctx, &call->walk) : STACK_NONE;
+    call->size = size;
+    call->arg = arg;
+    call->kind = kind;
+    call->gen = gen;
+    call->stack_key = wants_stack(size) ? capture_stack(ctx, &call->walk) : STACK_NONE;
     // realloc releases the old block before it returns; forget it now so that
     // another thread can be handed the same address without a clash.
     call->has_old = 0;
-    if (args.kind == K_REALLOC && args.arg) {
-        call->has_old = live_remove(tgid, args.gen, args.arg, &call->old);
+    if (kind == K_REALLOC && arg) {
+        call->has_old = live_remove(tgid, gen, arg, &call->old);
         if (!call->has_old)
             count(C_UNKNOWN_FREE);
     }
     return 0;
-}
-
-// malloc records its call itself: it is the hot path.
-static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
-{
-    u32 tgid = bpf_get_current_pid_tgid() >> 32, gen;
-    struct pending_call *call = traced_thread(tgid, &gen);
-    if (!call)
-        return 0;
-    struct call_args args = {.size = size, .arg = arg, .kind = kind, .gen = gen};
-    return record_call(ctx, call, tgid, args);
-}
-
-// The other entry points hand their arguments to shared_enter by a tail call:
-// one copy of record_call instead of seven halves bcc's compile time.
-static __always_inline int hand_over(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
-{
-    u32 tgid = bpf_get_current_pid_tgid() >> 32, gen;
-    struct pending_call *call = traced_thread(tgid, &gen);
-    if (!call)
-        return 0;
-    struct call_args args = {.size = size, .arg = arg, .kind = kind, .gen = gen};
-    call->handed = args;
-    shared_entry.call(ctx, 0);
-    count(C_PENDING_LOST);   // reached only if the tail call failed
-    return 0;
-}
-
-int shared_enter(struct pt_regs *ctx)
-{
-    struct pending_call *call = thread_call(0);
-    if (!call)
-        return 0;
-    return record_call(ctx, call, bpf_get_current_pid_tgid() >> 32, call->handed);
 }
 
 static __always_inline int exit_call(struct pt_regs *ctx)
@@ -515,51 +482,44 @@ static __always_inline int product_overflows(u64 a, u64 b)
     return a > limit;
 }
 
-int malloc_enter(struct pt_regs *ctx)
+// One program for every allocating entry point; the cookie of the probe's
+// link says which function it sits on (F_*, as tracer/bpf_engine.py numbers them).
+int alloc_enter(struct pt_regs *ctx)
 {
-    return enter_call(ctx, K_ALLOC, PT_REGS_PARM1(ctx), 0);
-}
-
-int calloc_enter(struct pt_regs *ctx)
-{
-    u64 nmemb = PT_REGS_PARM1(ctx), size = PT_REGS_PARM2(ctx);
-    if (product_overflows(nmemb, size))
-        return 0;   // calloc fails without allocating
-    return hand_over(ctx, K_ALLOC, nmemb * size, 0);
-}
-
-int realloc_enter(struct pt_regs *ctx)
-{
-    return hand_over(ctx, K_REALLOC, PT_REGS_PARM2(ctx), PT_REGS_PARM1(ctx));
-}
-
-int reallocarray_enter(struct pt_regs *ctx)
-{
-    u64 nmemb = PT_REGS_PARM2(ctx), size = PT_REGS_PARM3(ctx);
-    if (product_overflows(nmemb, size))
-        return 0;   // fails with ENOMEM, the old block stays
-    return hand_over(ctx, K_REALLOC, nmemb * size, PT_REGS_PARM1(ctx));
-}
-
-int posix_memalign_enter(struct pt_regs *ctx)
-{
-    return hand_over(ctx, K_POSIX_MEMALIGN, PT_REGS_PARM3(ctx), PT_REGS_PARM1(ctx));
-}
-
-int aligned_alloc_enter(struct pt_regs *ctx)
-{
-    return hand_over(ctx, K_ALLOC, PT_REGS_PARM2(ctx), 0);
-}
-
-int valloc_enter(struct pt_regs *ctx)
-{
-    return hand_over(ctx, K_ALLOC, PT_REGS_PARM1(ctx), 0);
-}
-
-int pvalloc_enter(struct pt_regs *ctx)
-{
-    u64 size = PT_REGS_PARM1(ctx);
-    return hand_over(ctx, K_ALLOC, (size + PAGE_BYTES - 1) & ~((u64)PAGE_BYTES - 1), 0);
+    u64 a = PT_REGS_PARM1(ctx), b = PT_REGS_PARM2(ctx), c = PT_REGS_PARM3(ctx);
+    u64 size = a, arg = 0;
+    u32 kind = K_ALLOC;
+    switch (bpf_get_attach_cookie(ctx)) {
+    case F_MALLOC:
+    case F_VALLOC:
+        break;
+    case F_CALLOC:
+        if (product_overflows(a, b))
+            return 0;   // calloc fails without allocating
+        size = a * b;
+        break;
+    case F_REALLOC:
+        kind = K_REALLOC, size = b, arg = a;
+        break;
+    case F_REALLOCARRAY:
+        if (product_overflows(b, c))
+            return 0;   // fails with ENOMEM, the old block stays
+        kind = K_REALLOC, size = b * c, arg = a;
+        break;
+    case F_POSIX_MEMALIGN:
+        kind = K_POSIX_MEMALIGN, size = c, arg = a;
+        break;
+    case F_ALIGNED_ALLOC:
+        size = b;
+        break;
+    case F_PVALLOC:
+        size = (a + PAGE_BYTES - 1) & ~((u64)PAGE_BYTES - 1);
+        break;
+    default:
+        return 0;
+    }
+    // One call site: each inlined copy of enter_call lengthens bcc's compile.
+    return enter_call(ctx, kind, size, arg);
 }
 
 int alloc_return(struct pt_regs *ctx)
@@ -660,6 +620,7 @@ int task_newtask(void *record)
         __sync_fetch_and_add(forks, 1);
     struct inherit link = {.parent = parent, .parent_gen = parent_gen, .fork_ts = bpf_ktime_get_ns()};
     inherits.update(&child, &link);
+#pragma clang loop unroll(disable)
     for (u32 i = 0; i < COPY_SLOTS; i++) {
         struct copy_slot_key waiting = {.parent = parent, .slot = i};
         if (copy_slots.insert(&waiting, &child) == 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import run_command
-from leaktrace.bpf_engine import PROBES
+from leaktrace.bpf_engine import FREE_ARGUMENTS, PROBES
 from leaktrace.elf import ElfFile
 from leaktrace.probe_placement import kernel_emulates, place_probe
 
@@ -34,8 +34,9 @@ def test_kernel_emulation_rule(code, emulated):
 def placements(library: str) -> dict[str, object]:
     elf = ElfFile(library)
     functions = elf.dynamic_functions
+    probed = {name: arguments for name, (_, arguments) in PROBES.items()} | {"free": FREE_ARGUMENTS}
     return {name: place_probe(elf, name, functions[name], arguments)
-            for name, (_, _, arguments) in PROBES.items() if name in functions}
+            for name, arguments in probed.items() if name in functions}
 
 
 def test_glibc_free_probe_moves_past_its_test_onto_the_jump():

@@ -10,7 +10,6 @@ import struct
 import tempfile
 import time
 from collections import Counter as Tally
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -23,6 +22,7 @@ from .malloc_options import SIZE_MAX
 from .probe_placement import Placement, place_probe
 from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
 from .system import tracepoint_fields
+from .uprobe_links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
 
 STACK_NONE, STACK_LOST = 0, 1
 IGNORED_UNSELECTED = 1
@@ -30,19 +30,22 @@ CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE = 0, 1, 2, 3
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
 
-# Allocator function -> (entry program, has a return probe, argument registers the program reads).
+# Allocating function -> (its cookie on alloc_enter's probes, enum function in the BPF
+# source; argument registers the program reads). Each also gets a return probe.
 PROBES = {
-    "malloc": ("malloc_enter", True, ("rdi",)),
-    "calloc": ("calloc_enter", True, ("rdi", "rsi")),
-    "realloc": ("realloc_enter", True, ("rdi", "rsi")),
-    "reallocarray": ("reallocarray_enter", True, ("rdi", "rsi", "rdx")),
-    "free": ("free_enter", False, ("rdi",)),
-    "posix_memalign": ("posix_memalign_enter", True, ("rdi", "rdx")),
-    "aligned_alloc": ("aligned_alloc_enter", True, ("rsi",)),
-    "memalign": ("aligned_alloc_enter", True, ("rsi",)),
-    "valloc": ("valloc_enter", True, ("rdi",)),
-    "pvalloc": ("pvalloc_enter", True, ("rdi",)),
+    "malloc": (0, ("rdi",)),
+    "calloc": (1, ("rdi", "rsi")),
+    "realloc": (2, ("rdi", "rsi")),
+    "reallocarray": (3, ("rdi", "rsi", "rdx")),
+    "posix_memalign": (4, ("rdi", "rdx")),
+    "aligned_alloc": (5, ("rsi",)),
+    "memalign": (5, ("rsi",)),
+    "valloc": (6, ("rdi",)),
+    "pvalloc": (7, ("rdi",)),
 }
+FREE_ARGUMENTS = ("rdi",)
+# Programs attached through uprobe_multi links, so loaded for them.
+LINKED_PROGRAMS = (b"alloc_enter", b"alloc_return", b"free_enter", b"exit_stop")
 # The BPF program's counter indexes, in order, as Counters fields.
 COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "stack_map_full",
                   "stack_collisions", "pending_lost", "stale_calls",
@@ -135,6 +138,8 @@ class BpfEngine:
         self.stop_library = stop_library     # library with _exit, to stop the target there
         self.probes: list[AttachedProbe] = []
         self._bpf = None
+        self._programs: dict[bytes, int] = {}     # program name -> fd
+        self._links: list[int] = []               # uprobe_multi link fds
         self._text_around_free = (0, 0)
         self._tracepoint_cflags: list[str] = []
         self._stack_cache: dict[int, tuple[int, ...]] = {}
@@ -170,28 +175,27 @@ class BpfEngine:
             try:
                 with _stderr_to(log):
                     bpf = BPF(text=bpf_source().encode(), cflags=self._cflags())
-                    # The rare entry points reach the shared one by a tail call through this slot.
-                    shared = bpf.load_func(b"shared_enter", BPF.KPROBE)
-                    bpf[b"shared_entry"][ct.c_int(0)] = ct.c_int(shared.fd)
+                    for program in LINKED_PROGRAMS:
+                        self._programs[program] = bpf.load_func(program, BPF.KPROBE,
+                                                                attach_type=BPF_TRACE_UPROBE_MULTI).fd
                     return bpf
             except Exception as e:   # bcc raises bare Exception
                 log.seek(0)
                 raise RuntimeFailure(f"cannot load the BPF program: {_first_error_line(log.read() or str(e))}") from None
 
-    def _attach_uprobe(self, library: str, address: int, fn_name: str, ret: bool) -> None:
-        attach = self._bpf.attach_uretprobe if ret else self._bpf.attach_uprobe
-        # Children are only seen by probes that fire in every process.
-        pid = -1 if self.settings.follow_forks else self.target
+    def _link(self, program: bytes, library: str, offsets: list[int], cookies: list[int],
+              returns: bool = False) -> None:
+        # Children are only seen by probes that fire in every process (pid 0).
+        pid = 0 if self.settings.follow_forks else self.target
         try:
-            with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
-                attach(name=library.encode(), addr=address, fn_name=fn_name.encode(), pid=pid)
-        except Exception as e:
+            self._links.append(attach_uprobes(self._programs[program], library, offsets, cookies, pid, returns))
+        except OSError as e:
             if self.target and not os.path.exists(f"/proc/{self.target}"):
                 raise RuntimeFailure(f"pid {self.target} exited before the probes were attached") from None
-            raise RuntimeFailure(f"cannot attach a uprobe to {library}: {e}") from None
+            raise RuntimeFailure(f"cannot attach uprobes to {library}: {e.strerror}") from None
 
-    def _placements(self, library: str) -> tuple[dict[str, int], dict[str, Placement]]:
-        """The library's allocator functions (name -> entry) and where each one's probe goes."""
+    def _placements(self, library: str) -> tuple[ElfFile, dict[str, int], dict[str, Placement]]:
+        """The library, its allocator functions (name -> entry) and where each one's probe goes."""
         try:
             elf = ElfFile(library)
             functions = elf.dynamic_functions
@@ -200,7 +204,8 @@ class BpfEngine:
         if "malloc" not in functions or "free" not in functions:
             raise RuntimeFailure(f"{library} does not export malloc and free")
         placements = {function: place_probe(elf, function, functions[function], arguments)
-                      for function, (_, _, arguments) in PROBES.items() if function in functions}
+                      for function, (_, arguments) in PROBES.items() if function in functions}
+        placements["free"] = place_probe(elf, "free", functions["free"], FREE_ARGUMENTS)
         free_probe = placements["free"].address
         text = elf.segment_containing(free_probe)
         if text is not None:
@@ -208,29 +213,32 @@ class BpfEngine:
             before, after = self._text_around_free
             self._text_around_free = (max(before, free_probe - text.vaddr),
                                       max(after, text.vaddr + text.memsz - free_probe))
-        return functions, placements
+        return elf, functions, placements
 
-    def _attach_library(self, library: str, functions: dict[str, int],
+    def _attach_library(self, library: str, elf: ElfFile, functions: dict[str, int],
                         placements: dict[str, Placement]) -> None:
         by_address: dict[int, AttachedProbe] = {}
-        for function, (program, has_return, _) in PROBES.items():
+        for function, (cookie, _) in PROBES.items():
             address = functions.get(function)
             if address is None:
                 continue
             known = by_address.get(address)
             if known is not None:
                 # An alias of a function already probed (glibc: memalign = aligned_alloc).
-                if PROBES[known.function][0] != program:
+                if PROBES[known.function][0] != cookie:
                     raise RuntimeFailure(f"{library}: {function} and {known.function} share an address")
                 by_address[address] = dataclasses.replace(known, aliases=known.aliases + (function,))
                 continue
-            placement = placements[function]
-            # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
-            self._attach_uprobe(library, placement.address, program, ret=False)
-            if has_return:
-                self._attach_uprobe(library, placement.address, "alloc_return", ret=True)
-            by_address[address] = AttachedProbe(library, function, address, placement)
-        self.probes += by_address.values()
+            by_address[address] = AttachedProbe(library, function, address, placements[function])
+        allocating = list(by_address.values())
+        offsets = [elf.vaddr_to_file_offset(probe.placement.address) for probe in allocating]
+        cookies = [PROBES[probe.function][0] for probe in allocating]
+        self._link(b"alloc_enter", library, offsets, cookies)
+        # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
+        self._link(b"alloc_return", library, offsets, cookies, returns=True)
+        free = AttachedProbe(library, "free", functions["free"], placements["free"])
+        self._link(b"free_enter", library, [elf.vaddr_to_file_offset(free.placement.address)], [0])
+        self.probes += allocating + [free]
 
     def start(self) -> None:
         """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
@@ -250,12 +258,13 @@ class BpfEngine:
                         self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
                 except Exception as e:
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
-        for library, (functions, placements) in layouts.items():
-            self._attach_library(library, functions, placements)
+        for library, (elf, functions, placements) in layouts.items():
+            self._attach_library(library, elf, functions, placements)
         if self.stop_library:
-            exit_address = ElfFile(self.stop_library).dynamic_functions.get("_exit")
+            elf = ElfFile(self.stop_library)
+            exit_address = elf.dynamic_functions.get("_exit")
             if exit_address:
-                self._attach_uprobe(self.stop_library, exit_address, "exit_stop", ret=False)
+                self._link(b"exit_stop", self.stop_library, [elf.vaddr_to_file_offset(exit_address)], [0])
 
     def _set_control(self, slot: int, value: int) -> None:
         self._bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)
@@ -466,8 +475,8 @@ class BpfEngine:
         """Detaches every probe and frees the maps; safe to call twice."""
         if self._bpf is not None:
             bpf, self._bpf = self._bpf, None
+            links, self._links = self._links, []
+            for link in links:
+                os.close(link)
             with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
-                # Releasing a uprobe takes ~0.1 s here: release them all at once.
-                with ThreadPoolExecutor(max_workers=max(1, len(bpf.uprobe_fds))) as pool:
-                    list(pool.map(bpf.detach_uprobe_event, list(bpf.uprobe_fds)))
                 bpf.cleanup()
