@@ -153,12 +153,14 @@ BPF_HASH(copy_slots, struct copy_slot_key, u32, MAX_PROCS);
 BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
 // [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
 // [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
-// [CTL_COPIES_DONE] written by user space: forks whose copies it has made.
+// [CTL_COPIES_DONE] written by user space: forks whose copies it has made;
+// [CTL_TARGET_GEN] the target's generation as in `procs` (0: not traced).
 #define CTL_EXIT_STOP 0
 #define CTL_NEXT_GEN 1
 #define CTL_FORKS 2
 #define CTL_COPIES_DONE 3
-BPF_ARRAY(control, u32, 4);
+#define CTL_TARGET_GEN 4
+BPF_ARRAY(control, u32, 5);
 
 static __always_inline void count(u32 which)
 {
@@ -170,8 +172,16 @@ static __always_inline void count(u32 which)
 // The image generation of a traced process, 0 when it is not traced.
 static __always_inline u32 traced_gen(u32 tgid)
 {
+#if !TRACE_ALL && !FOLLOW_FORKS
+    // Only the target's probes fire (its links are filtered by pid): an array read
+    // (inlined by the verifier) instead of a hash lookup on every call.
+    u32 slot = CTL_TARGET_GEN;
+    u32 *gen = control.lookup(&slot);
+    return gen && tgid == TARGET_TGID ? *gen : 0;
+#else
     struct proc *p = procs.lookup(&tgid);
     return p && !p->ignored ? p->gen : 0;
+#endif
 }
 
 static __always_inline u32 next_gen(void)
@@ -573,6 +583,11 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
         start_image(&started);
         if (procs.update(&tgid, &started) != 0)
             count(C_UNFOLLOWED);
+    }
+    struct proc *now = tgid == TARGET_TGID ? procs.lookup(&tgid) : 0;
+    if (now) {
+        u32 slot = CTL_TARGET_GEN;
+        control.update(&slot, &now->gen);
     }
     return 0;
 }

@@ -26,7 +26,7 @@ from .uprobe_links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
 
 STACK_NONE, STACK_LOST = 0, 1
 IGNORED_UNSELECTED = 1
-CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE = 0, 1, 2, 3
+CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE, CTL_TARGET_GEN = 0, 1, 2, 3, 4
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
 
@@ -247,8 +247,9 @@ class BpfEngine:
         self._bpf = self._compile()
         self._set_control(CTL_NEXT_GEN, 1)
         if self.target and not self.arm_on_exec:
-            procs = self._bpf[b"procs"]
-            procs[ct.c_uint32(self.target)] = procs.Leaf(gen=self._next_gen())
+            procs, gen = self._bpf[b"procs"], self._next_gen()
+            procs[ct.c_uint32(self.target)] = procs.Leaf(gen=gen)
+            self._set_control(CTL_TARGET_GEN, gen)
         self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
         if self.settings.follow_forks:
             for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
