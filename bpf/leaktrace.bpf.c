@@ -584,6 +584,10 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
         if (procs.update(&tgid, &started) != 0)
             count(C_UNFOLLOWED);
     }
+    // A call the old image never returned from (a longjmp out of a signal handler) is void.
+    struct pending_call *stale = thread_call(0);
+    if (stale)
+        stale->entry_sp = 0;
     struct proc *now = tgid == TARGET_TGID ? procs.lookup(&tgid) : 0;
     if (now) {
         u32 slot = CTL_TARGET_GEN;

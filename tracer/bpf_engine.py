@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import ctypes as ct
 import dataclasses
+import errno
 import importlib.resources
 import os
 import struct
@@ -192,7 +193,8 @@ class BpfEngine:
         except OSError as e:
             if self.target and not os.path.exists(f"/proc/{self.target}"):
                 raise RuntimeFailure(f"pid {self.target} exited before the probes were attached") from None
-            raise RuntimeFailure(f"cannot attach uprobes to {library}: {e.strerror}") from None
+            hint = " (uprobe_multi links need Linux 6.6 or later)" if e.errno in (errno.EINVAL, errno.EOPNOTSUPP) else ""
+            raise RuntimeFailure(f"cannot attach uprobes to {library}: {e.strerror}{hint}") from None
 
     def _placements(self, library: str) -> tuple[ElfFile, dict[str, int], dict[str, Placement]]:
         """The library, its allocator functions (name -> entry) and where each one's probe goes."""
