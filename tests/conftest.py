@@ -5,6 +5,7 @@ machine where BPF cannot run they fail, saying why.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -13,7 +14,10 @@ from pathlib import Path
 import pytest
 
 PROGRAMS = Path(__file__).parent / "programs"
-UPROBE_EVENTS = Path("/sys/kernel/tracing/uprobe_events")
+SYS_BPF = 321
+BPF_OBJ_GET_INFO_BY_FD, BPF_LINK_GET_FD_BY_ID, BPF_LINK_GET_NEXT_ID = 15, 30, 31
+BPF_LINK_TYPE_UPROBE_MULTI = 12
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def pytest_configure(config):
@@ -46,13 +50,30 @@ def leaktrace_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "leaktrace.cli", *args]
 
 
-def uprobe_events() -> str:
-    return UPROBE_EVENTS.read_text() if UPROBE_EVENTS.exists() else ""
+def uprobe_links() -> set[int]:
+    """Ids of the uprobe_multi links that exist on the machine (leaktrace attaches through them)."""
+    found, link_id = set(), 0
+    while True:
+        attr = (ctypes.c_uint32 * 4)(link_id)
+        if _libc.syscall(SYS_BPF, BPF_LINK_GET_NEXT_ID, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
+            return found   # ENOENT: no more links
+        link_id = attr[1]
+        attr = (ctypes.c_uint32 * 4)(link_id)
+        fd = _libc.syscall(SYS_BPF, BPF_LINK_GET_FD_BY_ID, ctypes.byref(attr), ctypes.sizeof(attr))
+        if fd < 0:
+            continue   # gone in the meantime
+        info = (ctypes.c_uint32 * 64)()
+        request = (ctypes.c_uint32 * 4)(fd, ctypes.sizeof(info))
+        ctypes.cast(ctypes.byref(request, 8), ctypes.POINTER(ctypes.c_uint64))[0] = ctypes.addressof(info)
+        if _libc.syscall(SYS_BPF, BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(request), ctypes.sizeof(request)) == 0 \
+                and info[0] == BPF_LINK_TYPE_UPROBE_MULTI:
+            found.add(link_id)
+        os.close(fd)
 
 
 @pytest.fixture
 def probes_left_as_found():
-    """Asserts that tracefs uprobe_events is the same after the test as before it."""
-    before = uprobe_events()
+    """Asserts that no uprobe link made during the test outlives it."""
+    before = uprobe_links()
     yield
-    assert uprobe_events() == before
+    assert uprobe_links() <= before

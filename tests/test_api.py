@@ -1,6 +1,9 @@
 """The Python API the CLI is built on, used directly."""
 from __future__ import annotations
 
+import subprocess
+
+from conftest import uprobe_links
 from leaktrace import EngineSettings, Symbolizer, Trace, render_text
 
 
@@ -14,3 +17,18 @@ def test_launch_wait_symbolize_render(program):
     top = max(snapshot.groups, key=lambda g: g.count)
     assert [f.function for f in symbolized.stack_of(top)][:2] == ["site_d", "main"]
     assert "site_d+0x" in render_text(symbolized)
+
+
+def test_close_detaches_every_probe():
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        before = uprobe_links()
+        trace = Trace.attach(target.pid)
+        # alloc_enter, alloc_return and free_enter: one link each for libc.
+        assert len(uprobe_links() - before) == 3
+        trace.close()
+        assert uprobe_links() - before == set()
+        trace.close()   # a second close is harmless
+    finally:
+        target.kill()
+        target.wait()
