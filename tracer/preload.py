@@ -29,8 +29,7 @@ from .library_table import copy_with_table, library_base, preload_library, stack
 from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
 from .process import alive, parse_maps, read_process, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
-from .snapshot import AllocationGroup, Counters, ProcessInfo, Snapshot, UnreachableReport
-from .unreachable import DEFAULT_LIMIT, scanned_mapping, sweep_image
+from .snapshot import UNREACHABLE_LIMIT, AllocationGroup, Counters, ProcessInfo, Snapshot, UnreachableReport
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0        # seconds for a program to make an allocator call and write the dump asked for
@@ -178,11 +177,12 @@ class PreloadTrace:
             time.sleep(0.02)
         return True
 
-    def check_unreachable(self, limit: int = DEFAULT_LIMIT) -> UnreachableReport:
+    def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
         """The reachability check, with the allocations read from the library's own table
         in the frozen copy: exactly the blocks live at the freeze."""
         if self.exited:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
+        from .unreachable import scanned_mapping, sweep_image   # numpy: 50 ms of start-up, only for this
         image, allocations, table = copy_with_table(self.pid, scanned_mapping)
         return sweep_image(image, allocations, complete=True, limit=limit, excluded=(table,))
 

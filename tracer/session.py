@@ -17,9 +17,8 @@ from .bpf_engine import BpfEngine, EngineSettings, TracedProcess
 from .errors import RuntimeFailure
 from .process import (alive, allocator_library_of_process, libc_libraries, library_of_executable,
                       read_process, resolve_executable)
-from .snapshot import ProcessInfo, Snapshot, UnreachableReport
+from .snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, UnreachableReport
 from .system import check_bpf, check_privileges, check_uprobes
-from .unreachable import DEFAULT_LIMIT, find_unreachable
 
 
 def check_system() -> None:
@@ -211,12 +210,13 @@ class Trace:
         return Snapshot(time.time(), tuple(groups), self.engine.counters(), processes,
                         self.engine.settings.stack_depth, None if allocations is None else tuple(allocations))
 
-    def check_unreachable(self, limit: int = DEFAULT_LIMIT) -> UnreachableReport:
+    def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
         """Which of the target's live allocations nothing reachable points to (it is frozen
         for a moment). A launched command's allocations are all known; an attached one's
         made before the trace are not. Raises RuntimeFailure if the target cannot be frozen."""
         if self._exited:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
+        from .unreachable import find_unreachable   # numpy: 50 ms of start-up, only for this
         return find_unreachable(self.pid, self.engine.allocations({self.pid}), complete=self.is_child, limit=limit)
 
     def _track_processes(self) -> None:

@@ -80,6 +80,7 @@ class ProcessInfo:
     exited: bool = False
 
 
+UNREACHABLE_LIMIT = 100      # leaks listed by a reachability check, as libmemunreachable's default
 CONTENTS_LENGTH = 32      # bytes of each unreachable leak kept (libmemunreachable's contents_length)
 
 

@@ -25,10 +25,9 @@ from .freeze import FrozenImage, freeze_and_copy
 from .heap_graph import MemoryRegion, build_graph
 from .leak_folding import fold_leaks
 from .process import Mapping
-from .snapshot import CONTENTS_LENGTH, LiveAllocation, UnreachableLeak, UnreachableReport
+from .snapshot import CONTENTS_LENGTH, UNREACHABLE_LIMIT, LiveAllocation, UnreachableLeak, UnreachableReport
 
 RED_ZONE = 128            # x86-64 ABI: below the stack pointer, still the function's
-DEFAULT_LIMIT = 100
 
 
 def scanned_mapping(mapping: Mapping) -> bool:
@@ -85,13 +84,13 @@ def _merge_by_backtrace(leaks: list[UnreachableLeak]) -> list[UnreachableLeak]:
 
 
 def find_unreachable(pid: int, allocations: list[LiveAllocation], complete: bool,
-                     limit: int = DEFAULT_LIMIT) -> UnreachableReport:
+                     limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
     """Freezes pid, copies what the check needs, lets it go, and sweeps the copy."""
     return sweep_image(freeze_and_copy(pid, scanned_mapping), allocations, complete, limit)
 
 
 def sweep_image(image: FrozenImage, allocations: list[LiveAllocation], complete: bool,
-                limit: int = DEFAULT_LIMIT, excluded: tuple[tuple[int, int], ...] = ()) -> UnreachableReport:
+                limit: int = UNREACHABLE_LIMIT, excluded: tuple[tuple[int, int], ...] = ()) -> UnreachableReport:
     """The check on a frozen copy; excluded ranges are never roots (the tracer's own records
     of the blocks, when they live in the process)."""
     pid = image.pid

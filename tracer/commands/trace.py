@@ -16,8 +16,7 @@ from ..malloc_options import (DEFAULT_DUMP_PREFIX, SIZE_MAX, MallocDebugConfig, 
                               parse_malloc_debug_options)
 from ..preload import PreloadTrace, preload_library
 from ..session import Selection, Trace
-from ..snapshot import Snapshot
-from ..unreachable import DEFAULT_LIMIT
+from ..snapshot import UNREACHABLE_LIMIT, Snapshot
 from . import ArgumentParser, Command
 from .outputs import Outputs
 
@@ -282,7 +281,7 @@ class TraceCommand(Command):
         if snapshot is None or not args.unreachable or trace.exited:
             return snapshot
         try:
-            report = trace.check_unreachable(DEFAULT_LIMIT if args.limit is None else args.limit)
+            report = trace.check_unreachable(UNREACHABLE_LIMIT if args.limit is None else args.limit)
         except RuntimeFailure as e:
             print(f"leaktrace: reachability check skipped: {e}", file=sys.stderr, flush=True)
             return snapshot
