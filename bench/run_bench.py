@@ -1,7 +1,8 @@
 """One run, several interleaved rounds: the traced/untraced slowdown of leaktrace (BPF
-engine, and the LD_PRELOAD library with and without stacks) and of bcc's memleak-bpfcc
-on the same workload, both tools' start-up and shutdown, then
-leaktrace's report time at 100k and 1M live allocations. Prints medians and ratios; run as root from the repo:
+engine, and the LD_PRELOAD library with and without stacks), of its probes with empty
+programs (the traps alone) and of bcc's memleak-bpfcc on the same workload, for one and
+two threads; both tools' start-up and shutdown; then leaktrace's report time at 100k and
+1M live allocations. Prints medians and ratios; run as root from the repo:
 
     .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1 2] [--calls 100000]
 """
@@ -60,6 +61,8 @@ def overhead(binary: Path, args: argparse.Namespace, threads: int) -> None:
     leaktrace = [sys.executable, "-m", "leaktrace.cli"]
     tools = {
         "untraced": workload.split(),
+        # leaktrace's probes with empty programs: the traps alone, the floor of any per-call uprobe tracer.
+        "empty probes": [sys.executable, str(HERE / "empty_probes.py"), *workload.split()],
         "leaktrace": [*leaktrace, "-c", workload, "--json", "3600"],
         "leaktrace size-filtered": [*leaktrace, "-c", workload, "--json", "--options", "backtrace_size=320",
                                     "3600"],

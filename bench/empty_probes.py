@@ -1,0 +1,54 @@
+"""Runs a workload with leaktrace's probes in place but empty BPF programs behind them:
+what the traps alone cost, the floor under any per-call uprobe tracer. Run as root:
+
+    .venv/bin/python bench/empty_probes.py COMMAND ARGS...
+
+The probes are attached as the command starts, and its output is passed through.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from bcc import BPF
+
+from leaktrace.bpf_engine import FREE_ARGUMENTS, PROBES
+from leaktrace.elf import ElfFile
+from leaktrace.probe_placement import place_probe
+from leaktrace.process import library_of_executable, resolve_executable
+from leaktrace.uprobe_links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
+
+EMPTY = b"int empty(void *ctx) { return 0; }"
+
+
+def probe_offsets(library: str) -> tuple[list[int], int]:
+    """File offsets of leaktrace's probes in library: the allocating functions', and free's."""
+    elf = ElfFile(library)
+    functions = elf.dynamic_functions
+
+    def offset(name: str, arguments: tuple[str, ...]) -> int:
+        return elf.vaddr_to_file_offset(place_probe(elf, name, functions[name], arguments).address)
+
+    allocating = {offset(name, arguments) for name, (_, arguments) in PROBES.items() if name in functions}
+    return sorted(allocating), offset("free", FREE_ARGUMENTS)
+
+
+def main() -> None:
+    library = library_of_executable(resolve_executable(sys.argv[1]))
+    allocating, free = probe_offsets(library)
+    bpf = BPF(text=EMPTY)
+    program = bpf.load_func(b"empty", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
+    workload = subprocess.Popen(sys.argv[1:])
+    # The links filter by the workload's pid, which its exec keeps.
+    links = [attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid),
+             attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid, returns=True),
+             attach_uprobes(program, library, [free], [0], workload.pid)]
+    status = workload.wait()
+    for link in links:
+        os.close(link)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
