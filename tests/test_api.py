@@ -19,9 +19,11 @@ def test_launch_wait_symbolize_render(program):
     assert "site_d+0x" in render_text(symbolized)
 
 
-def test_close_detaches_every_probe():
-    target = subprocess.Popen(["sleep", "60"])
+def test_close_detaches_every_probe(program):
+    target = subprocess.Popen([str(program("shapes")), "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
+        assert target.stdout.readline() == "ready\n"   # its libc is mapped by now
         before = uprobe_links()
         trace = Trace.attach(target.pid)
         # alloc_enter, alloc_return and free_enter: one link each for libc.

@@ -233,13 +233,16 @@ class BpfEngine:
                 continue
             by_address[address] = AttachedProbe(library, function, address, placements[function])
         allocating = list(by_address.values())
-        offsets = [elf.vaddr_to_file_offset(probe.placement.address) for probe in allocating]
-        cookies = [PROBES[probe.function][0] for probe in allocating]
-        self._link(b"alloc_enter", library, offsets, cookies)
-        # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
-        self._link(b"alloc_return", library, offsets, cookies, returns=True)
         free = AttachedProbe(library, "free", functions["free"], placements["free"])
-        self._link(b"free_enter", library, [elf.vaddr_to_file_offset(free.placement.address)], [0])
+        try:
+            offsets = [elf.vaddr_to_file_offset(probe.placement.address) for probe in allocating + [free]]
+        except ElfError as e:
+            raise RuntimeFailure(f"cannot place uprobes: {e}") from None
+        cookies = [PROBES[probe.function][0] for probe in allocating]
+        self._link(b"alloc_enter", library, offsets[:-1], cookies)
+        # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
+        self._link(b"alloc_return", library, offsets[:-1], cookies, returns=True)
+        self._link(b"free_enter", library, offsets[-1:], [0])
         self.probes += allocating + [free]
 
     def start(self) -> None:
