@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -55,6 +56,21 @@ def test_dead_pid_exits_1(probes_left_as_found):
     child = subprocess.Popen(["true"])
     child.wait()
     assert_one_line_error(run_command(["-p", str(child.pid)]), 1, f"no process with pid {child.pid}")
+
+
+def test_thread_id_exits_1_naming_its_process(probes_left_as_found):
+    waiter = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); print('ready', flush=True)"
+    target = subprocess.Popen([sys.executable, "-c", waiter], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline() == "ready\n"
+        thread = max(int(tid) for tid in os.listdir(f"/proc/{target.pid}/task"))
+        assert thread != target.pid
+        for engine in ("bpf", "preload"):
+            assert_one_line_error(run_command(["-p", str(thread), "--engine", engine]), 1,
+                                  f"{thread} is a thread of process {target.pid}: trace -p {target.pid}")
+    finally:
+        target.kill()
+        target.wait()
 
 
 def test_missing_command_exits_1(probes_left_as_found):

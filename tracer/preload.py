@@ -27,7 +27,7 @@ from .android_records import return_addresses
 from .errors import RuntimeFailure
 from .library_table import copy_with_table, library_base, preload_library, stack_status, table_snapshot
 from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
-from .process import alive, parse_maps, read_process, resolve_executable
+from .process import alive, parse_maps, read_target, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
 from .snapshot import UNREACHABLE_LIMIT, AllocationGroup, Counters, ProcessInfo, Snapshot, UnreachableReport
 
@@ -85,9 +85,7 @@ class PreloadTrace:
     @classmethod
     def attach(cls, pid: int) -> "PreloadTrace":
         """A process already running with the library; its dumps go where its options say."""
-        info = read_process(pid)
-        if info is None:
-            raise RuntimeFailure(f"no process with pid {pid}")
+        info = read_target(pid)
         if library_base(parse_maps(info.maps), preload_library()) is None:
             raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library (see --preload-lib)")
         try:

@@ -69,6 +69,29 @@ def parent_of(pid: int) -> int | None:
     return int(fields[1]) if fields else None
 
 
+def _thread_group_of(pid: int) -> int | None:
+    """The process a thread id belongs to (itself for a process); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return None
+
+
+def read_target(pid: int) -> ProcessInfo:
+    """The running process -p names, or one clear error: there is none, or pid is one of its threads."""
+    info = read_process(pid)
+    if info is None or not info.maps:
+        raise RuntimeFailure(f"no process with pid {pid}")
+    process = _thread_group_of(pid)
+    if process not in (pid, None):
+        raise RuntimeFailure(f"{pid} is a thread of process {process}: trace -p {process}")
+    return info
+
+
 def host_path(pid: int, path: str) -> str:
     """A path seen by the target, as this process can open it (containers have their own root)."""
     rooted = f"/proc/{pid}/root{path}"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .bpf_engine import BpfEngine, EngineSettings, TracedProcess
 from .errors import RuntimeFailure
 from .process import (alive, allocator_library_of_process, libc_libraries, library_of_executable,
-                      read_process, resolve_executable)
+                      read_process, read_target, resolve_executable)
 from .snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, UnreachableReport
 from .system import check_bpf, check_privileges, check_uprobes
 
@@ -110,9 +110,7 @@ class Trace:
         check_system()
         if pid == os.getpid():
             raise RuntimeFailure("leaktrace cannot trace itself")
-        info = read_process(pid)
-        if info is None or not info.maps:
-            raise RuntimeFailure(f"no process with pid {pid}")
+        info = read_target(pid)
         library = library or allocator_library_of_process(pid, info.maps)
         return cls(_started(BpfEngine(settings, pid, (library,))), pid, info, is_child=False)
 
