@@ -287,6 +287,7 @@ static __always_inline void live_add(u32 tgid, u32 gen, u64 addr, struct live_va
 // as they were at each fork, while user space has not copied it yet.
 static __always_inline int inherited_lookup(u32 tgid, u64 addr, struct live_val *out)
 {
+#if FOLLOW_FORKS   // nothing is inherited without fork following
     struct inherit *link = inherits.lookup(&tgid);
 #pragma clang loop unroll(disable)
     for (int depth = 0; depth < INHERIT_DEPTH && link; depth++) {
@@ -304,6 +305,7 @@ static __always_inline int inherited_lookup(u32 tgid, u64 addr, struct live_val 
         }
         link = inherits.lookup(&owner);
     }
+#endif
     return 0;
 }
 
@@ -597,6 +599,8 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
     return 0;
 }
 
+#if FOLLOW_FORKS   // the fork and exit tracepoints are attached only then
+
 // Tracepoint records are read at offsets that user space takes from tracefs
 // (NEWTASK_PID, NEWTASK_CLONE_FLAGS, EXIT_GROUP_DEAD), as their layout varies
 // between kernels.
@@ -662,6 +666,8 @@ int process_exit(void *record)
         p->exited = 1;
     return 0;
 }
+
+#endif
 
 // -c: stop the command in _exit so that its final state and maps can be read.
 int exit_stop(struct pt_regs *ctx)
