@@ -123,6 +123,14 @@ struct stack_val {
     u64 ip[STACK_DEPTH];
 };
 
+// Per thread: a uprobe handler can be preempted, and another thread's handler
+// on the same CPU would overwrite per-CPU scratch.
+struct stack_capture {
+    struct stack_val walk;   // the stack being captured
+    struct stack_val last;   // the last stack this thread stored...
+    u64 last_key;            // ...and its key (0: none yet)
+};
+
 // The allocator call in flight on a thread (entry_sp 0: none); nested and tail
 // calls are recognised by a stack pointer at or below entry_sp, and the
 // matching return by entry_sp + 8.
@@ -136,9 +144,7 @@ struct pending_call {
     u32 has_old;          // realloc removed a recorded block at entry
     u32 pad;
     struct live_val old;
-    // The stack being captured. Per thread: a uprobe handler can be preempted,
-    // and another thread's handler on the same CPU would overwrite per-CPU scratch.
-    struct stack_val walk;
+    struct stack_capture stack;
 };
 
 // Allocated as it fills: 1.2M preallocated records would cost ~115 MB and 0.5 s at start.
@@ -372,8 +378,18 @@ static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_
 // which must climb the stack, so a broken chain ends the stack instead of
 // adding garbage. Walk, hash and store cost ~0.2 us here (most of it the
 // first read of the user stack); bpf_get_stack took ~0.8 us.
-static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_val *scratch)
+// A stack stored under key: the thread's next call from the same place needs
+// neither the hash nor the map lookup.
+static __always_inline u64 remembered(struct stack_capture *capture, u64 key)
 {
+    capture->last = capture->walk;
+    capture->last_key = key;
+    return key;
+}
+
+static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_capture *capture)
+{
+    struct stack_val *scratch = &capture->walk;
     u64 caller = 0;
     bpf_probe_read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(ctx));
     scratch->ip[0] = caller;
@@ -390,11 +406,19 @@ static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_val *
             break;
         fp = frame[0];
     }
-    u64 hash = 0xcbf29ce484222325ULL;
+    int same = capture->last_key != 0;
 #pragma clang loop unroll(disable)
     for (u32 i = 0; i < STACK_DEPTH; i++) {
         if (i >= frames)
             scratch->ip[i] = 0;
+        if (scratch->ip[i] != capture->last.ip[i])
+            same = 0;
+    }
+    if (same)
+        return capture->last_key;
+    u64 hash = 0xcbf29ce484222325ULL;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < STACK_DEPTH; i++) {
         hash = (hash ^ scratch->ip[i]) * 0x100000001b3ULL;
         hash ^= hash >> 29;
     }
@@ -405,7 +429,7 @@ static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_val *
     if (!known) {
         int err = stacks.insert(&hash, scratch);
         if (err == 0)
-            return hash;
+            return remembered(capture, hash);
         known = stacks.lookup(&hash);   // a racing insert of the same hash
         if (!known) {
             count(C_STACK_FULL);
@@ -419,7 +443,7 @@ static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_val *
             return STACK_LOST;
         }
     }
-    return hash;
+    return remembered(capture, hash);
 }
 
 static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
@@ -447,7 +471,7 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
     call->arg = arg;
     call->kind = kind;
     call->gen = gen;
-    call->stack_key = wants_stack(size) ? capture_stack(ctx, &call->walk) : STACK_NONE;
+    call->stack_key = wants_stack(size) ? capture_stack(ctx, &call->stack) : STACK_NONE;
     // realloc releases the old block before it returns; forget it now so that
     // another thread can be handed the same address without a clash.
     call->has_old = 0;
