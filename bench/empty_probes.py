@@ -13,9 +13,8 @@ import sys
 
 from bcc import BPF
 
-from leaktrace.bpf_engine import FREE_ARGUMENTS, PROBES
+from leaktrace.bpf_engine import file_offsets, place_probes
 from leaktrace.elf import ElfFile
-from leaktrace.probe_placement import place_probe
 from leaktrace.process import library_of_executable, resolve_executable
 from leaktrace.uprobe_links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
 
@@ -25,13 +24,10 @@ EMPTY = b"int empty(void *ctx) { return 0; }"
 def probe_offsets(library: str) -> tuple[list[int], int]:
     """File offsets of leaktrace's probes in library: the allocating functions', and free's."""
     elf = ElfFile(library)
-    functions = elf.dynamic_functions
-
-    def offset(name: str, arguments: tuple[str, ...]) -> int:
-        return elf.vaddr_to_file_offset(place_probe(elf, name, functions[name], arguments).address)
-
-    allocating = {offset(name, arguments) for name, (_, arguments) in PROBES.items() if name in functions}
-    return sorted(allocating), offset("free", FREE_ARGUMENTS)
+    placements = place_probes(elf, elf.dynamic_functions)
+    free = placements.pop("free")
+    allocating = sorted(set(file_offsets(elf, [placement.address for placement in placements.values()])))
+    return allocating, file_offsets(elf, [free.address])[0]
 
 
 def main() -> None:

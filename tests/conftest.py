@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from leaktrace.system import bpf
+
 PROGRAMS = Path(__file__).parent / "programs"
-SYS_BPF = 321
 BPF_OBJ_GET_INFO_BY_FD, BPF_LINK_GET_FD_BY_ID, BPF_LINK_GET_NEXT_ID = 15, 30, 31
 BPF_LINK_TYPE_UPROBE_MULTI = 12
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def pytest_configure(config):
@@ -55,20 +55,24 @@ def uprobe_links() -> set[int]:
     found, link_id = set(), 0
     while True:
         attr = (ctypes.c_uint32 * 4)(link_id)
-        if _libc.syscall(SYS_BPF, BPF_LINK_GET_NEXT_ID, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
-            return found   # ENOENT: no more links
+        try:
+            bpf(BPF_LINK_GET_NEXT_ID, attr)
+        except FileNotFoundError:
+            return found   # no more links
         link_id = attr[1]
-        attr = (ctypes.c_uint32 * 4)(link_id)
-        fd = _libc.syscall(SYS_BPF, BPF_LINK_GET_FD_BY_ID, ctypes.byref(attr), ctypes.sizeof(attr))
-        if fd < 0:
+        try:
+            fd = bpf(BPF_LINK_GET_FD_BY_ID, (ctypes.c_uint32 * 4)(link_id))
+        except FileNotFoundError:
             continue   # gone in the meantime
         info = (ctypes.c_uint32 * 64)()
         request = (ctypes.c_uint32 * 4)(fd, ctypes.sizeof(info))
         ctypes.cast(ctypes.byref(request, 8), ctypes.POINTER(ctypes.c_uint64))[0] = ctypes.addressof(info)
-        if _libc.syscall(SYS_BPF, BPF_OBJ_GET_INFO_BY_FD, ctypes.byref(request), ctypes.sizeof(request)) == 0 \
-                and info[0] == BPF_LINK_TYPE_UPROBE_MULTI:
-            found.add(link_id)
-        os.close(fd)
+        try:
+            bpf(BPF_OBJ_GET_INFO_BY_FD, request)
+            if info[0] == BPF_LINK_TYPE_UPROBE_MULTI:
+                found.add(link_id)
+        finally:
+            os.close(fd)
 
 
 @pytest.fixture

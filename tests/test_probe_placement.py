@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from helpers import run_command
-from leaktrace.bpf_engine import FREE_ARGUMENTS, PROBES
+from leaktrace.bpf_engine import place_probes
 from leaktrace.elf import ElfFile
-from leaktrace.probe_placement import kernel_emulates, place_probe
+from leaktrace.probe_placement import kernel_emulates
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -33,10 +33,7 @@ def test_kernel_emulation_rule(code, emulated):
 
 def placements(library: str) -> dict[str, object]:
     elf = ElfFile(library)
-    functions = elf.dynamic_functions
-    probed = {name: arguments for name, (_, arguments) in PROBES.items()} | {"free": FREE_ARGUMENTS}
-    return {name: place_probe(elf, name, functions[name], arguments)
-            for name, arguments in probed.items() if name in functions}
+    return place_probes(elf, elf.dynamic_functions)
 
 
 def test_glibc_free_probe_moves_past_its_test_onto_the_jump():

@@ -100,6 +100,22 @@ class AttachedProbe:
     aliases: tuple[str, ...] = ()
 
 
+def place_probes(elf: ElfFile, functions: dict[str, int]) -> dict[str, Placement]:
+    """Where each allocator function's probe goes in a library, free's included."""
+    placements = {function: place_probe(elf, function, functions[function], arguments)
+                  for function, (_, arguments) in PROBES.items() if function in functions}
+    placements["free"] = place_probe(elf, "free", functions["free"], FREE_ARGUMENTS)
+    return placements
+
+
+def file_offsets(elf: ElfFile, addresses: list[int]) -> list[int]:
+    """The file offsets uprobes are placed by, of link-time addresses of elf's code."""
+    try:
+        return [elf.vaddr_to_file_offset(address) for address in addresses]
+    except ElfError as e:
+        raise RuntimeFailure(f"cannot place uprobes: {e}") from None
+
+
 def bpf_source() -> str:
     return importlib.resources.files("leaktrace.bpf").joinpath("leaktrace.bpf.c").read_text()
 
@@ -205,9 +221,7 @@ class BpfEngine:
             raise RuntimeFailure(f"cannot read allocator library: {e}") from None
         if "malloc" not in functions or "free" not in functions:
             raise RuntimeFailure(f"{library} does not export malloc and free")
-        placements = {function: place_probe(elf, function, functions[function], arguments)
-                      for function, (_, arguments) in PROBES.items() if function in functions}
-        placements["free"] = place_probe(elf, "free", functions["free"], FREE_ARGUMENTS)
+        placements = place_probes(elf, functions)
         free_probe = placements["free"].address
         text = elf.segment_containing(free_probe)
         if text is not None:
@@ -234,10 +248,7 @@ class BpfEngine:
             by_address[address] = AttachedProbe(library, function, address, placements[function])
         allocating = list(by_address.values())
         free = AttachedProbe(library, "free", functions["free"], placements["free"])
-        try:
-            offsets = [elf.vaddr_to_file_offset(probe.placement.address) for probe in allocating + [free]]
-        except ElfError as e:
-            raise RuntimeFailure(f"cannot place uprobes: {e}") from None
+        offsets = file_offsets(elf, [probe.placement.address for probe in allocating + [free]])
         cookies = [PROBES[probe.function][0] for probe in allocating]
         self._link(b"alloc_enter", library, offsets[:-1], cookies)
         # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
@@ -270,7 +281,7 @@ class BpfEngine:
             elf = ElfFile(self.stop_library)
             exit_address = elf.dynamic_functions.get("_exit")
             if exit_address:
-                self._link(b"exit_stop", self.stop_library, [elf.vaddr_to_file_offset(exit_address)], [0])
+                self._link(b"exit_stop", self.stop_library, file_offsets(elf, [exit_address]), [0])
 
     def _set_control(self, slot: int, value: int) -> None:
         self._bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)

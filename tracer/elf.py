@@ -153,16 +153,21 @@ class ElfFile:
 
     def read(self, vaddr: int, size: int) -> bytes:
         """Bytes of the file image at a link-time address (up to the end of its segment)."""
-        start = self.vaddr_to_file_offset(vaddr)
-        seg = self.segment_containing(vaddr)
+        seg = self._file_segment(vaddr)
+        start = seg.offset + vaddr - seg.vaddr
         return bytes(self._data[start:min(start + size, seg.offset + seg.filesz)])
 
     def vaddr_to_file_offset(self, vaddr: int) -> int:
         """Where the file holds a link-time address of its code (uprobes are placed by file offset)."""
+        seg = self._file_segment(vaddr)
+        return seg.offset + vaddr - seg.vaddr
+
+    def _file_segment(self, vaddr: int) -> Segment:
+        """The loaded segment whose file contents hold vaddr."""
         seg = self.segment_containing(vaddr)
         if seg is None or vaddr - seg.vaddr >= seg.filesz:
             raise ElfError(f"{self.path}: no file contents at {vaddr:#x}")
-        return seg.offset + vaddr - seg.vaddr
+        return seg
 
     def file_offset_to_vaddr(self, file_offset: int) -> int | None:
         for seg in self.segments:

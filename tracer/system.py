@@ -10,6 +10,19 @@ CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
 SYS_BPF = 321             # x86_64
 BPF_MAP_CREATE, BPF_MAP_TYPE_ARRAY = 0, 2
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def bpf(command: int, attr, size: int | None = None) -> int:
+    """The bpf() system call on a ctypes attr (size: how much of it the command reads);
+    its result, or OSError."""
+    result = _libc.syscall(SYS_BPF, command, ctypes.byref(attr), ctypes.sizeof(attr) if size is None else size)
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
 
 def _effective_capabilities() -> int:
     with open("/proc/self/status") as f:
@@ -29,12 +42,11 @@ def check_privileges() -> None:
 
 def check_bpf() -> None:
     """Creates and closes a one-entry BPF map: the cheapest proof that bpf() works."""
-    libc = ctypes.CDLL(None, use_errno=True)
     attr = (ctypes.c_uint32 * 30)(BPF_MAP_TYPE_ARRAY, 4, 4, 1)
-    fd = libc.syscall(SYS_BPF, BPF_MAP_CREATE, ctypes.byref(attr), 20)
-    if fd < 0:
-        raise RuntimeFailure(f"BPF is not available: bpf(): {os.strerror(ctypes.get_errno())}")
-    os.close(fd)
+    try:
+        os.close(bpf(BPF_MAP_CREATE, attr, 20))
+    except OSError as e:
+        raise RuntimeFailure(f"BPF is not available: bpf(): {e.strerror}") from None
 
 
 TRACEFS_PLACES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")

@@ -9,15 +9,11 @@ from __future__ import annotations
 import ctypes as ct
 import os
 
-from .system import SYS_BPF
+from .system import bpf
 
 BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48          # the program's expected attach type, and the link's
 BPF_F_UPROBE_MULTI_RETURN = 1
-
-_libc = ct.CDLL(None, use_errno=True)
-_libc.syscall.restype = ct.c_long
-
 
 class _LinkCreateAttr(ct.Structure):
     """union bpf_attr as BPF_LINK_CREATE reads it for a uprobe_multi link."""
@@ -39,8 +35,4 @@ def attach_uprobes(prog_fd: int, path: str, offsets: list[int], cookies: list[in
                            path=ct.addressof(path_buffer), offsets=ct.addressof(offset_array),
                            cookies=ct.addressof(cookie_array), cnt=count,
                            multi_flags=BPF_F_UPROBE_MULTI_RETURN if returns else 0, pid=pid)
-    fd = _libc.syscall(SYS_BPF, BPF_LINK_CREATE, ct.byref(attr), ct.sizeof(attr))
-    if fd < 0:
-        err = ct.get_errno()
-        raise OSError(err, os.strerror(err))
-    return fd
+    return bpf(BPF_LINK_CREATE, attr)
