@@ -2,6 +2,7 @@
 with send-keys and read with capture-pane."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -14,26 +15,31 @@ import time
 import pytest
 from test_systemwide import Workers
 
-TMUX = ["tmux", "-L", f"leaktrace-test-{os.getpid()}"]
+PANES = itertools.count()
 
 
 class Pane:
     """A detached tmux session running one command, which stays open after it ends."""
 
     def __init__(self, command: list[str], width: int = 160, height: int = 40):
+        # A server of its own: a killed server can still be exiting when the next test starts one.
+        self.tmux = ["tmux", "-L", f"leaktrace-test-{os.getpid()}-{next(PANES)}"]
         line = f"{shlex.join(command)}; echo \"EXIT $?\"; sleep 600"
-        subprocess.run([*TMUX, "new-session", "-d", "-s", "view", "-x", str(width), "-y", str(height), line],
+        subprocess.run([*self.tmux, "new-session", "-d", "-s", "view", "-x", str(width), "-y", str(height), line],
                        check=True)
 
     def text(self) -> str:
-        return subprocess.run([*TMUX, "capture-pane", "-p", "-t", "view"], capture_output=True, text=True,
+        return subprocess.run([*self.tmux, "capture-pane", "-p", "-t", "view"], capture_output=True, text=True,
                               check=True).stdout
 
+    def resize(self, width: int, height: int) -> None:
+        subprocess.run([*self.tmux, "resize-window", "-t", "view", "-x", str(width), "-y", str(height)], check=True)
+
     def keys(self, *keys: str) -> None:
-        subprocess.run([*TMUX, "send-keys", "-t", "view", *keys], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", "view", *keys], check=True)
 
     def flag(self, name: str) -> str:
-        return subprocess.run([*TMUX, "display", "-p", "-t", "view", f"#{{{name}}}"], capture_output=True,
+        return subprocess.run([*self.tmux, "display", "-p", "-t", "view", f"#{{{name}}}"], capture_output=True,
                               text=True, check=True).stdout.strip()
 
     def wait_for(self, pattern: str, timeout: float = 60) -> str:
@@ -47,7 +53,7 @@ class Pane:
             time.sleep(0.2)
 
     def close(self) -> None:
-        subprocess.run([*TMUX, "kill-server"], check=False, capture_output=True)
+        subprocess.run([*self.tmux, "kill-server"], check=False, capture_output=True)
 
 
 def leaktrace_in_pane(*args: str) -> Pane:
@@ -121,11 +127,11 @@ def test_top_view_shows_the_leaker_on_top_sorts_and_restores_the_terminal(worker
         text = pane.wait_for(r"\[sizes 1000-1000\]")
         assert [pid for pid, _ in table_rows(text)] == [leak]
 
-        subprocess.run([*TMUX, "resize-window", "-t", "view", "-x", "70", "-y", "12"], check=True)
+        pane.resize(70, 12)
         text = pane.wait_for(r"^leaktrace .*h: he")
         assert len(text.splitlines()) <= 12 and max(len(line) for line in text.splitlines()) <= 70
         assert table_rows(text)[0][0] == leak
-        subprocess.run([*TMUX, "resize-window", "-t", "view", "-x", "160", "-y", "40"], check=True)
+        pane.resize(160, 40)
 
         pane.keys("h")
         pane.wait_for(r"leaktrace top view: keys")
