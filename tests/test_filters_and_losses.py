@@ -55,6 +55,14 @@ def test_backtrace_depth_limits_frames(program):
     assert [f["function"] for f in group["frames"]] == ["alloc_size", "main"]
 
 
+def test_deepest_backtrace_is_kept_whole(program):
+    """backtrace=256, the most malloc_debug allows, in the kernel too: 256 frames of a 300-deep stack."""
+    report = final_report(run_command(["-c", f"{program('deep')} 300", "--json", "--frames", "256", "3600"]))
+    (group,) = report["groups"]
+    assert (group["size"], group["count"]) == (100, 1)
+    assert [f["function"] for f in group["frames"]] == ["descend"] * 256
+
+
 def site_report(program, *args: str) -> dict:
     return final_report(run_command(["-c", str(program("sites")), "--json", *args, "3600"]))
 

@@ -9,10 +9,11 @@ import importlib.resources
 import os
 import struct
 import tempfile
+import threading
 import time
 from collections import Counter as Tally
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from bcc.libbcc import lib
 
@@ -20,14 +21,17 @@ from .bpf_maps import dump_map, gc_paused
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .malloc_options import SIZE_MAX
-from .probe_placement import Placement, place_probe
 from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
 from .system import tracepoint_fields
 from .uprobe_links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
 
+if TYPE_CHECKING:
+    from .probe_placement import Placement
+
 STACK_NONE, STACK_LOST = 0, 1
 IGNORED_UNSELECTED = 1
 CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE, CTL_TARGET_GEN = 0, 1, 2, 3, 4
+CTL_TEXT_BEFORE_FREE, CTL_TEXT_AFTER_FREE = 5, 6
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
 
@@ -102,6 +106,8 @@ class AttachedProbe:
 
 def place_probes(elf: ElfFile, functions: dict[str, int]) -> dict[str, Placement]:
     """Where each allocator function's probe goes in a library, free's included."""
+    # Imported here: capstone's 25 ms then overlap the compile (see BpfEngine.start).
+    from .probe_placement import place_probe
     placements = {function: place_probe(elf, function, functions[function], arguments)
                   for function, (_, arguments) in PROBES.items() if function in functions}
     placements["free"] = place_probe(elf, "free", functions["free"], FREE_ARGUMENTS)
@@ -140,6 +146,27 @@ def _first_error_line(text: str) -> str:
     return lines[-1] if lines else "unknown error"
 
 
+class _InBackground(threading.Thread):
+    """Runs work in a thread at once; result() waits for it, then returns its value or raises its error."""
+
+    def __init__(self, work):
+        super().__init__(name=work.__name__, daemon=True)
+        self._work, self._value, self._error = work, None, None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._value = self._work()
+        except BaseException as e:
+            self._error = e
+
+    def result(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class BpfEngine:
     """One compiled BPF program tracing one process and, with -f, its children; or, with
     target 0, every process that calls into the libraries (each from its first call)."""
@@ -168,9 +195,7 @@ class BpfEngine:
                 f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
                 f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
                 f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
-                f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}",
-                f"-DTEXT_BEFORE_FREE={self._text_around_free[0]}ULL",
-                f"-DTEXT_AFTER_FREE={self._text_around_free[1]}ULL"] + self._tracepoint_cflags
+                f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}"] + self._tracepoint_cflags
 
     def _read_tracepoint_layouts(self) -> None:
         """Where the fork and exit tracepoints keep the fields the BPF program reads."""
@@ -258,9 +283,15 @@ class BpfEngine:
 
     def start(self) -> None:
         """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
-        layouts = {library: self._placements(library) for library in self.libraries}
         self._read_tracepoint_layouts()
-        self._bpf = self._compile()
+        # clang runs without the GIL: the libraries are read and disassembled meanwhile.
+        compiling = _InBackground(self._compile)
+        try:
+            layouts = {library: self._placements(library) for library in self.libraries}
+        finally:
+            self._bpf = compiling.result()
+        self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
+        self._set_control(CTL_TEXT_AFTER_FREE, self._text_around_free[1])
         self._set_control(CTL_NEXT_GEN, 1)
         if self.target and not self.arm_on_exec:
             procs, gen = self._bpf[b"procs"], self._next_gen()
