@@ -284,10 +284,12 @@ class BpfEngine:
     def start(self) -> None:
         """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
         self._read_tracepoint_layouts()
-        # clang runs without the GIL: the libraries are read and disassembled meanwhile.
+        # clang runs without the GIL: the libraries are read and disassembled meanwhile
+        # (nothing there prints: fd 2 is the compile's log until it ends).
         compiling = _InBackground(self._compile)
         try:
             layouts = {library: self._placements(library) for library in self.libraries}
+            exit_offsets = self._exit_offsets({library: elf for library, (elf, _, _) in layouts.items()})
         finally:
             self._bpf = compiling.result()
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
@@ -308,11 +310,16 @@ class BpfEngine:
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
         for library, (elf, functions, placements) in layouts.items():
             self._attach_library(library, elf, functions, placements)
-        if self.stop_library:
-            elf = ElfFile(self.stop_library)
-            exit_address = elf.dynamic_functions.get("_exit")
-            if exit_address:
-                self._link(b"exit_stop", self.stop_library, file_offsets(elf, [exit_address]), [0])
+        if exit_offsets:
+            self._link(b"exit_stop", self.stop_library, exit_offsets, [0])
+
+    def _exit_offsets(self, read: dict[str, ElfFile]) -> list[int]:
+        """Where exit_stop's probe goes: _exit of the stop library, if it has one (read: libraries already read)."""
+        if not self.stop_library:
+            return []
+        elf = read.get(self.stop_library) or ElfFile(self.stop_library)
+        exit_address = elf.dynamic_functions.get("_exit")
+        return file_offsets(elf, [exit_address]) if exit_address else []
 
     def _set_control(self, slot: int, value: int) -> None:
         self._bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)

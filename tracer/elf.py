@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 PT_LOAD, PT_INTERP = 1, 3
-SHT_SYMTAB, SHT_DYNSYM = 2, 11
+SHT_SYMTAB, SHT_DYNSYM, SHT_GNU_HASH = 2, 11, 0x6FFFFFF6
 STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 1, 2, 10
 SHN_UNDEF = 0
 
@@ -118,6 +118,34 @@ class ElfFile:
     def dynamic_functions(self) -> dict[str, int]:
         """Exported function name -> address (link-time virtual address)."""
         return {sym.name.split("@")[0]: sym.value for sym, _ in self._symbols_of(SHT_DYNSYM)}
+
+    def exports_function(self, name: str) -> bool:
+        """Whether the library exports a function of this name: one probe of the GNU hash
+        table (a full symbol read of libLLVM takes Python a second), else every symbol."""
+        table = next((s for s in self._sections if s[1] == SHT_GNU_HASH), None)
+        if table is None or not self.is_64:
+            return name in self.dynamic_functions
+        _, _, off, _, dynsym_index, _ = table
+        _, _, symbols_at, _, strtab_index, entsize = self._sections[dynsym_index]
+        strings_at = self._sections[strtab_index][2]
+        buckets, first_hashed, bloom_words, _ = struct.unpack_from("<IIII", self._data, off)
+        buckets_at = off + 16 + 8 * bloom_words
+        chain_at = buckets_at + 4 * buckets
+        wanted = 5381
+        for byte in name.encode():
+            wanted = (wanted * 33 + byte) & 0xFFFFFFFF
+        (index,) = struct.unpack_from("<I", self._data, buckets_at + 4 * (wanted % buckets))
+        while index >= first_hashed:   # bucket 0: none of the symbols has this hash
+            (chained,) = struct.unpack_from("<I", self._data, chain_at + 4 * (index - first_hashed))
+            if chained | 1 == wanted | 1:
+                name_at, info, _, shndx = struct.unpack_from("<IBBH", self._data, symbols_at + index * entsize)
+                if (self._cstring(strings_at + name_at) == name and shndx != SHN_UNDEF
+                        and info & 0xF in (STT_FUNC, STT_GNU_IFUNC)):
+                    return True
+            if chained & 1:   # the chain's last symbol
+                return False
+            index += 1
+        return False
 
     @cached_property
     def dynamic_objects(self) -> dict[str, int]:

@@ -103,7 +103,7 @@ def host_path(pid: int, path: str) -> str:
 
 def exports(path: str, symbol: str) -> bool:
     try:
-        return symbol in ElfFile(path).dynamic_functions
+        return ElfFile(path).exports_function(symbol)
     except ElfError:
         return False
 
@@ -169,7 +169,7 @@ def library_of_executable(path: str, symbol: str = "malloc") -> str:
         elf = ElfFile(path)
     except ElfError as e:
         raise RuntimeFailure(f"{path} is not an ELF program ({e}); use --lib PATH") from None
-    if symbol in elf.dynamic_functions:
+    if elf.exports_function(symbol):
         return path
     interpreter = elf.interpreter
     if interpreter is None:
