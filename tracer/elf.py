@@ -125,27 +125,30 @@ class ElfFile:
         table = next((s for s in self._sections if s[1] == SHT_GNU_HASH), None)
         if table is None or not self.is_64:
             return name in self.dynamic_functions
-        _, _, off, _, dynsym_index, _ = table
-        _, _, symbols_at, _, strtab_index, entsize = self._sections[dynsym_index]
-        strings_at = self._sections[strtab_index][2]
-        buckets, first_hashed, bloom_words, _ = struct.unpack_from("<IIII", self._data, off)
-        buckets_at = off + 16 + 8 * bloom_words
-        chain_at = buckets_at + 4 * buckets
         wanted = 5381
         for byte in name.encode():
             wanted = (wanted * 33 + byte) & 0xFFFFFFFF
-        (index,) = struct.unpack_from("<I", self._data, buckets_at + 4 * (wanted % buckets))
-        while index >= first_hashed:   # bucket 0: none of the symbols has this hash
-            (chained,) = struct.unpack_from("<I", self._data, chain_at + 4 * (index - first_hashed))
-            if chained | 1 == wanted | 1:
-                name_at, info, _, shndx = struct.unpack_from("<IBBH", self._data, symbols_at + index * entsize)
-                if (self._cstring(strings_at + name_at) == name and shndx != SHN_UNDEF
-                        and info & 0xF in (STT_FUNC, STT_GNU_IFUNC)):
-                    return True
-            if chained & 1:   # the chain's last symbol
-                return False
-            index += 1
-        return False
+        try:
+            _, _, off, _, dynsym_index, _ = table
+            _, _, symbols_at, _, strtab_index, entsize = self._sections[dynsym_index]
+            strings_at = self._sections[strtab_index][2]
+            buckets, first_hashed, bloom_words, _ = struct.unpack_from("<IIII", self._data, off)
+            buckets_at = off + 16 + 8 * bloom_words
+            chain_at = buckets_at + 4 * buckets
+            (index,) = struct.unpack_from("<I", self._data, buckets_at + 4 * (wanted % buckets))
+            while index >= first_hashed:   # bucket 0: none of the symbols has this hash
+                (chained,) = struct.unpack_from("<I", self._data, chain_at + 4 * (index - first_hashed))
+                if chained | 1 == wanted | 1:
+                    name_at, info, _, shndx = struct.unpack_from("<IBBH", self._data, symbols_at + index * entsize)
+                    if (self._cstring(strings_at + name_at) == name and shndx != SHN_UNDEF
+                            and info & 0xF in (STT_FUNC, STT_GNU_IFUNC)):
+                        return True
+                if chained & 1:   # the chain's last symbol
+                    return False
+                index += 1
+            return False
+        except (struct.error, IndexError, ZeroDivisionError):
+            raise ElfError(f"{self.path}: damaged GNU hash table") from None
 
     @cached_property
     def dynamic_objects(self) -> dict[str, int]:
