@@ -2,6 +2,7 @@
 with send-keys and read with capture-pane."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -9,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -23,7 +25,8 @@ class Pane:
 
     def __init__(self, command: list[str], width: int = 160, height: int = 40):
         # A server of its own: a killed server can still be exiting when the next test starts one.
-        self.tmux = ["tmux", "-L", f"leaktrace-test-{os.getpid()}-{next(PANES)}"]
+        self.socket = os.path.join(tempfile.gettempdir(), f"leaktrace-test-tmux-{os.getpid()}-{next(PANES)}")
+        self.tmux = ["tmux", "-S", self.socket]
         line = f"{shlex.join(command)}; echo \"EXIT $?\"; sleep 600"
         subprocess.run([*self.tmux, "new-session", "-d", "-s", "view", "-x", str(width), "-y", str(height), line],
                        check=True)
@@ -54,6 +57,8 @@ class Pane:
 
     def close(self) -> None:
         subprocess.run([*self.tmux, "kill-server"], check=False, capture_output=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket)   # tmux leaves it behind
 
 
 def leaktrace_in_pane(*args: str) -> Pane:
