@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -175,3 +176,17 @@ def test_large_reports_arrive_whole_when_a_signal_stops_a_blocked_write(program,
     assert len(lines) >= 2 and all(len(line) > 131072 for line in lines[1:])
     for line in lines:
         json.loads(line)
+
+
+def test_without_kernel_headers_exits_1(program, probes_left_as_found):
+    """bcc's compile fails without headers (BCC_KERNEL_SOURCE names an empty directory):
+    bcc's own hint, in one line, and nothing on stdout."""
+    target = subprocess.Popen([str(program("idle")), "30"])
+    try:
+        with tempfile.TemporaryDirectory() as empty:
+            result = subprocess.run(leaktrace_command("-p", str(target.pid), "1", "1"), capture_output=True,
+                                    text=True, timeout=60, env={**os.environ, "BCC_KERNEL_SOURCE": empty})
+        assert_one_line_error(result, 1, "cannot load the BPF program: Unable to find kernel headers")
+    finally:
+        target.kill()
+        target.wait()

@@ -127,22 +127,26 @@ def bpf_source() -> str:
 
 
 @contextlib.contextmanager
-def _stderr_to(file):
-    """Redirects fd 2 (where bcc and clang print) into file for the duration."""
-    saved = os.dup(2)
-    os.dup2(file.fileno(), 2)
+def _output_to(file):
+    """Redirects fds 1 and 2 (bcc and clang print on both) into file for the duration."""
+    saved = [os.dup(fd) for fd in (1, 2)]
+    for fd in (1, 2):
+        os.dup2(file.fileno(), fd)
     try:
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def _first_error_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in lines:
-        if "error" in line.lower():
-            return line
+    # bcc's own word on missing kernel headers says more than the clang error that follows it.
+    for wanted in ("kernel headers", "error"):
+        for line in lines:
+            if wanted in line.lower():
+                return line
     return lines[-1] if lines else "unknown error"
 
 
@@ -215,7 +219,7 @@ class BpfEngine:
         from bcc import BPF
         with tempfile.TemporaryFile(mode="w+") as log:
             try:
-                with _stderr_to(log):
+                with _output_to(log):
                     bpf = BPF(text=bpf_source().encode(), cflags=self._cflags())
                     for program in LINKED_PROGRAMS:
                         self._programs[program] = bpf.load_func(program, BPF.KPROBE,
@@ -285,7 +289,7 @@ class BpfEngine:
         """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
         self._read_tracepoint_layouts()
         # clang runs without the GIL: the libraries are read and disassembled meanwhile
-        # (nothing there prints: fd 2 is the compile's log until it ends).
+        # (nothing there prints: fds 1 and 2 are the compile's log until it ends).
         compiling = _InBackground(self._compile)
         try:
             layouts = {library: self._placements(library) for library in self.libraries}
@@ -304,7 +308,7 @@ class BpfEngine:
             for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
                                         (b"sched:sched_process_exit", b"process_exit")):
                 try:
-                    with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
+                    with tempfile.TemporaryFile(mode="w+") as log, _output_to(log):
                         self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
                 except Exception as e:
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
@@ -533,5 +537,5 @@ class BpfEngine:
             links, self._links = self._links, []
             for link in links:
                 os.close(link)
-            with tempfile.TemporaryFile(mode="w+") as log, _stderr_to(log):
+            with tempfile.TemporaryFile(mode="w+") as log, _output_to(log):
                 bpf.cleanup()
