@@ -38,9 +38,10 @@ def sites(report: dict) -> dict[str, list[tuple[int, int]]]:
     return {key: sorted(value) for key, value in table.items()}
 
 
-def run_command(args: list[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+def run_command(args: list[str], timeout: float = TIMEOUT,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """leaktrace ARGS to completion (for -c, the command's exit ends it)."""
-    return subprocess.run(leaktrace_command(*args), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(leaktrace_command(*args), capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def final_report(result: subprocess.CompletedProcess) -> dict:

@@ -184,8 +184,7 @@ def test_without_kernel_headers_exits_1(program, probes_left_as_found):
     target = subprocess.Popen([str(program("idle")), "30"])
     try:
         with tempfile.TemporaryDirectory() as empty:
-            result = subprocess.run(leaktrace_command("-p", str(target.pid), "1", "1"), capture_output=True,
-                                    text=True, timeout=60, env={**os.environ, "BCC_KERNEL_SOURCE": empty})
+            result = run_command(["-p", str(target.pid), "1", "1"], env={**os.environ, "BCC_KERNEL_SOURCE": empty})
         assert_one_line_error(result, 1, "cannot load the BPF program: Unable to find kernel headers")
     finally:
         target.kill()

@@ -127,17 +127,18 @@ def bpf_source() -> str:
 
 
 @contextlib.contextmanager
-def _output_to(file):
-    """Redirects fds 1 and 2 (bcc and clang print on both) into file for the duration."""
-    saved = [os.dup(fd) for fd in (1, 2)]
-    for fd in (1, 2):
-        os.dup2(file.fileno(), fd)
-    try:
-        yield
-    finally:
-        for fd, copy in zip((1, 2), saved):
-            os.dup2(copy, fd)
-            os.close(copy)
+def _bcc_output():
+    """Catches what bcc and clang print (on fds 1 and 2) in a temporary file, yielded for reading."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        saved = [os.dup(fd) for fd in (1, 2)]
+        for fd in (1, 2):
+            os.dup2(log.fileno(), fd)
+        try:
+            yield log
+        finally:
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def _first_error_line(text: str) -> str:
@@ -217,17 +218,17 @@ class BpfEngine:
 
     def _compile(self):
         from bcc import BPF
-        with tempfile.TemporaryFile(mode="w+") as log:
+        with _bcc_output() as log:
             try:
-                with _output_to(log):
-                    bpf = BPF(text=bpf_source().encode(), cflags=self._cflags())
-                    for program in LINKED_PROGRAMS:
-                        self._programs[program] = bpf.load_func(program, BPF.KPROBE,
-                                                                attach_type=BPF_TRACE_UPROBE_MULTI).fd
-                    return bpf
+                bpf = BPF(text=bpf_source().encode(), cflags=self._cflags())
+                for program in LINKED_PROGRAMS:
+                    self._programs[program] = bpf.load_func(program, BPF.KPROBE,
+                                                            attach_type=BPF_TRACE_UPROBE_MULTI).fd
+                return bpf
             except Exception as e:   # bcc raises bare Exception
                 log.seek(0)
-                raise RuntimeFailure(f"cannot load the BPF program: {_first_error_line(log.read() or str(e))}") from None
+                error = _first_error_line(log.read() or str(e))
+        raise RuntimeFailure(f"cannot load the BPF program: {error}")
 
     def _link(self, program: bytes, library: str, offsets: list[int], cookies: list[int],
               returns: bool = False) -> None:
@@ -308,7 +309,7 @@ class BpfEngine:
             for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
                                         (b"sched:sched_process_exit", b"process_exit")):
                 try:
-                    with tempfile.TemporaryFile(mode="w+") as log, _output_to(log):
+                    with _bcc_output():
                         self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
                 except Exception as e:
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
@@ -537,5 +538,5 @@ class BpfEngine:
             links, self._links = self._links, []
             for link in links:
                 os.close(link)
-            with tempfile.TemporaryFile(mode="w+") as log, _output_to(log):
+            with _bcc_output():
                 bpf.cleanup()

@@ -15,6 +15,7 @@ BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48          # the program's expected attach type, and the link's
 BPF_F_UPROBE_MULTI_RETURN = 1
 
+
 class _LinkCreateAttr(ct.Structure):
     """union bpf_attr as BPF_LINK_CREATE reads it for a uprobe_multi link."""
     _fields_ = [("prog_fd", ct.c_uint32), ("target_fd", ct.c_uint32), ("attach_type", ct.c_uint32),
