@@ -9,7 +9,7 @@ two threads; both tools' start-up and shutdown; then leaktrace's report time at 
 from __future__ import annotations
 
 import argparse
-import os
+import select
 import shutil
 import signal
 import statistics
@@ -27,7 +27,7 @@ START_DELAY_MS = 2500    # lets memleak, which attaches after starting the comma
 
 def build(out: Path) -> dict[str, Path]:
     built = {}
-    for name in ("alloc_bench", "hold"):
+    for name in ("alloc_bench", "hold", "probe_watch"):
         built[name] = out / name
         subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-pthread", "-o", str(built[name]),
                         str(HERE / f"{name}.c")], check=True)
@@ -95,39 +95,48 @@ def overhead(binary: Path, args: argparse.Namespace, threads: int) -> None:
         print("memleak-bpfcc not installed: no comparison")
 
 
-def start_and_stop(argv: list[str], ready: str) -> tuple[float, float]:
-    """Seconds from start to the tool's ready line, and from SIGINT to its exit."""
-    started = time.perf_counter()
-    tool = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    for line in tool.stdout:
-        if ready in line:
-            break
-    else:
-        raise RuntimeError(f"{argv[0]} ended before saying '{ready}'")
-    start_s = time.perf_counter() - started
-    stopping = time.perf_counter()
-    tool.send_signal(signal.SIGINT)
-    tool.communicate(timeout=300)
-    return start_s, time.perf_counter() - stopping
+def next_change(watch: subprocess.Popen, tool: subprocess.Popen | None, timeout: float = 60) -> int:
+    """The CLOCK_MONOTONIC ns of probe_watch's next "traced"/"untraced" line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([watch.stdout], [], [], 0.2)[0]:
+            return int(watch.stdout.readline().split()[1])
+        if tool is not None and tool.poll() is not None:
+            raise RuntimeError(f"{tool.args[0]} exited ({tool.returncode}) before its probes went live")
+    raise RuntimeError("probe_watch saw no change of its allocator's speed")
 
 
-def start_up_and_shutdown(rounds: int) -> None:
-    target = subprocess.Popen(["sleep", "3600"])
+def start_and_stop(argv: list[str], watch: subprocess.Popen) -> tuple[float, float]:
+    """Seconds from start until probe_watch feels the probes, and from SIGINT to the tool's exit."""
+    started = time.monotonic_ns()
+    tool = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        tools = {"leaktrace": ([sys.executable, "-m", "leaktrace.cli", "-p", str(target.pid), "3600"],
-                               "probes live")}
+        live_ns = next_change(watch, tool)
+    finally:
+        stopping = time.monotonic()
+        tool.send_signal(signal.SIGINT)
+        tool.wait(timeout=300)
+    stop_s = time.monotonic() - stopping
+    next_change(watch, None)   # its probes are gone before the next round starts
+    return (live_ns - started) / 1e9, stop_s
+
+
+def start_up_and_shutdown(binary: Path, rounds: int) -> None:
+    # The target's own view of "probes live": memleak prints its ready line before it attaches.
+    watch = subprocess.Popen([str(binary)], stdout=subprocess.PIPE, text=True)
+    try:
+        tools = {"leaktrace": [sys.executable, "-m", "leaktrace.cli", "-p", str(watch.pid), "3600"]}
         memleak = shutil.which("memleak-bpfcc")
         if memleak:
-            tools["memleak-bpfcc"] = ([memleak, "-p", str(target.pid), "3600"], "Attaching to pid")
+            tools["memleak-bpfcc"] = [memleak, "-p", str(watch.pid), "3600"]
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in tools}
         for _ in range(rounds):
-            for name, (argv, ready) in tools.items():
-                samples[name].append(start_and_stop(argv, ready))
+            for name, argv in tools.items():
+                samples[name].append(start_and_stop(argv, watch))
     finally:
-        target.kill()
-        target.wait()
-    print(f"{'':26}{'start-up s':>12}{'shutdown s':>12}   (-p PID; medians)")
+        watch.kill()
+        watch.wait()
+    print(f"{'':26}{'start-up s':>12}{'shutdown s':>12}   (-p PID, command to probes live; medians)")
     for name, values in samples.items():
         print(f"{name:26}{statistics.median(v[0] for v in values):12.2f}"
               f"{statistics.median(v[1] for v in values):12.2f}")
@@ -167,7 +176,7 @@ def main() -> None:
         if not args.skip_overhead:
             for threads in args.threads:
                 overhead(binaries["alloc_bench"], args, threads)
-            start_up_and_shutdown(args.rounds)
+            start_up_and_shutdown(binaries["probe_watch"], args.rounds)
         for live in (100_000, 1_000_000):
             report_time(binaries["hold"], live)
 

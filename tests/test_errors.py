@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import leaktrace_command
+from leaktrace.bpf_engine import first_error_line
 from helpers import run_command
 
 SYS_BPF = 321
@@ -189,3 +190,12 @@ def test_without_kernel_headers_exits_1(program, probes_left_as_found):
     finally:
         target.kill()
         target.wait()
+
+
+def test_a_refused_program_is_named_by_the_verifiers_verdict():
+    """The verifier's log ends with statistics; the line before them says what it refused
+    (this log is a real one, from a program that called a helper uprobes may not use)."""
+    log = ("25: (85) call bpf_ktime_get_coarse_ns#160\n"
+           "program of this type cannot use helper bpf_ktime_get_coarse_ns#160\n"
+           "processed 25 insns (limit 1000000) max_states_per_insn 0 total_states 1 peak_states 1 mark_read 0\n")
+    assert first_error_line(log) == "program of this type cannot use helper bpf_ktime_get_coarse_ns#160"

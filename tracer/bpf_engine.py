@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import importlib.resources
 import os
+import re
 import struct
 import tempfile
 import threading
@@ -34,6 +35,7 @@ CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE, CTL_TARGET_GEN = 0, 1, 
 CTL_TEXT_BEFORE_FREE, CTL_TEXT_AFTER_FREE = 5, 6
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
+VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
 
 # Allocating function -> (its cookie on alloc_enter's probes, enum function in the BPF
 # source; argument registers the program reads). Each also gets a return probe.
@@ -141,8 +143,10 @@ def _bcc_output():
                 os.close(copy)
 
 
-def _first_error_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+def first_error_line(text: str) -> str:
+    # The verifier ends its log with statistics; its verdict is the line before them.
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not VERIFIER_STATISTICS.match(line.strip())]
     # bcc's own word on missing kernel headers says more than the clang error that follows it.
     for wanted in ("kernel headers", "error"):
         for line in lines:
@@ -227,7 +231,7 @@ class BpfEngine:
                 return bpf
             except Exception as e:   # bcc raises bare Exception
                 log.seek(0)
-                error = _first_error_line(log.read() or str(e))
+                error = first_error_line(log.read() or str(e))
         raise RuntimeFailure(f"cannot load the BPF program: {error}")
 
     def _link(self, program: bytes, library: str, offsets: list[int], cookies: list[int],
