@@ -116,3 +116,7 @@ def test_decode_leak_info_command(program, tmp_path):
     assert result.stdout.startswith("4 entries, total_memory 800\n")
     bad = run_command(["decode-leak-info", str(buffer_file), "--backtrace-size", "5"])
     assert bad.returncode == 1 and "is not a whole number of 56-byte entries" in bad.stderr
+    empty = tmp_path / "empty.bin"   # the buffer of a process without live allocations
+    empty.write_bytes(b"")
+    result = run_command(["decode-leak-info", str(empty), "--backtrace-size", "4"])
+    assert (result.returncode, result.stdout, result.stderr) == (0, "0 entries, total_memory 0\n", "")

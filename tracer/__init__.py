@@ -3,18 +3,33 @@
 Data flows one way: a source (BpfEngine through Trace) produces a Snapshot,
 a Symbolizer turns it into a SymbolizedSnapshot, and renderers format it.
 """
-from .bpf_engine import EngineSettings
-from .errors import LeaktraceError, RuntimeFailure, UsageError
-from .malloc_options import MallocDebugConfig, OptionError, parse_malloc_debug_options
-from .render_json import render_json, snapshot_to_dict
-from .render_text import render_text
-from .session import Trace
-from .snapshot import AllocationGroup, Counters, ProcessInfo, Snapshot, StackStatus
-from .symbolize import Frame, SymbolizedSnapshot, Symbolizer
+import importlib
 
-__all__ = [
-    "AllocationGroup", "Counters", "EngineSettings", "Frame", "LeaktraceError", "MallocDebugConfig",
-    "OptionError", "ProcessInfo", "RuntimeFailure", "Snapshot", "StackStatus", "SymbolizedSnapshot",
-    "Symbolizer", "Trace", "UsageError", "parse_malloc_debug_options", "render_json", "render_text",
-    "snapshot_to_dict",
-]
+# Name -> the module that defines it, imported on first use: the CLI would otherwise
+# load every renderer before bcc's compile could start (start-up is timed to probes live).
+_EXPORTS = {
+    "EngineSettings": "bpf_engine",
+    "LeaktraceError": "errors", "RuntimeFailure": "errors", "UsageError": "errors",
+    "MallocDebugConfig": "malloc_options", "OptionError": "malloc_options",
+    "parse_malloc_debug_options": "malloc_options",
+    "render_json": "render_json", "snapshot_to_dict": "render_json",
+    "render_text": "render_text",
+    "Trace": "session",
+    "AllocationGroup": "snapshot", "Counters": "snapshot", "ProcessInfo": "snapshot", "Snapshot": "snapshot",
+    "StackStatus": "snapshot",
+    "Frame": "symbolize", "SymbolizedSnapshot": "symbolize", "Symbolizer": "symbolize",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

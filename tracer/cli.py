@@ -4,17 +4,16 @@ from __future__ import annotations
 import os
 import sys
 
-from .commands import DEFAULT_COMMAND, ArgumentParser, registry
+from .commands import DEFAULT_COMMAND, REGISTRY, ArgumentParser, load_command
 from .errors import LeaktraceError
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = registry()
-    name = argv[0] if argv and argv[0] in commands else DEFAULT_COMMAND
+    name = argv[0] if argv and argv[0] in REGISTRY else DEFAULT_COMMAND
     if argv and argv[0] == name:
         argv = argv[1:]
-    command = commands[name]
+    command = load_command(name)
     prog = "leaktrace" if name == DEFAULT_COMMAND else f"leaktrace {name}"
     parser = ArgumentParser(prog=prog, description=command.help)
     try:

@@ -7,6 +7,7 @@ runs the default command, `trace`.
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from ..errors import UsageError
 
@@ -29,11 +30,17 @@ class Command:
         raise NotImplementedError
 
 
-def registry() -> dict[str, Command]:
-    from .decode_leak_info import DecodeLeakInfoCommand
-    from .trace import TraceCommand
-    commands = [TraceCommand(), DecodeLeakInfoCommand()]
-    return {command.name: command for command in commands}
+# Command name -> its module and class. Only the command that runs is imported: the
+# others' imports would delay bcc's compile, and start-up is timed to probes live.
+REGISTRY = {
+    "trace": ("trace", "TraceCommand"),
+    "decode-leak-info": ("decode_leak_info", "DecodeLeakInfoCommand"),
+}
+
+
+def load_command(name: str) -> Command:
+    module, cls = REGISTRY[name]
+    return getattr(importlib.import_module(f".{module}", __name__), cls)()
 
 
 DEFAULT_COMMAND = "trace"

@@ -35,6 +35,7 @@ class DecodeLeakInfoCommand(Command):
         rows = [[int(e.zygote), e.size, e.num_allocations, e.size * e.num_allocations,
                  " ".join(f"{pc:x}" for pc in e.frames)] for e in entries]
         print(f"{len(entries)} entries, total_memory {sum(r[3] for r in rows)}")
-        print(tabulate(rows, headers=["z", "size", "num", "bytes", "pcs"], tablefmt="simple",
-                       colalign=("right", "right", "right", "right", "left"), disable_numparse=True))
+        if rows:   # tabulate fails on column alignments without rows
+            print(tabulate(rows, headers=["z", "size", "num", "bytes", "pcs"], tablefmt="simple",
+                           colalign=("right", "right", "right", "right", "left"), disable_numparse=True))
         return 0

@@ -9,16 +9,19 @@ import shlex
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ..bpf_engine import EngineSettings
 from ..errors import RuntimeFailure, UsageError
 from ..malloc_options import (DEFAULT_DUMP_PREFIX, SIZE_MAX, MallocDebugConfig, OptionError, check_engine_options,
                               parse_malloc_debug_options)
-from ..preload import PreloadTrace, preload_library
 from ..session import Selection, Trace
 from ..snapshot import UNREACHABLE_LIMIT, Snapshot
 from . import ArgumentParser, Command
-from .outputs import Outputs
+
+if TYPE_CHECKING:
+    from ..preload import PreloadTrace
+    from .outputs import Outputs
 
 
 def _bounded_int(low: int, high: int | None = None):
@@ -182,6 +185,8 @@ class TraceCommand(Command):
 
     @staticmethod
     def outputs(args: argparse.Namespace, config: MallocDebugConfig) -> Outputs:
+        # The renderers load here, once the probes are live: they are not on the start-up path.
+        from .outputs import Outputs
         return Outputs(json=args.json, top=args.top or (5 if args.all else 10), leak_info=args.leak_info,
                        dump_prefix=args.heap_dump or config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX),
                        dump_each_report=args.heap_dump is not None,
@@ -239,6 +244,7 @@ class TraceCommand(Command):
                       config: MallocDebugConfig) -> tuple[PreloadTrace, str]:
         """--engine preload: -c's command run with the library, told the same options; or -p's
         process, started with the library elsewhere, asked for dumps."""
+        from ..preload import PreloadTrace
         if args.pid is not None:
             return PreloadTrace.attach(args.pid), f"pid {args.pid}"
         argv = TraceCommand.command_argv(args)
@@ -311,20 +317,19 @@ class TraceCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         config = self.config(args)
         settings = self.settings(args, config)
-        outputs = self.outputs(args, config)
         if args.preload_lib:
+            from ..preload import preload_library
             print(preload_library())
             return 0
         self.check_combinations(args)
         flags = _SignalFlags()
         if args.engine == "preload":
-            outputs.leak_track = False   # the library logs its own leaks at exit
+            from ..preload import preload_library
             trace, what = self.start_preload(args, settings, config)
             print(f"leaktrace: reading {what} through {preload_library()} (LD_PRELOAD)", file=sys.stderr,
                   flush=True)
         else:
             trace, what = self.start(args, settings)
-            trace.final_with_allocations = outputs.wants_exit_allocations
         with trace:
             if args.engine == "bpf":
                 if args.verbose:
@@ -333,6 +338,11 @@ class TraceCommand(Command):
                 libraries = ", ".join(trace.engine.libraries)
                 print(f"leaktrace: tracing {what} through {libraries}: "
                       f"{len(trace.engine.probes)} probes live", file=sys.stderr, flush=True)
+            outputs = self.outputs(args, config)
+            if args.engine == "preload":
+                outputs.leak_track = False   # the library logs its own leaks at exit
+            else:
+                trace.final_with_allocations = outputs.wants_exit_allocations
             if args.top_view:
                 from ..top_view import run_top_view
                 run_top_view(trace, args.interval, flags, args.growth_intervals)
