@@ -122,7 +122,8 @@ def start_and_stop(argv: list[str], watch: subprocess.Popen) -> tuple[float, flo
 
 
 def start_up_and_shutdown(binary: Path, rounds: int) -> None:
-    # The target's own view of "probes live": memleak prints its ready line before it attaches.
+    # The target's own view of "probes live" (malloc and free probed): memleak prints its ready line
+    # before it attaches, and attaches free near the end.
     watch = subprocess.Popen([str(binary)], stdout=subprocess.PIPE, text=True)
     try:
         tools = {"leaktrace": [sys.executable, "-m", "leaktrace.cli", "-p", str(watch.pid), "3600"]}

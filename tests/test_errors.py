@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import leaktrace_command
-from leaktrace.bpf_engine import first_error_line
+from leaktrace.bpf_compile import first_error_line
 from helpers import run_command
 
 SYS_BPF = 321

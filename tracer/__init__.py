@@ -8,7 +8,7 @@ import importlib
 # Name -> the module that defines it, imported on first use: the CLI would otherwise
 # load every renderer before bcc's compile could start (start-up is timed to probes live).
 _EXPORTS = {
-    "EngineSettings": "bpf_engine",
+    "EngineSettings": "bpf_compile",
     "LeaktraceError": "errors", "RuntimeFailure": "errors", "UsageError": "errors",
     "MallocDebugConfig": "malloc_options", "OptionError": "malloc_options",
     "parse_malloc_debug_options": "malloc_options",

@@ -6,9 +6,7 @@ import ctypes as ct
 import dataclasses
 import errno
 import os
-import re
 import struct
-import threading
 import time
 from collections import Counter as Tally
 from dataclasses import dataclass
@@ -16,14 +14,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from bcc.libbcc import lib
 
-from . import bpf as bpf_package
+from .bpf_compile import EngineSettings, bcc_output, compiling
 from .bpf_maps import dump_map, gc_paused
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
-from .malloc_options import SIZE_MAX
 from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
-from .system import tracepoint_fields
-from .uprobe_links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
+from .uprobe_links import attach_uprobes
 
 if TYPE_CHECKING:
     from .probe_placement import Placement
@@ -34,7 +30,6 @@ CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE, CTL_TARGET_GEN = 0, 1, 
 CTL_TEXT_BEFORE_FREE, CTL_TEXT_AFTER_FREE = 5, 6
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
-VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
 
 # Allocating function -> (its cookie on alloc_enter's probes, enum function in the BPF
 # source; argument registers the program reads). Each also gets a return probe.
@@ -50,25 +45,11 @@ PROBES = {
     "pvalloc": (7, ("rdi",)),
 }
 FREE_ARGUMENTS = ("rdi",)
-# Programs attached through uprobe_multi links, so loaded for them.
-LINKED_PROGRAMS = (b"alloc_enter", b"alloc_return", b"free_enter", b"exit_stop")
 # The BPF program's counter indexes, in order, as Counters fields.
 COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "stack_map_full",
                   "stack_collisions", "pending_lost", "stale_calls",
                   "unknown_frees", "internal_frees", "missed_frees", "nested_calls",
                   "unfollowed_children", "inheritance_lost")
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    stack_depth: int = 16            # malloc_debug's backtrace=N
-    size_min: int = 0                # sizes in [size_min, size_max] get a stack
-    size_max: int = SIZE_MAX
-    max_live: int = 1_200_000        # live allocations held
-    max_sites: int = 262_144         # distinct (pid, stack, size)
-    max_stacks: int = 65_536         # distinct stacks
-    max_procs: int = 4_096           # processes traced at once (with fork following)
-    follow_forks: bool = False       # trace children, with the blocks they inherit
 
 
 class TracedProcess(NamedTuple):
@@ -123,60 +104,6 @@ def file_offsets(elf: ElfFile, addresses: list[int]) -> list[int]:
         raise RuntimeFailure(f"cannot place uprobes: {e}") from None
 
 
-def bpf_source() -> str:
-    # A path beside the package, not importlib.resources: that import costs 12 ms of start-up.
-    with open(os.path.join(os.path.dirname(bpf_package.__file__), "leaktrace.bpf.c")) as source:
-        return source.read()
-
-
-@contextlib.contextmanager
-def _bcc_output():
-    """Catches what bcc and clang print (on fds 1 and 2) in a memory file, yielded for reading."""
-    with open(os.memfd_create("leaktrace-bcc-log"), "w+") as log:
-        saved = [os.dup(fd) for fd in (1, 2)]
-        for fd in (1, 2):
-            os.dup2(log.fileno(), fd)
-        try:
-            yield log
-        finally:
-            for fd, copy in zip((1, 2), saved):
-                os.dup2(copy, fd)
-                os.close(copy)
-
-
-def first_error_line(text: str) -> str:
-    # The verifier ends its log with statistics; its verdict is the line before them.
-    lines = [line.strip() for line in text.splitlines()
-             if line.strip() and not VERIFIER_STATISTICS.match(line.strip())]
-    # bcc's own word on missing kernel headers says more than the clang error that follows it.
-    for wanted in ("kernel headers", "error"):
-        for line in lines:
-            if wanted in line.lower():
-                return line
-    return lines[-1] if lines else "unknown error"
-
-
-class _InBackground(threading.Thread):
-    """Runs work in a thread at once; result() waits for it, then returns its value or raises its error."""
-
-    def __init__(self, work):
-        super().__init__(name=work.__name__, daemon=True)
-        self._work, self._value, self._error = work, None, None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self._value = self._work()
-        except BaseException as e:
-            self._error = e
-
-    def result(self):
-        self.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
 class BpfEngine:
     """One compiled BPF program tracing one process and, with -f, its children; or, with
     target 0, every process that calls into the libraries (each from its first call)."""
@@ -195,45 +122,7 @@ class BpfEngine:
         self._programs: dict[bytes, int] = {}     # program name -> fd
         self._links: list[int] = []               # uprobe_multi link fds
         self._text_around_free = (0, 0)
-        self._tracepoint_cflags: list[str] = []
         self._stack_cache: dict[int, tuple[int, ...]] = {}
-
-    def _cflags(self) -> list[str]:
-        s = self.settings
-        return [f"-DTARGET_TGID={self.target}", f"-DFOLLOW_FORKS={int(s.follow_forks)}",
-                f"-DTRACE_ALL={int(not self.target)}", f"-DSELF_TGID={os.getpid()}",
-                f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
-                f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
-                f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
-                f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}"] + self._tracepoint_cflags
-
-    def _read_tracepoint_layouts(self) -> None:
-        """Where the fork and exit tracepoints keep the fields the BPF program reads."""
-        if not self.settings.follow_forks:
-            self._tracepoint_cflags = ["-DNEWTASK_PID=0", "-DNEWTASK_CLONE_FLAGS=0", "-DEXIT_GROUP_DEAD=0"]
-            return
-        newtask = tracepoint_fields("task", "task_newtask")
-        exits = tracepoint_fields("sched", "sched_process_exit")
-        if "pid" not in newtask or "clone_flags" not in newtask or "group_dead" not in exits:
-            raise RuntimeFailure("this kernel's task_newtask and sched_process_exit tracepoints lack the "
-                                 "fields -f needs (pid, clone_flags, group_dead)")
-        self._tracepoint_cflags = [f"-DNEWTASK_PID={newtask['pid']}",
-                                   f"-DNEWTASK_CLONE_FLAGS={newtask['clone_flags']}",
-                                   f"-DEXIT_GROUP_DEAD={exits['group_dead']}"]
-
-    def _compile(self):
-        from bcc import BPF
-        with _bcc_output() as log:
-            try:
-                bpf = BPF(text=bpf_source().encode(), cflags=self._cflags())
-                for program in LINKED_PROGRAMS:
-                    self._programs[program] = bpf.load_func(program, BPF.KPROBE,
-                                                            attach_type=BPF_TRACE_UPROBE_MULTI).fd
-                return bpf
-            except Exception as e:   # bcc raises bare Exception
-                log.seek(0)
-                error = first_error_line(log.read() or str(e))
-        raise RuntimeFailure(f"cannot load the BPF program: {error}")
 
     def _link(self, program: bytes, library: str, offsets: list[int], cookies: list[int],
               returns: bool = False) -> None:
@@ -293,15 +182,14 @@ class BpfEngine:
 
     def start(self) -> None:
         """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
-        self._read_tracepoint_layouts()
         # clang runs without the GIL: the libraries are read and disassembled meanwhile
         # (nothing there prints: fds 1 and 2 are the compile's log until it ends).
-        compiling = _InBackground(self._compile)
+        compile = compiling(self.settings, self.target)
         try:
             layouts = {library: self._placements(library) for library in self.libraries}
             exit_offsets = self._exit_offsets({library: elf for library, (elf, _, _) in layouts.items()})
         finally:
-            self._bpf = compiling.result()
+            self._bpf, self._programs = compile.result()
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
         self._set_control(CTL_TEXT_AFTER_FREE, self._text_around_free[1])
         self._set_control(CTL_NEXT_GEN, 1)
@@ -314,7 +202,7 @@ class BpfEngine:
             for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
                                         (b"sched:sched_process_exit", b"process_exit")):
                 try:
-                    with _bcc_output():
+                    with bcc_output():
                         self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
                 except Exception as e:
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
@@ -543,5 +431,5 @@ class BpfEngine:
             links, self._links = self._links, []
             for link in links:
                 os.close(link)
-            with _bcc_output():
+            with bcc_output():
                 bpf.cleanup()

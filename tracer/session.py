@@ -18,13 +18,7 @@ from .errors import RuntimeFailure
 from .process import (alive, allocator_library_of_process, libc_libraries, library_of_executable,
                       read_process, read_target, resolve_executable)
 from .snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, UnreachableReport
-from .system import check_bpf, check_privileges, check_uprobes
-
-
-def check_system() -> None:
-    check_privileges()
-    check_bpf()
-    check_uprobes()
+from .system import check_system
 
 
 def _spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:

@@ -61,6 +61,13 @@ def check_uprobes() -> None:
     raise RuntimeFailure("this kernel has no uprobe support (no uprobe PMU and no tracefs uprobe_events)")
 
 
+def check_system() -> None:
+    """Root (or CAP_BPF and CAP_PERFMON), BPF and uprobes: what the BPF engine needs."""
+    check_privileges()
+    check_bpf()
+    check_uprobes()
+
+
 def tracepoint_fields(category: str, event: str) -> dict[str, int]:
     """Field name -> offset in a tracepoint's record, from its tracefs format file."""
     for tracefs in TRACEFS_PLACES:

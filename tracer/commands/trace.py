@@ -11,16 +11,17 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ..bpf_engine import EngineSettings
+from ..bpf_compile import EngineSettings, compile_ahead, settle
 from ..errors import RuntimeFailure, UsageError
 from ..malloc_options import (DEFAULT_DUMP_PREFIX, SIZE_MAX, MallocDebugConfig, OptionError, check_engine_options,
                               parse_malloc_debug_options)
-from ..session import Selection, Trace
-from ..snapshot import UNREACHABLE_LIMIT, Snapshot
+from ..system import check_system
 from . import ArgumentParser, Command
 
 if TYPE_CHECKING:
     from ..preload import PreloadTrace
+    from ..session import Trace
+    from ..snapshot import Snapshot
     from .outputs import Outputs
 
 
@@ -261,14 +262,24 @@ class TraceCommand(Command):
     @staticmethod
     def start(args: argparse.Namespace, settings: EngineSettings) -> tuple[Trace, str]:
         """The trace the arguments ask for, and how to name its target."""
-        if args.all:
-            selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid)
-            return Trace.everything(settings, tuple(args.lib or ()), selection), "every process"
-        library = args.lib[0] if args.lib else None
+        check_system()
         if args.command is None:
-            return Trace.attach(args.pid, settings, library), f"pid {args.pid}"
-        trace = Trace.launch(TraceCommand.command_argv(args), settings, library)
-        return trace, f"command '{args.command}' {trace.pid}"
+            # The target is known: clang starts before the rest of leaktrace loads and the
+            # target is looked at. (-c's pid exists only once its command is spawned.)
+            compile_ahead(settings, 0 if args.all else args.pid)
+        try:
+            from ..session import Selection, Trace
+            if args.all:
+                selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid)
+                return Trace.everything(settings, tuple(args.lib or ()), selection), "every process"
+            library = args.lib[0] if args.lib else None
+            if args.command is None:
+                return Trace.attach(args.pid, settings, library), f"pid {args.pid}"
+            trace = Trace.launch(TraceCommand.command_argv(args), settings, library)
+            return trace, f"command '{args.command}' {trace.pid}"
+        except BaseException:
+            settle()   # fds 1 and 2 are the compile's log until it ends: the error waits for it
+            raise
 
     @staticmethod
     def snapshot_or_skip(trace: Trace, older_than_ms: int | None = None, **options) -> Snapshot | None:
@@ -287,7 +298,7 @@ class TraceCommand(Command):
         if snapshot is None or not args.unreachable or trace.exited:
             return snapshot
         try:
-            report = trace.check_unreachable(UNREACHABLE_LIMIT if args.limit is None else args.limit)
+            report = trace.check_unreachable() if args.limit is None else trace.check_unreachable(args.limit)
         except RuntimeFailure as e:
             print(f"leaktrace: reachability check skipped: {e}", file=sys.stderr, flush=True)
             return snapshot

@@ -1,0 +1,156 @@
+"""bcc's compile of bpf/leaktrace.bpf.c for an engine's settings, run in a thread.
+
+clang holds no GIL, so whatever the caller does meanwhile (importing the rest of
+leaktrace, reading and disassembling libraries) costs no start-up time. The CLI starts
+the compile as soon as its arguments are known (`compile_ahead`); the engine then
+takes that compile if it was made for its flags, or starts its own (`compiling`).
+Until a compile ends, fds 1 and 2 are its log: nothing may print meanwhile.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from dataclasses import dataclass
+
+from bcc import BPF
+
+from . import bpf as bpf_package
+from .errors import RuntimeFailure
+from .malloc_options import SIZE_MAX
+from .system import tracepoint_fields
+from .uprobe_links import BPF_TRACE_UPROBE_MULTI
+
+# Programs attached through uprobe_multi links, so loaded for them.
+LINKED_PROGRAMS = (b"alloc_enter", b"alloc_return", b"free_enter", b"exit_stop")
+VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    stack_depth: int = 16            # malloc_debug's backtrace=N
+    size_min: int = 0                # sizes in [size_min, size_max] get a stack
+    size_max: int = SIZE_MAX
+    max_live: int = 1_200_000        # live allocations held
+    max_sites: int = 262_144         # distinct (pid, stack, size)
+    max_stacks: int = 65_536         # distinct stacks
+    max_procs: int = 4_096           # processes traced at once (with fork following)
+    follow_forks: bool = False       # trace children, with the blocks they inherit
+
+
+def bpf_source() -> str:
+    # A path beside the package, not importlib.resources: that import costs 12 ms of start-up.
+    with open(os.path.join(os.path.dirname(bpf_package.__file__), "leaktrace.bpf.c")) as source:
+        return source.read()
+
+
+def _tracepoint_cflags(follow_forks: bool) -> list[str]:
+    """Where the fork and exit tracepoints keep the fields the BPF program reads (-f only)."""
+    if not follow_forks:
+        return ["-DNEWTASK_PID=0", "-DNEWTASK_CLONE_FLAGS=0", "-DEXIT_GROUP_DEAD=0"]
+    newtask = tracepoint_fields("task", "task_newtask")
+    exits = tracepoint_fields("sched", "sched_process_exit")
+    if "pid" not in newtask or "clone_flags" not in newtask or "group_dead" not in exits:
+        raise RuntimeFailure("this kernel's task_newtask and sched_process_exit tracepoints lack the "
+                             "fields -f needs (pid, clone_flags, group_dead)")
+    return [f"-DNEWTASK_PID={newtask['pid']}", f"-DNEWTASK_CLONE_FLAGS={newtask['clone_flags']}",
+            f"-DEXIT_GROUP_DEAD={exits['group_dead']}"]
+
+
+def program_cflags(settings: EngineSettings, target: int) -> list[str]:
+    """The program's -D flags for an engine tracing target (0: every process, with children)."""
+    s = settings
+    follow_forks = s.follow_forks or not target
+    return [f"-DTARGET_TGID={target}", f"-DFOLLOW_FORKS={int(follow_forks)}",
+            f"-DTRACE_ALL={int(not target)}", f"-DSELF_TGID={os.getpid()}",
+            f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
+            f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
+            f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
+            f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}"] + _tracepoint_cflags(follow_forks)
+
+
+@contextlib.contextmanager
+def bcc_output():
+    """Catches what bcc and clang print (on fds 1 and 2) in a memory file, yielded for reading."""
+    with open(os.memfd_create("leaktrace-bcc-log"), "w+") as log:
+        saved = [os.dup(fd) for fd in (1, 2)]
+        for fd in (1, 2):
+            os.dup2(log.fileno(), fd)
+        try:
+            yield log
+        finally:
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def first_error_line(text: str) -> str:
+    # The verifier ends its log with statistics; its verdict is the line before them.
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not VERIFIER_STATISTICS.match(line.strip())]
+    # bcc's own word on missing kernel headers says more than the clang error that follows it.
+    for wanted in ("kernel headers", "error"):
+        for line in lines:
+            if wanted in line.lower():
+                return line
+    return lines[-1] if lines else "unknown error"
+
+
+class Compiling(threading.Thread):
+    """The compile for cflags and the load of the linked programs, under way in a thread."""
+
+    def __init__(self, cflags: list[str]):
+        super().__init__(name="bcc compile", daemon=True)
+        self.cflags, self._source = cflags, bpf_source().encode()
+        self._value, self._error = None, None
+        self.start()
+
+    def run(self) -> None:
+        with bcc_output() as log:
+            try:
+                bpf = BPF(text=self._source, cflags=self.cflags)
+                programs = {program: bpf.load_func(program, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
+                            for program in LINKED_PROGRAMS}
+                self._value = bpf, programs
+                return
+            except Exception as e:   # bcc raises bare Exception
+                log.seek(0)
+                error = first_error_line(log.read() or str(e))
+        self._error = RuntimeFailure(f"cannot load the BPF program: {error}")
+
+    def result(self):
+        """(the bcc.BPF, fd of each linked program) once the compile is done; raises its failure."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+_ahead: Compiling | None = None   # started by compile_ahead, not yet taken by an engine
+
+
+def compile_ahead(settings: EngineSettings, target: int) -> None:
+    """Starts the compile an engine for (settings, target) will ask for."""
+    global _ahead
+    settle()
+    _ahead = Compiling(program_cflags(settings, target))
+
+
+def settle() -> None:
+    """Waits for a compile started ahead that no engine took: until it ends, output is lost."""
+    global _ahead
+    ahead, _ahead = _ahead, None
+    if ahead is not None:
+        ahead.join()
+
+
+def compiling(settings: EngineSettings, target: int) -> Compiling:
+    """The compile started ahead for these flags, or a new one."""
+    global _ahead
+    cflags = program_cflags(settings, target)
+    if _ahead is not None and _ahead.cflags == cflags:
+        ahead, _ahead = _ahead, None
+        return ahead
+    settle()   # two compiles would both redirect fds 1 and 2
+    return Compiling(cflags)
