@@ -9,6 +9,7 @@ two threads; both tools' start-up and shutdown; then leaktrace's report time at 
 from __future__ import annotations
 
 import argparse
+import os
 import select
 import shutil
 import signal

@@ -184,12 +184,12 @@ class BpfEngine:
         """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
         # clang runs without the GIL: the libraries are read and disassembled meanwhile
         # (nothing there prints: fds 1 and 2 are the compile's log until it ends).
-        compile = compiling(self.settings, self.target)
+        compile_job = compiling(self.settings, self.target)
         try:
             layouts = {library: self._placements(library) for library in self.libraries}
             exit_offsets = self._exit_offsets({library: elf for library, (elf, _, _) in layouts.items()})
         finally:
-            self._bpf, self._programs = compile.result()
+            self._bpf, self._programs = compile_job.result()
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
         self._set_control(CTL_TEXT_AFTER_FREE, self._text_around_free[1])
         self._set_control(CTL_NEXT_GEN, 1)

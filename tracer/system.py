@@ -62,7 +62,7 @@ def check_uprobes() -> None:
 
 
 def check_system() -> None:
-    """Root (or CAP_BPF and CAP_PERFMON), BPF and uprobes: what the BPF engine needs."""
+    """CAP_SYS_ADMIN (or CAP_BPF and CAP_PERFMON), bpf() and uprobes: what the BPF engine needs."""
     check_privileges()
     check_bpf()
     check_uprobes()
