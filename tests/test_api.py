@@ -5,6 +5,7 @@ import subprocess
 
 from conftest import uprobe_links
 from leaktrace import EngineSettings, Symbolizer, Trace, render_text
+from leaktrace.bpf_compile import compile_ahead
 
 
 def test_launch_wait_symbolize_render(program):
@@ -31,6 +32,24 @@ def test_close_detaches_every_probe(program):
         trace.close()
         assert uprobe_links() - before == set()
         trace.close()   # a second close is harmless
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_the_engine_takes_the_compile_started_ahead(program):
+    """The CLI starts bcc's compile before it looks at the target; an engine whose flags
+    differ would compile again and double the start-up, silently."""
+    target = subprocess.Popen([str(program("idle")), "30"])
+    try:
+        settings = EngineSettings(stack_depth=8)
+        ahead = compile_ahead(settings, target.pid)
+        with Trace.attach(target.pid, settings) as trace:
+            assert trace.engine._bpf is ahead.result()[0]
+        # --all: the engine turns fork following on by itself, the flags must still match.
+        ahead = compile_ahead(settings, 0)
+        with Trace.everything(settings) as trace:
+            assert trace.engine._bpf is ahead.result()[0]
     finally:
         target.kill()
         target.wait()

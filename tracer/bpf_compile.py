@@ -130,11 +130,12 @@ class Compiling(threading.Thread):
 _ahead: Compiling | None = None   # started by compile_ahead, not yet taken by an engine
 
 
-def compile_ahead(settings: EngineSettings, target: int) -> None:
+def compile_ahead(settings: EngineSettings, target: int) -> Compiling:
     """Starts the compile an engine for (settings, target) will ask for."""
     global _ahead
     settle()
     _ahead = Compiling(program_cflags(settings, target))
+    return _ahead
 
 
 def settle() -> None:
