@@ -126,6 +126,14 @@ class Compiling(threading.Thread):
             raise self._error
         return self._value
 
+    def discard(self) -> None:
+        """Waits for the compile (its log holds fds 1 and 2 until then) and frees what it made."""
+        self.join()
+        if self._value is not None:
+            with bcc_output():
+                self._value[0].cleanup()
+            self._value = None
+
 
 _ahead: Compiling | None = None   # started by compile_ahead, not yet taken by an engine
 
@@ -139,11 +147,11 @@ def compile_ahead(settings: EngineSettings, target: int) -> Compiling:
 
 
 def settle() -> None:
-    """Waits for a compile started ahead that no engine took: until it ends, output is lost."""
+    """Discards a compile started ahead that no engine took: until it ends, output is lost."""
     global _ahead
     ahead, _ahead = _ahead, None
     if ahead is not None:
-        ahead.join()
+        ahead.discard()
 
 
 def compiling(settings: EngineSettings, target: int) -> Compiling:
