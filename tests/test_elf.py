@@ -14,8 +14,8 @@ from leaktrace.elf import ElfFile
 ])
 def test_hash_lookup_agrees_with_the_symbol_table(path, not_exported):
     """One GNU-hash probe answers as a read of every symbol does."""
-    exported = ElfFile(path).dynamic_functions
     elf = ElfFile(path)
+    exported = elf.dynamic_functions
     assert all(elf.exports_function(name) for name in exported)
     for name in (*not_exported, "no_such_function"):
         assert name not in exported and not elf.exports_function(name)

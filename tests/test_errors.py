@@ -15,8 +15,8 @@ import time
 import pytest
 
 from conftest import leaktrace_command
-from leaktrace.bpf_compile import first_error_line
 from helpers import run_command
+from leaktrace.bpf_compile import first_error_line
 
 SYS_BPF = 321
 BPF_LINK_CREATE = 28

@@ -34,6 +34,11 @@ class Symbol:
     size: int
 
 
+def _defined(info: int, shndx: int, value: int, types=(STT_FUNC, STT_GNU_IFUNC)) -> bool:
+    """A symbol table entry defines a symbol of one of these types (functions by default)."""
+    return (info & 0xF) in types and shndx != SHN_UNDEF and value != 0
+
+
 class ElfFile:
     """Parses an ELF file's headers and symbol tables from disk, lazily."""
 
@@ -110,7 +115,7 @@ class ElfFile:
                     name, info, _, shndx, value, sym_size = struct.unpack_from("<IBBHQQ", self._data, at)
                 else:
                     name, value, sym_size, info, _, shndx = struct.unpack_from("<IIIBBH", self._data, at)
-                if (info & 0xF) in types and shndx != SHN_UNDEF and value:
+                if _defined(info, shndx, value, types):
                     result.append((Symbol(self._cstring(strtab + name), value, sym_size), shndx))
         return result
 
@@ -139,9 +144,9 @@ class ElfFile:
             while index >= first_hashed:   # bucket 0: none of the symbols has this hash
                 (chained,) = struct.unpack_from("<I", self._data, chain_at + 4 * (index - first_hashed))
                 if chained | 1 == wanted | 1:
-                    name_at, info, _, shndx = struct.unpack_from("<IBBH", self._data, symbols_at + index * entsize)
-                    if (self._cstring(strings_at + name_at) == name and shndx != SHN_UNDEF
-                            and info & 0xF in (STT_FUNC, STT_GNU_IFUNC)):
+                    name_at, info, _, shndx, value = struct.unpack_from("<IBBHQ", self._data,
+                                                                          symbols_at + index * entsize)
+                    if _defined(info, shndx, value) and self._cstring(strings_at + name_at) == name:
                         return True
                 if chained & 1:   # the chain's last symbol
                     return False
