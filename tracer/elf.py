@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import os
 import struct
 from dataclasses import dataclass
 from functools import cached_property
+
+from .target_files import open_regular
 
 PT_LOAD, PT_INTERP = 1, 3
 SHT_SYMTAB, SHT_DYNSYM, SHT_GNU_HASH = 2, 11, 0x6FFFFFF6
@@ -44,9 +47,12 @@ class ElfFile:
 
     def __init__(self, path: str):
         self.path = path
-        try:
-            with open(path, "rb") as f:
-                self._data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:   # paths come from targets' maps and dumps: a FIFO or a device is refused, never waited on
+            fd = open_regular(path)
+            try:
+                self._data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
         except (OSError, ValueError) as e:
             raise ElfError(f"{path}: {e}") from e
         if self._data[:4] != b"\x7fELF":

@@ -12,7 +12,6 @@ reads the table from the frozen copy of the process.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import os
@@ -21,7 +20,6 @@ import shutil
 import signal
 import tempfile
 import time
-from pathlib import Path
 
 from .android_records import return_addresses
 from .errors import RuntimeFailure
@@ -30,28 +28,46 @@ from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug
 from .process import alive, parse_maps, read_target, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
 from .snapshot import UNREACHABLE_LIMIT, AllocationGroup, Counters, ProcessInfo, Snapshot, UnreachableReport
+from .target_files import Credentials, RefusedFile, read_bounded, read_target_file, unlink_target_file
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0        # seconds for a program to make an allocator call and write the dump asked for
-_RECORD = re.compile(r"z (\d)  sz +(\d+)  num +(\d+)  bt((?: [0-9a-f]+)*)$")
+DUMP_READ_LIMIT = 512 << 20   # bytes of one heap dump read from a target (about 2.5 million records)
+ENVIRON_READ_LIMIT = 4 << 20
+MAX_FRAMES = 256               # the library's largest backtrace option
+# Numbers are bounded by their digits: a size fits 64 bits, a count 32, a pc 64.
+_RECORD = re.compile(r"z ([01])  sz +(\d{1,20})  num +(\d{1,10})  bt((?: [0-9a-f]{1,16}){0,%d})$" % MAX_FRAMES)
+_MAPS_LINE = re.compile(r"[0-9a-f]{1,16}-[0-9a-f]{1,16} [-rwxps]{4} [0-9a-f]{1,16} [0-9a-f]{1,8}:[0-9a-f]{1,8} \d{1,20}"
+                        r"(?: +[^\0\n]{0,4096})?")
 
 
 def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exited: bool = False) -> Snapshot:
-    """A snapshot from an "Android Native Heap Dump v1.2": its records as groups, its maps."""
+    """A snapshot from an "Android Native Heap Dump v1.2": its records as groups, its maps.
+    The text is a target's: ValueError names the first thing in it that cannot be real."""
     if not text.startswith("Android Native Heap Dump v1.2"):
         raise ValueError("not an Android Native Heap Dump v1.2")
     body, _, maps = text.partition("\nMAPS\n")
-    depth = int(re.search(r"^Backtrace size: (\d+)$", body, re.M).group(1))
+    found = re.search(r"^Backtrace size: (\d{1,3})$", body, re.M)
+    if not found or not 0 < int(found.group(1)) <= MAX_FRAMES:
+        raise ValueError("no valid 'Backtrace size' line")
     groups = []
     for line in body.splitlines():
-        found = _RECORD.match(line)
-        if not found:
+        record = _RECORD.match(line)
+        if not record:
+            if line.startswith("z "):
+                raise ValueError(f"damaged record {line[:80]!r}")
             continue
-        zygote, size, count, frames = found.groups()
+        zygote, size, count, frames = record.groups()
+        if int(size) >= 1 << 64 or int(count) >= 1 << 32:
+            raise ValueError(f"record out of range {line[:80]!r}")
         stack = return_addresses(tuple(int(pc, 16) for pc in frames.split()))
         groups.append(AllocationGroup(pid, int(size), int(count), stack, stack_status(stack), zygote == "1"))
-    info = ProcessInfo(pid, comm, comm, maps.removesuffix("END\n"), exited)
-    return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, depth)
+    maps = maps.removesuffix("END\n")
+    for line in maps.splitlines():
+        if not _MAPS_LINE.fullmatch(line):
+            raise ValueError(f"damaged MAPS line {line[:80]!r}")
+    info = ProcessInfo(pid, comm, comm, maps, exited)
+    return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, int(found.group(1)))
 
 
 class PreloadTrace:
@@ -59,9 +75,11 @@ class PreloadTrace:
     elsewhere (attach); the same snapshots as a BPF trace, from the dumps it writes (or,
     when it makes no allocator call to write one, from its table read in place)."""
 
-    def __init__(self, pid: int, prefix: str, comm: str, backtrace_frames: int, workdir: str | None = None):
+    def __init__(self, pid: int, prefix: str, comm: str, backtrace_frames: int, credentials: Credentials,
+                 workdir: str | None = None):
         self.pid = pid
         self.prefix = prefix              # the library's backtrace_dump_prefix
+        self.credentials = credentials    # whose rights its dump files are read and removed with
         self.comm = comm
         self.backtrace_frames = backtrace_frames
         self.workdir = workdir            # ours to delete (launch only)
@@ -70,6 +88,8 @@ class PreloadTrace:
         self._gone = False
         self.final_snapshot: Snapshot | None = None
         self._last: Snapshot | None = None
+        self.dumps_refused: str | None = None   # why its dump files are not read (its table is, in place)
+        self._notices: list[str] = []
 
     @classmethod
     def launch(cls, argv: list[str], options: str) -> "PreloadTrace":
@@ -80,7 +100,9 @@ class PreloadTrace:
         env = dict(os.environ, LD_PRELOAD=preload_library(),
                    LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={prefix}")
         frames = parse_malloc_debug_options(options).backtrace_frames
-        return cls(os.spawnve(os.P_NOWAIT, path, argv, env), prefix, os.path.basename(path)[:15], frames, workdir)
+        # The dump directory is ours (mode 0700): its files are read with our own rights.
+        return cls(os.spawnve(os.P_NOWAIT, path, argv, env), prefix, os.path.basename(path)[:15], frames,
+                   Credentials.of(os.getpid()), workdir)
 
     @classmethod
     def attach(cls, pid: int) -> "PreloadTrace":
@@ -89,24 +111,44 @@ class PreloadTrace:
         if library_base(parse_maps(info.maps), preload_library()) is None:
             raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library (see --preload-lib)")
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-            config = parse_malloc_debug_options(environ.get(b"LIBC_DEBUG_MALLOC_OPTIONS", b"").decode())
-        except (OSError, OptionError) as e:
+            fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                raw = read_bounded(fd, ENVIRON_READ_LIMIT, f"pid {pid}'s environment")
+            finally:
+                os.close(fd)
+            environ = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+            config = parse_malloc_debug_options(environ.get(b"LIBC_DEBUG_MALLOC_OPTIONS", b"").decode(errors="replace"))
+        except (OSError, OptionError, RefusedFile) as e:
             raise RuntimeFailure(f"cannot read pid {pid}'s malloc debug options: {e}") from None
         return cls(pid, str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)), info.comm,
-                   config.backtrace_frames)
+                   config.backtrace_frames, Credentials.of(pid))
 
     @property
     def exited(self) -> bool:
         return self._gone
 
+    def take_notices(self) -> list[str]:
+        """What went wrong with the dump files since the last call, a line each (said once)."""
+        notices, self._notices = self._notices, []
+        return notices
+
+    def _refuse_dumps(self, reason: str) -> None:
+        if self.dumps_refused is None:
+            self.dumps_refused = reason
+            self._notices.append(f"{reason}; reading pid {self.pid}'s table in place instead")
+
     def _read_dump(self, suffix: str, exited: bool) -> Snapshot | None:
+        """The dump the process wrote, None if there is none or it cannot be trusted (said in a notice)."""
+        path = f"{self.prefix}.{self.pid}{suffix}"
         try:
-            text = Path(f"{self.prefix}.{self.pid}{suffix}").read_text()
-        except FileNotFoundError:
-            return None
-        return snapshot_from_heap_dump(text, self.pid, self.comm, time.time(), exited)
+            data = read_target_file(self.credentials, path, DUMP_READ_LIMIT)
+            return None if data is None else snapshot_from_heap_dump(
+                data.decode(errors="replace"), self.pid, self.comm, time.time(), exited)
+        except RefusedFile as e:
+            self._refuse_dumps(str(e))
+        except ValueError as e:
+            self._refuse_dumps(f"the heap dump {path} is damaged: {e}")
+        return None
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live blocks now (the final dump once the process has exited).
@@ -120,7 +162,7 @@ class PreloadTrace:
             raise RuntimeFailure("the preload engine keeps no allocation ages")
         if self.exited:
             return self.final_snapshot or Snapshot(time.time(), (), Counters())
-        if not self.is_child and not with_allocations:
+        if not self.is_child and not with_allocations and self.dumps_refused is None:
             found = self._requested_dump(DUMP_WAIT)
             if found:
                 self._last = found
@@ -134,12 +176,15 @@ class PreloadTrace:
         return self._last
 
     def _requested_dump(self, wait: float) -> Snapshot | None:
-        """Asks for a dump and reads it; None if none comes within wait seconds."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{self.prefix}.{self.pid}.txt")   # so that the next one is known to be new
+        """Asks for a dump and reads it; None if none comes within wait seconds, or its file cannot be trusted."""
+        try:   # so that the next one is known to be new
+            unlink_target_file(self.credentials, f"{self.prefix}.{self.pid}.txt")
+        except RefusedFile as e:
+            self._refuse_dumps(str(e))
+            return None
         os.kill(self.pid, DUMP_SIGNAL)
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.dumps_refused is None:
             found = self._read_dump(".txt", False)
             if found or not self.poll():
                 return found or self.snapshot()

@@ -67,21 +67,33 @@ class LeakInfoEntry:
     size: int
     num_allocations: int
     frames: tuple[int, ...]   # up to the first zero pc
+    impossible: str | None = None   # why no get_malloc_leak_info could have written this entry
 
 
-def decode_leak_info(buffer: bytes, backtrace_size: int, abi: int = 64) -> list[LeakInfoEntry]:
+def _impossible(size_word: int, num_allocations: int, pcs: list[int]) -> str | None:
+    if size_word >> 32:
+        return "size above 2^31"     # bit 31 is the zygote bit; larger blocks are left out
+    if num_allocations == 0:
+        return "no allocations"
+    frames = pcs.index(0) if 0 in pcs else len(pcs)
+    if any(pcs[frames:]):
+        return "pcs after the zero padding"
+    return None
+
+
+def iter_leak_info(buffer, backtrace_size: int, abi: int = 64):
+    """The entries of a buffer, one at a time (a file's buffer may be large)."""
     word = _word(abi)
     width = struct.calcsize(word)
     info_size = width * (2 + backtrace_size)
     if len(buffer) % info_size:
         raise ValueError(f"buffer of {len(buffer)} bytes is not a whole number of {info_size}-byte entries")
-    entries = []
-    for at in range(0, len(buffer), info_size):
-        words = [w for (w,) in struct.iter_unpack(word, buffer[at:at + info_size])]
-        frames = []
-        for pc in words[2:]:
-            if pc == 0:
-                break
-            frames.append(pc)
-        entries.append(LeakInfoEntry(bool(words[0] & ZYGOTE_BIT), words[0] & ~ZYGOTE_BIT, words[1], tuple(frames)))
-    return entries
+    for words in struct.iter_unpack(f"<{2 + backtrace_size}{word[1]}", buffer):
+        size_word, num, pcs = words[0], words[1], list(words[2:])
+        frames = pcs[:pcs.index(0)] if 0 in pcs else pcs
+        yield LeakInfoEntry(bool(size_word & ZYGOTE_BIT), size_word & ~ZYGOTE_BIT, num, tuple(frames),
+                            _impossible(size_word, num, pcs))
+
+
+def decode_leak_info(buffer: bytes, backtrace_size: int, abi: int = 64) -> list[LeakInfoEntry]:
+    return list(iter_leak_info(buffer, backtrace_size, abi))

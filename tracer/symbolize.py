@@ -7,6 +7,7 @@ symbol tables; file:line from addr2line where the module has line tables.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import subprocess
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from .elf import ElfError, ElfFile
 from .process import Mapping, host_path, parse_maps
 from .snapshot import AllocationGroup, Snapshot
+from .target_files import open_regular
 
 
 @dataclass(frozen=True)
@@ -113,9 +115,15 @@ class Symbolizer:
             todo = sorted(v for v in vaddrs if (path, v) not in self._lines)
             if not todo:
                 continue
-            result = subprocess.run(["addr2line", "-e", path, *(f"{v:#x}" for v in todo)],
-                                    capture_output=True, text=True, check=False)
-            answers = result.stdout.splitlines()
+            try:   # addr2line reads the file checked here, not whatever the path names by then
+                fd = open_regular(path)
+            except OSError:
+                answers = []
+            else:
+                with contextlib.closing(os.fdopen(fd, "rb")):
+                    answers = subprocess.run(["addr2line", "-e", f"/proc/self/fd/{fd}", *(f"{v:#x}" for v in todo)],
+                                             capture_output=True, text=True, check=False,
+                                             pass_fds=(fd,)).stdout.splitlines()
             for vaddr, answer in zip(todo, answers + [""] * (len(todo) - len(answers))):
                 location = answer.split(" (discriminator")[0]
                 file, _, line = location.rpartition(":")

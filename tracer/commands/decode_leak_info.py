@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
-from tabulate import tabulate
-
-from ..errors import RuntimeFailure
-from ..render_leak_info import decode_leak_info
+from ..errors import RuntimeFailure, UsageError
+from ..render_leak_info import iter_leak_info
+from ..target_files import RefusedFile, open_regular, read_bounded
 from . import ArgumentParser, Command
+
+LEAK_INFO_READ_LIMIT = 256 << 20   # bytes: a buffer of about 1.8 million 64-bit entries of 16 pcs
+HEADERS = ("z", "size", "num", "bytes", "pcs")
 
 
 class DecodeLeakInfoCommand(Command):
@@ -15,27 +19,51 @@ class DecodeLeakInfoCommand(Command):
     help = "Print a get_malloc_leak_info buffer (as written by --leak-info) as a table."
 
     def prepare_parser(self, parser: ArgumentParser) -> None:
-        parser.add_argument("file", help="the raw buffer")
+        parser.add_argument("file", help="the raw buffer (a regular file of at most 256 MiB)")
         parser.add_argument("--backtrace-size", type=int, required=True, metavar="N",
-                            help="pcs per entry, as get_malloc_leak_info returned it")
+                            help="pcs per entry, as get_malloc_leak_info returned it (1 to 256)")
         parser.add_argument("--abi", type=int, choices=(32, 64), default=64, help="word size (default 64)")
+
+    @staticmethod
+    def read(path: str) -> bytes:
+        try:
+            fd = open_regular(path)
+        except OSError as e:
+            raise RuntimeFailure(f"cannot read {path}: {e.strerror}") from None
+        try:
+            return read_bounded(fd, LEAK_INFO_READ_LIMIT, path)
+        except OSError as e:
+            raise RuntimeFailure(f"cannot read {path}: {e.strerror}") from None
+        except RefusedFile as e:
+            raise RuntimeFailure(str(e)) from None
+        finally:
+            os.close(fd)
 
     def run(self, args: argparse.Namespace) -> int:
         if not 1 <= args.backtrace_size <= 256:
-            raise RuntimeFailure(f"--backtrace-size must be from 1 to 256, not {args.backtrace_size}")
+            raise UsageError(f"--backtrace-size must be from 1 to 256, not {args.backtrace_size}")
+        buffer = memoryview(self.read(args.file))
+
+        def rows():
+            for e in iter_leak_info(buffer, args.backtrace_size, args.abi):
+                yield (str(int(e.zygote)), str(e.size), str(e.num_allocations), str(e.size * e.num_allocations),
+                       " ".join(f"{pc:x}" for pc in e.frames) + (f"  !{e.impossible}" if e.impossible else ""))
+        # Two passes over the buffer, none over a list of its rows: the widths and totals, then the rows.
         try:
-            with open(args.file, "rb") as f:
-                buffer = f.read()
-        except OSError as e:
-            raise RuntimeFailure(f"cannot read {args.file}: {e.strerror}") from None
-        try:
-            entries = decode_leak_info(buffer, args.backtrace_size, args.abi)
+            widths, entries, total, impossible = [len(h) for h in HEADERS], 0, 0, 0
+            for row in rows():
+                widths = [max(w, len(cell)) for w, cell in zip(widths, row)]
+                entries, total, impossible = entries + 1, total + int(row[3]), impossible + ("  !" in row[4])
         except ValueError as e:
             raise RuntimeFailure(f"{args.file}: {e}") from None
-        rows = [[int(e.zygote), e.size, e.num_allocations, e.size * e.num_allocations,
-                 " ".join(f"{pc:x}" for pc in e.frames)] for e in entries]
-        print(f"{len(entries)} entries, total_memory {sum(r[3] for r in rows)}")
-        if rows:   # tabulate fails on column alignments without rows
-            print(tabulate(rows, headers=["z", "size", "num", "bytes", "pcs"], tablefmt="simple",
-                           colalign=("right", "right", "right", "right", "left"), disable_numparse=True))
+        print(f"{entries} entries, total_memory {total}")
+        if entries:
+            line = "  ".join("{:>%d}" % w for w in widths[:4]) + "  {}"
+            print(line.format(*HEADERS).rstrip())
+            print("  ".join("-" * w for w in widths))
+            for row in rows():
+                print(line.format(*row))
+        if impossible:
+            print(f"leaktrace: {args.file}: {impossible} entries cannot be real (marked !): no "
+                  "get_malloc_leak_info writes them", file=sys.stderr)
         return 0

@@ -290,6 +290,9 @@ class TraceCommand(Command):
         except RuntimeFailure as e:
             print(f"leaktrace: report skipped: {e}", file=sys.stderr, flush=True)
             return None
+        finally:   # the preload source's word on dump files it would not read
+            for notice in getattr(trace, "take_notices", list)():
+                print(f"leaktrace: {notice}", file=sys.stderr, flush=True)
 
     @staticmethod
     def report_snapshot(trace: Trace, args: argparse.Namespace, **options) -> Snapshot | None:

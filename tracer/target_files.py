@@ -1,0 +1,136 @@
+"""Files a target names: opened with the target's own rights, regular files only, reads bounded.
+
+leaktrace runs as root; a path that comes from a target (its options, its dumps) is
+hostile input. Such a path is opened, read and unlinked by a short-lived thread whose
+file-system identity (fsuid, fsgid, supplementary groups) is the target's, so root never
+reads or deletes a file the target could not have read or deleted itself. Credentials are
+per thread in the kernel; the raw system calls change only that thread's (glibc's
+wrappers of setgroups would change every thread of leaktrace).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import threading
+from dataclasses import dataclass
+
+from .errors import RuntimeFailure
+
+# x86_64 numbers: setgroups, setfsuid, setfsgid.
+SYS_SETGROUPS, SYS_SETFSUID, SYS_SETFSGID = 116, 122, 123
+UNTRUSTED_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY   # a FIFO never blocks the open
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class RefusedFile(RuntimeFailure):
+    """A file named by a target that leaktrace will not read: one line says why."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    uid: int             # the file-system uid the target creates and opens files with
+    gid: int
+    groups: tuple[int, ...]
+
+    @classmethod
+    def of(cls, pid: int) -> "Credentials":
+        """The target's file-system identity, from /proc/PID/status."""
+        fields: dict[str, list[str]] = {}
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    name, _, value = line.partition(":")
+                    fields[name] = value.split()
+            return cls(int(fields["Uid"][3]), int(fields["Gid"][3]), tuple(int(g) for g in fields["Groups"]))
+        except (OSError, KeyError, IndexError, ValueError):
+            raise RuntimeFailure(f"cannot read pid {pid}'s credentials") from None
+
+    def run(self, work):
+        """work() in a new thread that has these credentials for file access; its result or its exception."""
+        outcome: list = []
+
+        def as_target() -> None:
+            try:
+                groups = (ctypes.c_uint32 * max(len(self.groups), 1))(*self.groups)
+                if _libc.syscall(SYS_SETGROUPS, len(self.groups), groups) != 0:
+                    raise OSError(ctypes.get_errno(), "setgroups")
+                _libc.syscall(SYS_SETFSGID, self.gid)
+                _libc.syscall(SYS_SETFSUID, self.uid)
+                # setfsuid/setfsgid report no errors; a call that cannot change anything returns the current one.
+                if (_libc.syscall(SYS_SETFSUID, -1) & 0xFFFFFFFF, _libc.syscall(SYS_SETFSGID, -1) & 0xFFFFFFFF) \
+                        != (self.uid, self.gid):
+                    raise OSError(0, "cannot take the target's file-system identity")
+                outcome.append((True, work()))
+            except BaseException as e:   # handed to the caller's thread
+                outcome.append((False, e))
+
+        thread = threading.Thread(target=as_target, name="leaktrace-as-target", daemon=True)
+        thread.start()
+        thread.join()
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
+
+def open_regular(path: str, flags: int = UNTRUSTED_OPEN) -> int:
+    """A descriptor of path, which must be a regular file (no FIFO, device or socket): OSError otherwise."""
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bounded(fd: int, limit: int, what: str) -> bytes:
+    """At most limit bytes from fd; RefusedFile if there are more (the file may still be growing)."""
+    chunks, total = [], 0
+    while True:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise RefusedFile(f"{what} is larger than {limit >> 20} MiB")
+
+
+def read_target_file(credentials: Credentials, path: str, limit: int) -> bytes | None:
+    """The contents of a file the target wrote, or None if there is none. It is opened with
+    the target's rights, not followed if it is a symbolic link, and must be a regular file
+    that the target's uid owns, of at most limit bytes; otherwise RefusedFile says why."""
+    def read() -> bytes | None:
+        try:
+            fd = open_regular(path, UNTRUSTED_OPEN | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            reason = "it is a symbolic link" if e.errno == 40 else e.strerror   # ELOOP
+            raise RefusedFile(f"refusing to read {path}: {reason}") from None
+        try:
+            owner = os.fstat(fd).st_uid
+            if owner != credentials.uid:
+                raise RefusedFile(f"refusing to read {path}: owned by uid {owner}, not by the target's uid "
+                                  f"{credentials.uid}")
+            return read_bounded(fd, limit, path)
+        finally:
+            os.close(fd)
+    return credentials.run(read)
+
+
+def unlink_target_file(credentials: Credentials, path: str) -> None:
+    """Removes path with the target's rights (nothing if it does not exist); RefusedFile if it may not."""
+    def unlink() -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise RefusedFile(f"refusing to remove {path}: {e.strerror}") from None
+    credentials.run(unlink)
