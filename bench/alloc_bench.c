@@ -1,7 +1,8 @@
-/* alloc_bench THREADS CALLS LEAK_PERMILLE [START_DELAY_MS]
+/* alloc_bench THREADS CALLS LEAK_PERMILLE [START_DELAY_MS [DEPTH]]
  * Each thread makes CALLS malloc/free pairs with sizes 24/64/320/4096 and
- * leaks LEAK_PERMILLE per mille of them. Prints "calls N elapsed_ns T" for
- * the timed part only (after the start delay, which lets a tracer attach). */
+ * leaks LEAK_PERMILLE per mille of them, DEPTH calls below its start routine.
+ * Prints "calls N elapsed_ns T" for the timed part only (after the start
+ * delay, which lets a tracer attach). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,10 +11,10 @@
 #include <unistd.h>
 
 static const size_t sizes[] = {24, 64, 320, 4096};
-static long calls, permille;
+static long calls, permille, depth;
 static pthread_barrier_t start;
 
-static void *work(void *arg)
+static void *loop(void *arg)
 {
     uint64_t state = 0x9e3779b97f4a7c15ULL ^ (uintptr_t)arg;
     void *ring[64] = {0};
@@ -31,6 +32,18 @@ static void *work(void *arg)
     return NULL;
 }
 
+__attribute__((noinline)) static void *descend(long below, void *arg)
+{
+    void *result = below > 0 ? descend(below - 1, arg) : loop(arg);
+    __asm__ volatile("" ::: "memory");   /* no tail call: every level keeps its frame */
+    return result;
+}
+
+static void *work(void *arg)
+{
+    return descend(depth, arg);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -42,6 +55,8 @@ int main(int argc, char **argv)
     permille = atol(argv[3]);
     if (argc > 4)
         usleep(atol(argv[4]) * 1000);
+    if (argc > 5)
+        depth = atol(argv[5]);
     pthread_t ids[64];
     pthread_barrier_init(&start, NULL, threads + 1);
     for (long t = 0; t < threads; t++)

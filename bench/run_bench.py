@@ -2,7 +2,9 @@
 engine, and the LD_PRELOAD library with and without stacks), of its probes with empty
 programs (the traps alone) and of bcc's memleak-bpfcc on the same workload, for one and
 two threads; both tools' start-up and shutdown; then leaktrace's report time at 100k and
-1M live allocations. Prints medians and ratios; run as root from the repo:
+1M live allocations; and the same mix 16 calls deep in a build without frame pointers
+(DWARF stacks against the frame-pointer walk, the floor and memleak). Prints medians and
+ratios; run as root from the repo:
 
     .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1 2] [--calls 100000]
 """
@@ -24,6 +26,7 @@ from leaktrace import EngineSettings, Symbolizer, Trace, render_text
 
 HERE = Path(__file__).parent
 START_DELAY_MS = 2500    # lets memleak, which attaches after starting the command, get ready
+DEEP = 16                # the deep workload's calls below each thread's start routine
 
 
 def build(out: Path) -> dict[str, Path]:
@@ -32,6 +35,10 @@ def build(out: Path) -> dict[str, Path]:
         built[name] = out / name
         subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-pthread", "-o", str(built[name]),
                         str(HERE / f"{name}.c")], check=True)
+    # The deep workload as distributions build it: no frame pointers.
+    built["alloc_bench_nofp"] = out / "alloc_bench_nofp"
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(built["alloc_bench_nofp"]),
+                    str(HERE / "alloc_bench.c")], check=True)
     return built
 
 
@@ -94,6 +101,38 @@ def overhead(binary: Path, args: argparse.Namespace, threads: int) -> None:
         print(f"memleak-bpfcc / leaktrace time per call: {ratio:.2f}")
     else:
         print("memleak-bpfcc not installed: no comparison")
+
+
+def deep_overhead(binary: Path, args: argparse.Namespace, depth: int = DEEP) -> None:
+    """The mix called depth frames below each thread's start, built without frame pointers:
+    the DWARF walk against the empty-probe floor, the frame-pointer walk and memleak."""
+    workload = f"{binary} 1 {args.calls} {args.leak_permille} {START_DELAY_MS} {depth}"
+    leaktrace = [sys.executable, "-m", "leaktrace.cli", "-c", workload, "--json"]
+    tools = {
+        "untraced": workload.split(),
+        "empty probes": [sys.executable, str(HERE / "empty_probes.py"), *workload.split()],
+        "leaktrace (dwarf)": [*leaktrace, "3600"],
+        "leaktrace --unwind fp": [*leaktrace, "--unwind", "fp", "3600"],
+    }
+    memleak = shutil.which("memleak-bpfcc")
+    if memleak:
+        tools["memleak-bpfcc"] = [memleak, "-c", workload, "3600"]
+    samples: dict[str, list[float]] = {name: [] for name in tools}
+    for _ in range(args.rounds):
+        for name, argv in tools.items():
+            samples[name].append(run(argv))
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"deep workload: 1 thread x {args.calls} pairs, {depth} calls below the thread's start, "
+          f"no frame pointers; 16 frames kept; {args.rounds} rounds, interleaved")
+    print(f"{'':26}{'ns/call (median)':>18}{'slowdown':>10}")
+    for name, median in medians.items():
+        print(f"{name:26}{median:18.1f}{median / medians['untraced']:9.1f}x")
+    # Per call: a malloc and a free each trap; only the malloc's return walks its 16 frames.
+    above = 2 * (medians["leaktrace (dwarf)"] - medians["empty probes"])
+    print(f"DWARF stacks above the empty-probe floor: {above:.0f} ns per malloc, {above / 16:.0f} ns per frame")
+    if memleak:
+        print(f"memleak-bpfcc / leaktrace (dwarf) time per call: "
+              f"{medians['memleak-bpfcc'] / medians['leaktrace (dwarf)']:.2f}")
 
 
 def next_change(watch: subprocess.Popen, tool: subprocess.Popen | None, timeout: float = 60) -> int:
@@ -183,6 +222,7 @@ def main() -> None:
         if not args.skip_overhead:
             for threads in args.threads:
                 overhead(binaries["alloc_bench"], args, threads)
+            deep_overhead(binaries["alloc_bench_nofp"], args)
             start_up_and_shutdown(binaries["probe_watch"], args.rounds)
         for live in (100_000, 1_000_000):
             report_time(binaries["hold"], live)

@@ -13,6 +13,8 @@
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
 //   PAGE_BYTES     the page size, for pvalloc
 //   MAX_LIVE, MAX_SITES, MAX_STACKS, MAX_PROCS   map capacities
+//   UNWIND_DWARF   1: stacks follow the modules' CFI rows; 0: the frame-pointer chain only
+//   MAX_ROWS       capacity of the unwind-row table (every module's rows, end to end)
 //
 // Traced processes are the keys of `procs`. Each process image has a `gen`
 // (new at fork and exec, never reused) that is part of every live and site
@@ -54,6 +56,7 @@ enum counter {
     C_NESTED,           // allocator call made from inside another one (ignored)
     C_UNFOLLOWED,       // process not traced: procs map full
     C_INHERIT_LOST,     // child traced without its inherited blocks: too many copies waiting
+    C_STACK_TRUNCATED,  // a stack ended early: a frame the walk could not follow or trust
     C_COUNTERS,
 };
 
@@ -134,6 +137,56 @@ struct stack_capture {
     u64 last_key;            // ...and its key (0: none yet)
 };
 
+// How to find the caller's frame from a range of a module's code (tracer/unwind_tables.py
+// compiles them from .eh_frame): the CFA is rsp or rbp plus cfa_offset, the return
+// address sits at CFA-8, and the caller's rbp at CFA+rbp_offset when saved.
+struct unwind_row {
+    u32 pc;               // module virtual address where the rule starts
+    s32 cfa_offset;
+    s16 rbp_offset;
+    u8 cfa_rule;          // CFA_*
+    u8 rbp_rule;          // RBP_*
+};
+#define CFA_UNKNOWN 0     // no rule the walk can apply: try the frame-pointer chain
+#define CFA_RSP 1
+#define CFA_RBP 2
+#define CFA_END 3         // the return address is undefined: the outermost frame
+#define CFA_SIGNAL 4      // a signal trampoline: the registers are in the ucontext at rsp
+#define RBP_SAME 0
+#define RBP_SAVED 1
+
+// A process's executable mappings, sorted by start: each with the rows of its file.
+struct exec_map {
+    u64 start;
+    u64 end;
+    u64 bias;             // address - module virtual address
+    u32 first_row;
+    u32 row_count;        // 0: no table (the frame-pointer chain, checked, is tried)
+};
+#define MAX_EXEC_MAPS 128
+struct exec_maps {
+    u32 gen;              // the image they describe
+    u32 count;
+    struct exec_map map[MAX_EXEC_MAPS];
+};
+
+// The walk of the call returning now, handed from program to program by tail calls.
+struct walk_state {
+    u64 pc;               // a return address (the next frame to record)
+    u64 sp;
+    u64 bp;
+    u32 depth;            // frames recorded
+    u32 end;              // WALK_*
+    u32 tgid;
+    u32 pad;
+    u64 addr;             // the block being recorded, with its record
+    struct live_val val;
+};
+#define WALK_ON 0
+#define WALK_COMPLETE 1   // the outermost frame, or the frame limit
+#define WALK_TRUNCATED 2  // a frame that could not be followed or trusted
+#define FRAMES_PER_PROGRAM 8
+
 // The allocator call in flight on a thread (entry_sp 0: none); nested and tail
 // calls are recognised by a stack pointer at or below entry_sp, and the
 // matching return by entry_sp + 8.
@@ -147,6 +200,7 @@ struct pending_call {
     u32 pad;
     struct live_val old;
     struct stack_capture stack;
+    struct walk_state walk;
 };
 
 // Allocated as it fills: 1.2M preallocated records would cost ~115 MB and 0.5 s at start.
@@ -159,12 +213,19 @@ BPF_TASK_STORAGE(pending, struct pending_call);
 BPF_HASH(inherits, u32, struct inherit, MAX_PROCS);
 BPF_HASH(copy_slots, struct copy_slot_key, u32, MAX_PROCS);
 BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
+BPF_ARRAY(unwind_rows, struct unwind_row, MAX_ROWS);
+BPF_F_TABLE("hash", u32, struct exec_maps, exec_maps, MAX_PROCS, BPF_F_NO_PREALLOC);
+BPF_PROG_ARRAY(unwind_programs, 1);
 // [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
 // [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
 // [CTL_COPIES_DONE] written by user space: forks whose copies it has made;
 // [CTL_TARGET_GEN] the target's generation as in `procs` (0: not traced);
 // [CTL_TEXT_BEFORE_FREE], [CTL_TEXT_AFTER_FREE] the extent of the allocator's code
-// around free's probe (set at start, so that the compile need not wait for it).
+// around free's probe (set at start, so that the compile need not wait for it);
+// [CTL_TABLES_STOP] = 1 once the target is stopped for its unwind tables;
+// [CTL_TABLES_GEN] the target image whose tables user space has loaded (NO_TABLES_STOP:
+// never stop; -c stops its command at the first allocator call of each new image, so
+// that no stack is walked before the modules' tables are in).
 #define CTL_EXIT_STOP 0
 #define CTL_NEXT_GEN 1
 #define CTL_FORKS 2
@@ -172,7 +233,10 @@ BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
 #define CTL_TARGET_GEN 4
 #define CTL_TEXT_BEFORE_FREE 5
 #define CTL_TEXT_AFTER_FREE 6
-BPF_ARRAY(control, u32, 7);
+#define CTL_TABLES_STOP 7
+#define CTL_TABLES_GEN 8
+#define NO_TABLES_STOP 0xffffffff
+BPF_ARRAY(control, u32, 9);
 
 static __always_inline void count(u32 which)
 {
@@ -391,35 +455,123 @@ static __always_inline u64 remembered(struct stack_capture *capture, u64 key)
     return key;
 }
 
-// Stores the user stack of the call returning now and returns its key. Frame 0 is
-// the return address, where the kernel has put the instruction pointer back
-// before the return probe's program runs; the rest follow the frame-pointer
-// chain from rbp (callee-saved, so the caller's, as at entry), which must climb
-// the stack, so a broken chain ends the stack instead of adding garbage. Taken
-// at return rather than at entry, frame 0 costs no user read: each read costs
-// ~0.1 us here; bpf_get_stack took ~0.8 us for the whole stack.
-static __always_inline u64 capture_stack(struct pt_regs *ctx, struct stack_capture *capture)
+// The mapping of a process that holds pc, or none: a short binary search.
+static __always_inline struct exec_map *mapping_of(struct exec_maps *maps, u64 pc)
+{
+    u32 lo = 0, hi = maps->count;
+    if (hi > MAX_EXEC_MAPS)
+        hi = MAX_EXEC_MAPS;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < 8 && lo < hi; i++) {   // 2^7 = MAX_EXEC_MAPS
+        u32 mid = (lo + hi) / 2;
+        struct exec_map *m = &maps->map[mid & (MAX_EXEC_MAPS - 1)];
+        if (pc < m->start)
+            hi = mid;
+        else if (pc >= m->end)
+            lo = mid + 1;
+        else
+            return m;
+    }
+    return 0;
+}
+
+// The rule for a module address: the last of the mapping's rows at or below it.
+static __always_inline struct unwind_row *row_for(struct exec_map *m, u64 vaddr)
+{
+#if UNWIND_DWARF
+    if (!m->row_count || vaddr >> 32)
+        return 0;
+    u32 lo = m->first_row, hi = m->first_row + m->row_count;   // the answer is in [lo, hi)
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < 22 && hi - lo > 1; i++) {   // 2^21 rows: the most a module can have
+        u32 mid = lo + (hi - lo) / 2;
+        struct unwind_row *row = unwind_rows.lookup(&mid);
+        if (!row)
+            return 0;
+        if (row->pc <= (u32)vaddr)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    struct unwind_row *row = unwind_rows.lookup(&lo);
+    return row && row->pc <= (u32)vaddr ? row : 0;
+#else
+    return 0;
+#endif
+}
+
+// One frame: records w->pc if it is a return address into executable mapped code,
+// then finds the caller's pc, sp and rbp (by the row's rule, else by the
+// frame-pointer chain, whose return address the next step checks the same way).
+static __always_inline void unwind_one(struct walk_state *w, struct exec_maps *maps, struct stack_val *out)
+{
+    u32 depth = w->depth;
+    if (depth >= STACK_DEPTH) {
+        w->end = WALK_COMPLETE;
+        return;
+    }
+    struct exec_map *m = maps ? mapping_of(maps, w->pc) : 0;
+    if (!m) {
+        // Frame 0 is the return address the kernel put back: known good even without maps.
+        if (depth == 0)
+            out->ip[0] = w->pc, w->depth = 1;
+        w->end = WALK_TRUNCATED;
+        return;
+    }
+    out->ip[depth] = w->pc;
+    w->depth = depth + 1;
+    // A return address follows its call: the call's own rule is the one at pc - 1.
+    struct unwind_row *row = row_for(m, w->pc - 1 - m->bias);
+    u8 rule = row ? row->cfa_rule : CFA_UNKNOWN;
+    u64 cfa;
+    if (rule == CFA_END) {
+        w->end = WALK_COMPLETE;
+        return;
+    }
+    if (rule == CFA_SIGNAL) {
+        // rt_sigframe: sp is at the ucontext; its mcontext (offset 40) holds rbp, ..., rsp, rip
+        // as gregs 10 and 15, 16.
+        u64 regs[7] = {};
+        if (read_user(regs, sizeof(regs), (void *)(w->sp + 40 + 10 * 8)) != 0 || regs[5] <= w->sp) {
+            w->end = WALK_TRUNCATED;
+            return;
+        }
+        w->bp = regs[0], w->sp = regs[5], w->pc = regs[6];
+        return;
+    }
+    if (rule == CFA_RSP || rule == CFA_RBP) {
+        cfa = (rule == CFA_RSP ? w->sp : w->bp) + row->cfa_offset;
+        u64 frame[2] = {};   // [0]: the word below the return address, [1]: the return address
+        if (cfa <= w->sp || read_user(frame, sizeof(frame), (void *)(cfa - 16)) != 0) {
+            w->end = WALK_TRUNCATED;
+            return;
+        }
+        if (row->rbp_rule == RBP_SAVED) {
+            if (row->rbp_offset == -16)
+                w->bp = frame[0];
+            else if (read_user(&w->bp, sizeof(w->bp), (void *)(cfa + row->rbp_offset)) != 0)
+                w->end = WALK_TRUNCATED;
+        }
+        w->pc = frame[1], w->sp = cfa;
+    } else {
+        // No rule here: the frame-pointer chain, if rbp points into the stack above sp.
+        u64 frame[2] = {};   // the saved frame pointer, then the return address
+        if (w->bp <= w->sp || read_user(frame, sizeof(frame), (void *)w->bp) != 0 || frame[0] <= w->bp) {
+            w->end = WALK_TRUNCATED;
+            return;
+        }
+        w->sp = w->bp + 16, w->pc = frame[1], w->bp = frame[0];
+    }
+    if (!w->pc)
+        w->end = WALK_COMPLETE;   // a zero return address ends a stack
+}
+
+// Stores the stack just walked and returns its key; a stack equal to the thread's last
+// one needs neither the hash nor the map lookup. Frames are compared on every hit, so
+// a hash collision is counted as a lost stack, never merged silently.
+static __always_inline u64 store_stack(struct stack_capture *capture)
 {
     struct stack_val *scratch = &capture->walk;
-    // Cleared before the walk, so nothing after it depends on where it stopped: the
-    // verifier checks the rest once rather than once per stack length (86 -> 7 ms).
-#pragma clang loop unroll(disable)
-    for (u32 i = 0; i < STACK_DEPTH; i++) {
-        scratch->ip[i] = 0;
-        asm volatile("" ::: "memory");   // a loop, not a memset call, which BPF lacks above 1 KB
-    }
-    scratch->ip[0] = PT_REGS_IP(ctx);
-    u64 fp = PT_REGS_FP(ctx);
-#pragma clang loop unroll(disable)
-    for (u32 i = 1; i < STACK_DEPTH; i++) {
-        u64 frame[2] = {};   // the saved frame pointer, then the return address
-        if (!fp || read_user(frame, sizeof(frame), (void *)fp) != 0 || !frame[1])
-            break;
-        scratch->ip[i] = frame[1];
-        if (frame[0] <= fp)
-            break;
-        fp = frame[0];
-    }
     int same = capture->last_key != 0;
 #pragma clang loop unroll(disable)
     for (u32 i = 0; i < STACK_DEPTH; i++) {
@@ -469,6 +621,18 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
         count(C_PENDING_LOST);
         return 0;
     }
+#if !TRACE_ALL
+    if (tgid == TARGET_TGID) {
+        u32 slot = CTL_TABLES_GEN;
+        u32 *loaded = control.lookup(&slot);
+        slot = CTL_TABLES_STOP;
+        u32 *stopping = control.lookup(&slot);
+        if (loaded && stopping && *loaded != NO_TABLES_STOP && *loaded != gen && !*stopping) {
+            *stopping = 1;
+            bpf_send_signal(19 /* SIGSTOP */);   // takes effect before the call runs
+        }
+    }
+#endif
     u64 sp = PT_REGS_SP(ctx);
     if (call->entry_sp) {
         // Equal sp: a tail call (glibc's reallocarray jumps to realloc).
@@ -518,10 +682,49 @@ static __always_inline int exit_call(struct pt_regs *ctx)
     }
     if (!addr)
         return 0;   // a failed call takes no stack
-    if (made && wants_stack(call->size))
-        val.stack_key = capture_stack(ctx, &call->stack);
-    // One call site: each inlined copy of live_add lengthens bcc's compile.
+    if (made && wants_stack(call->size)) {
+        // The walk starts at the return address, where the kernel has put the instruction
+        // pointer back (no user read), with the caller's sp and rbp (callee-saved).
+        struct walk_state *w = &call->walk;
+        w->pc = PT_REGS_IP(ctx), w->sp = PT_REGS_SP(ctx), w->bp = PT_REGS_FP(ctx);
+        w->depth = 0, w->end = WALK_ON, w->tgid = tgid, w->addr = addr, w->val = val;
+        // Cleared before the walk, so the stored stack has zeros past its last frame.
+#pragma clang loop unroll(disable)
+        for (u32 i = 0; i < STACK_DEPTH; i++) {
+            call->stack.walk.ip[i] = 0;
+            asm volatile("" ::: "memory");   // a loop, not a memset call, which BPF lacks above 1 KB
+        }
+        unwind_programs.call(ctx, 0);
+        val.stack_key = STACK_LOST;   // reached only if the unwinder could not be entered
+        count(C_STACK_TRUNCATED);
+    }
+    // One call site here, one in unwind_frames: each inlined copy of live_add lengthens bcc's compile.
     live_add(tgid, call->gen, addr, &val);
+    return 0;
+}
+
+// The stack walk, FRAMES_PER_PROGRAM frames per program run, continued by tail calls
+// (a loop over every frame with its searches inside would exceed what the verifier
+// follows); the last run stores the stack and records the block.
+int unwind_frames(struct pt_regs *ctx)
+{
+    struct pending_call *call = thread_call(0);
+    if (!call)
+        return 0;
+    struct walk_state *w = &call->walk;
+    struct exec_maps *maps = exec_maps.lookup(&w->tgid);
+    if (maps && maps->gen != call->gen)
+        maps = 0;   // the tables of an earlier image: none yet for this one
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < FRAMES_PER_PROGRAM && w->end == WALK_ON; i++)
+        unwind_one(w, maps, &call->stack.walk);
+    if (w->end == WALK_ON)
+        unwind_programs.call(ctx, 0);   // falls through after the kernel's 33rd tail call
+    if (w->end == WALK_TRUNCATED)
+        count(C_STACK_TRUNCATED);
+    struct live_val val = w->val;
+    val.stack_key = store_stack(&call->stack);
+    live_add(w->tgid, call->gen, w->addr, &val);
     return 0;
 }
 
@@ -680,6 +883,13 @@ int task_newtask(void *record)
         count(C_UNFOLLOWED);
         return 0;
     }
+    // The child maps what its parent maps: its stacks are walked at once, not from user space's next poll.
+    struct exec_maps *parent_maps = exec_maps.lookup(&parent);
+    if (parent_maps && parent_maps->gen == parent_gen && exec_maps.update(&child, parent_maps) == 0) {
+        struct exec_maps *child_maps = exec_maps.lookup(&child);
+        if (child_maps)
+            child_maps->gen = started.gen;
+    }
     if (clone_flags & CLONE_VM)
         return 0;
     u32 slot = CTL_FORKS;
@@ -712,6 +922,21 @@ int process_exit(void *record)
 }
 
 #endif
+
+// -c: ld.so calls _dl_debug_state when it changes the list of modules (at start, dlopen,
+// dlclose): the command's next allocator call waits until its tables are loaded again.
+int modules_changed(struct pt_regs *ctx)
+{
+#if !TRACE_ALL
+    if (bpf_get_current_pid_tgid() >> 32 != TARGET_TGID)
+        return 0;
+    u32 slot = CTL_TABLES_GEN;
+    u32 *loaded = control.lookup(&slot);
+    if (loaded && *loaded != NO_TABLES_STOP)
+        *loaded = 0;
+#endif
+    return 0;
+}
 
 // -c: stop the command in _exit so that its final state and maps can be read.
 int exit_stop(struct pt_regs *ctx)

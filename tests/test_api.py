@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 from conftest import uprobe_links
 from leaktrace import EngineSettings, Symbolizer, Trace, render_text
@@ -42,6 +43,7 @@ def test_the_engine_takes_the_compile_started_ahead(program):
     differ would compile again and double the start-up, silently."""
     target = subprocess.Popen([str(program("idle")), "30"])
     try:
+        time.sleep(0.2)   # until ld.so has mapped its libc
         settings = EngineSettings(stack_depth=8)
         ahead = compile_ahead(settings, target.pid)
         with Trace.attach(target.pid, settings) as trace:

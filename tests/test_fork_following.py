@@ -41,8 +41,10 @@ def test_each_process_keeps_what_it_inherited(program):
     counters = reports(result.stdout)[-1]["counters"]
     assert (counters["allocations"], counters["frees"]) == (10, 5)
     losses = {name: value for name, value in counters.items()
-              if name not in ("allocations", "frees", "nested_calls") and value}
+              if name not in ("allocations", "frees", "nested_calls", "stacks_truncated") and value}
     assert losses == {}
+    # The exec'd child's 888 can come before leaktrace has read its new image's maps (README, Limits).
+    assert counters["stacks_truncated"] <= 1
 
 
 def test_children_beyond_the_copy_slots_are_counted(program):

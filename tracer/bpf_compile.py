@@ -22,8 +22,10 @@ from .malloc_options import SIZE_MAX
 from .system import tracepoint_fields
 from .uprobe_links import BPF_TRACE_UPROBE_MULTI
 
-# Programs attached through uprobe_multi links, so loaded for them.
-LINKED_PROGRAMS = (b"alloc_enter", b"alloc_return", b"free_enter", b"exit_stop")
+# Programs attached through uprobe_multi links, so loaded for them; and the stack walk
+# alloc_return tail-calls, which must be loaded as its caller is.
+LINKED_PROGRAMS = (b"alloc_enter", b"alloc_return", b"free_enter", b"exit_stop", b"modules_changed",
+                   b"unwind_frames")
 VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
 
 
@@ -37,6 +39,8 @@ class EngineSettings:
     max_stacks: int = 65_536         # distinct stacks
     max_procs: int = 4_096           # processes traced at once (with fork following)
     follow_forks: bool = False       # trace children, with the blocks they inherit
+    unwind: str = "dwarf"            # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
+    max_unwind_rows: int = 1 << 21   # CFI rows of every module traced (12 bytes each, preallocated)
 
 
 def bpf_source() -> str:
@@ -67,7 +71,9 @@ def program_cflags(settings: EngineSettings, target: int) -> list[str]:
             f"-DMAX_PROCS={s.max_procs}", f"-DSTACK_DEPTH={s.stack_depth}",
             f"-DLT_SIZE_MIN={s.size_min}ULL", f"-DLT_SIZE_MAX={s.size_max}ULL",
             f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
-            f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}"] + _tracepoint_cflags(follow_forks)
+            f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}",
+            f"-DUNWIND_DWARF={int(s.unwind == 'dwarf')}", f"-DMAX_ROWS={s.max_unwind_rows}",
+            ] + _tracepoint_cflags(follow_forks)
 
 
 @contextlib.contextmanager

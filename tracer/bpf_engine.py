@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, NamedTuple
 from bcc.libbcc import lib
 
 from .bpf_compile import EngineSettings, bcc_output, compiling
-from .bpf_maps import dump_map, gc_paused
+from .bpf_maps import dump_map, gc_paused, update_array
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
+from .process import host_path, parse_maps, read_process
 from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
+from .unwind_tables import ROW, UnwindTables
 from .uprobe_links import attach_uprobes
 
 if TYPE_CHECKING:
@@ -28,6 +30,10 @@ STACK_NONE, STACK_LOST = 0, 1
 IGNORED_UNSELECTED = 1
 CTL_EXIT_STOP, CTL_NEXT_GEN, CTL_FORKS, CTL_COPIES_DONE, CTL_TARGET_GEN = 0, 1, 2, 3, 4
 CTL_TEXT_BEFORE_FREE, CTL_TEXT_AFTER_FREE = 5, 6
+CTL_TABLES_STOP, CTL_TABLES_GEN = 7, 8
+NO_TABLES_STOP = 0xFFFFFFFF
+MAX_EXEC_MAPS = 128     # executable mappings per process the stack walk knows
+EXEC_MAP = struct.Struct("<QQQII")
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
 
@@ -49,7 +55,7 @@ FREE_ARGUMENTS = ("rdi",)
 COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "stack_map_full",
                   "stack_collisions", "pending_lost", "stale_calls",
                   "unknown_frees", "internal_frees", "missed_frees", "nested_calls",
-                  "unfollowed_children", "inheritance_lost")
+                  "unfollowed_children", "inheritance_lost", "stacks_truncated")
 
 
 class TracedProcess(NamedTuple):
@@ -109,7 +115,7 @@ class BpfEngine:
     target 0, every process that calls into the libraries (each from its first call)."""
 
     def __init__(self, settings: EngineSettings, target: int, libraries: tuple[str, ...],
-                 arm_on_exec: bool = False, stop_library: str | None = None):
+                 arm_on_exec: bool = False, stop_library: str | None = None, loader: str | None = None):
         if not target:
             settings = dataclasses.replace(settings, follow_forks=True)
         self.settings = settings
@@ -117,12 +123,19 @@ class BpfEngine:
         self.libraries = libraries
         self.arm_on_exec = arm_on_exec
         self.stop_library = stop_library     # library with _exit, to stop the target there
+        self.loader = loader                 # -c: the command's ld.so, whose _dl_debug_state says modules changed
         self.probes: list[AttachedProbe] = []
         self._bpf = None
         self._programs: dict[bytes, int] = {}     # program name -> fd
         self._links: list[int] = []               # uprobe_multi link fds
         self._text_around_free = (0, 0)
         self._stack_cache: dict[int, tuple[int, ...]] = {}
+        self._tables = UnwindTables()
+        self._uploaded: dict[bytes, tuple[int, int]] = {}   # a file's packed rows -> (first row, count)
+        self._next_row = 0
+        self._exec_maps: dict[int, tuple[int, str]] = {}    # pid -> (generation, executable lines) loaded
+        self._elves: dict[str, ElfFile | None] = {}
+        self.rows_left_out = 0                              # rows of modules the row table had no room for
 
     def _link(self, program: bytes, library: str, offsets: list[int], cookies: list[int],
               returns: bool = False) -> None:
@@ -193,10 +206,16 @@ class BpfEngine:
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
         self._set_control(CTL_TEXT_AFTER_FREE, self._text_around_free[1])
         self._set_control(CTL_NEXT_GEN, 1)
+        self._bpf[b"unwind_programs"][ct.c_int(0)] = ct.c_int(self._programs[b"unwind_frames"])
+        # -c's command stops at its first allocator call until its tables are in (tables_stop_pending).
+        self._set_control(CTL_TABLES_GEN, 0 if self.arm_on_exec else NO_TABLES_STOP)
         if self.target and not self.arm_on_exec:
             procs, gen = self._bpf[b"procs"], self._next_gen()
             procs[ct.c_uint32(self.target)] = procs.Leaf(gen=gen)
             self._set_control(CTL_TARGET_GEN, gen)
+            info = read_process(self.target)
+            if info is not None and info.maps:
+                self.load_tables(self.target, gen, info.maps)
         self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
         if self.settings.follow_forks:
             for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
@@ -210,6 +229,14 @@ class BpfEngine:
             self._attach_library(library, elf, functions, placements)
         if exit_offsets:
             self._link(b"exit_stop", self.stop_library, exit_offsets, [0])
+        if self.loader and self.arm_on_exec:
+            try:
+                elf = ElfFile(self.loader)
+                debug_state = elf.dynamic_functions.get("_dl_debug_state")
+            except ElfError:
+                debug_state = None
+            if debug_state:   # without it, a module dlopen'ed later gets its table within MAPS_REFRESH
+                self._link(b"modules_changed", self.loader, file_offsets(elf, [debug_state]), [0])
 
     def _exit_offsets(self, read: dict[str, ElfFile]) -> list[int]:
         """Where exit_stop's probe goes: _exit of the stop library, if it has one (read: libraries already read)."""
@@ -229,6 +256,67 @@ class BpfEngine:
         gen = self._control(CTL_NEXT_GEN)
         self._set_control(CTL_NEXT_GEN, gen + 1)
         return gen
+
+    def target_gen(self) -> int:
+        return self._control(CTL_TARGET_GEN)
+
+    def tables_stop_pending(self) -> bool:
+        """True once the target has been stopped at its first allocator call for its tables."""
+        return bool(self._control(CTL_TABLES_STOP))
+
+    def clear_tables_stop(self, gen: int) -> None:
+        self._set_control(CTL_TABLES_GEN, gen)
+        self._set_control(CTL_TABLES_STOP, 0)
+
+    def _rows_for(self, path: str) -> tuple[int, int]:
+        """(first row, count) of a file's rows in the kernel's row table, uploaded on first use."""
+        rows = self._tables.rows_of(path) if self.settings.unwind == "dwarf" else b""
+        if rows not in self._uploaded:
+            count = len(rows) // ROW.size
+            if self._next_row + count > self.settings.max_unwind_rows:
+                self.rows_left_out += count
+                return 0, 0
+            first, self._next_row = self._next_row, self._next_row + count
+            if count:
+                update_array(self._bpf[b"unwind_rows"], first, rows, count)
+            self._uploaded[rows] = (first, count)
+        return self._uploaded[rows]
+
+    def _module_bias(self, path: str, start: int, offset: int) -> int | None:
+        """address - module virtual address for a mapping of path at start, file offset offset."""
+        if path not in self._elves:
+            try:
+                self._elves[path] = ElfFile(path)
+            except ElfError:
+                self._elves[path] = None
+        elf = self._elves[path]
+        vaddr = elf.file_offset_to_vaddr(offset) if elf else None
+        return None if vaddr is None else start - vaddr
+
+    def load_tables(self, pid: int, gen: int, maps: str) -> None:
+        """Gives the stack walk the executable mappings of process pid's image gen, with the
+        unwind rows of each file (compiled once per file); nothing to do if they are unchanged."""
+        executable = [m for m in parse_maps(maps) if "x" in m.perms and m.path != "[vsyscall]"]
+        lines = "\n".join(f"{m.start:x}-{m.end:x} {m.offset:x} {m.path}" for m in executable)
+        if self._exec_maps.get(pid) == (gen, lines):
+            return
+        entries = []
+        for m in sorted(executable, key=lambda m: m.start)[:MAX_EXEC_MAPS]:
+            first = count = 0
+            bias = m.start
+            if m.path.startswith("/"):
+                path = host_path(pid, m.path)
+                found = self._module_bias(path, m.start, m.offset)
+                if found is not None:
+                    bias = found
+                    first, count = self._rows_for(path)
+            entries.append(EXEC_MAP.pack(m.start, m.end, bias, first, count))
+        table = self._bpf[b"exec_maps"]
+        value = table.Leaf()
+        packed = struct.pack("<II", gen, len(entries)) + b"".join(entries)
+        ct.memmove(ct.addressof(value), packed, len(packed))
+        table[ct.c_uint32(pid)] = value
+        self._exec_maps[pid] = (gen, lines)
 
     def exit_stop_pending(self) -> bool:
         """True once the target has been stopped in _exit by the BPF program."""
@@ -396,7 +484,8 @@ class BpfEngine:
     def forget(self, pids: set[int]) -> None:
         """Drops every record of these processes, and of images replaced by exec or left out."""
         for pid in pids:
-            for table in (b"procs", b"inherits"):
+            self._exec_maps.pop(pid, None)
+            for table in (b"procs", b"inherits", b"exec_maps"):
                 with contextlib.suppress(KeyError):
                     del self._bpf[table][ct.c_uint32(pid)]
         slots = self._bpf[b"copy_slots"]

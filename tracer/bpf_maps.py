@@ -60,3 +60,13 @@ def gc_paused(method):
             if was_enabled:
                 gc.enable()
     return wrapper
+
+
+def update_array(table, first: int, values: bytes, count: int) -> None:
+    """Writes count packed values into an array map from index first on: one BPF_MAP_UPDATE_BATCH."""
+    keys = (ct.c_uint32 * count)(*range(first, first + count))
+    buffer = ct.create_string_buffer(values, len(values))
+    done = ct.c_uint32(count)
+    if lib.bpf_update_batch(table.map_fd, keys, buffer, ct.byref(done)) != 0:
+        err = ct.get_errno()
+        raise OSError(err, f"BPF_MAP_UPDATE_BATCH: {errno.errorcode.get(err, err)}")

@@ -159,6 +159,14 @@ def resolve_executable(name: str) -> str:
     return os.path.realpath(path)
 
 
+def program_loader(path: str) -> str | None:
+    """The dynamic loader (ld.so) a program names, if it names one."""
+    try:
+        return ElfFile(path).interpreter
+    except ElfError:
+        return None
+
+
 def library_of_executable(path: str, symbol: str = "malloc") -> str:
     """The library a program will bind symbol to (malloc: its allocator), asking its own loader.
 

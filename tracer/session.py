@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from .bpf_engine import BpfEngine, EngineSettings, TracedProcess
 from .errors import RuntimeFailure
 from .process import (alive, allocator_library_of_process, libc_libraries, library_of_executable,
-                      read_process, read_target, resolve_executable)
+                      program_loader, read_process, read_target, resolve_executable)
 from .snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, UnreachableReport
 from .system import check_system
+
+
+MAPS_REFRESH = 0.2   # seconds between reads of traced processes' maps (dlopen'ed modules get tables)
 
 
 def _spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:
@@ -117,7 +120,8 @@ class Trace:
         library = library or library_of_executable(path)
         libc = library_of_executable(path, "_exit") if library != path else None
         pid, gate, errors = _spawn_gated(path, argv)
-        engine = BpfEngine(settings, pid, (library,), arm_on_exec=True, stop_library=libc or library)
+        engine = BpfEngine(settings, pid, (library,), arm_on_exec=True, stop_library=libc or library,
+                           loader=program_loader(path))
         try:
             engine.start()
             os.write(gate, b"x")
@@ -150,10 +154,17 @@ class Trace:
             info = read_process(pid)
             if info is not None and info.maps:
                 self._infos[pid] = info
+                self._load_tables(pid, info.maps)
                 return info
         cached = self._infos.get(pid) or ProcessInfo(pid)
         # Unreadable but not known to be gone (a zombie): exited is for trace.poll to say.
         return cached if alive else dataclasses.replace(cached, exited=True)
+
+    def _load_tables(self, pid: int, maps: str) -> None:
+        """The stack walk's view of pid's executable mappings, kept current as they change."""
+        gen = self._gens.get(pid) or (self.engine.target_gen() if pid == self.pid else 0)
+        if gen:
+            self.engine.load_tables(pid, gen, maps)
 
     def _departed_info(self, pid: int) -> ProcessInfo:
         """What is known of an exited child, even one that lived and died between two polls:
@@ -227,14 +238,17 @@ class Trace:
         for pid in sorted(gone & traced.keys()):
             allocations = self.engine.allocations({pid}) if self.final_with_allocations else []
             self._departed.append((self._departed_info(pid), self.engine.groups(pids={pid}), allocations))
-        for pid in traced.keys() - self._gens.keys() - gone:
-            self._process_info(pid)   # now, in case it is short-lived
         for pid in gone:
             self._infos.pop(pid, None)
         replaced = any(self._gens.get(pid, p.gen) != p.gen for pid, p in traced.items())
         self._to_forget |= gone
         self._forget_due |= bool(gone or replaced or unselected)
+        new_images = [pid for pid, p in traced.items() if self._gens.get(pid) != p.gen and pid not in gone]
         self._gens = {pid: p.gen for pid, p in traced.items() if pid not in self._to_forget}
+        # New images (new processes, or exec'd): read now, in case they are short-lived, and
+        # so that their stacks are walked from their modules' tables from now on.
+        for pid in new_images:
+            self._process_info(pid)
         if time.monotonic() - self._forgot_at >= self._forget_pause:
             self._forget()
 
@@ -257,7 +271,7 @@ class Trace:
             if not self._exited:
                 self._finish(None)
             return False
-        if time.monotonic() - self._info_read_at > 1.0:
+        if time.monotonic() - self._info_read_at > MAPS_REFRESH:
             self._refresh_infos()
         return True
 
@@ -270,7 +284,16 @@ class Trace:
         if pid == 0:
             return True
         if os.WIFSTOPPED(status):
-            if self.engine.exit_stop_pending():
+            if self.engine.tables_stop_pending():
+                # Stopped at the first allocator call of a new image: its modules are all
+                # mapped now; the call goes on once their unwind tables are in.
+                gen = self.engine.target_gen()
+                info = read_process(self.pid)
+                if info is not None and info.maps:
+                    self.engine.load_tables(self.pid, gen, info.maps)
+                self.engine.clear_tables_stop(gen)
+                os.kill(self.pid, signal.SIGCONT)
+            elif self.engine.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
                 # children it reaped since this poll began are taken leave of first.
                 self._track_processes()

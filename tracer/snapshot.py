@@ -62,6 +62,7 @@ class Counters:
     nested_calls: int = 0         # allocator calls made inside another (internal, not lost)
     unfollowed_children: int = 0  # child processes not traced (process table full)
     inheritance_lost: int = 0     # child processes traced without the blocks they inherited
+    stacks_truncated: int = 0     # stacks that end before the outermost frame (a frame not followed)
 
     @classmethod
     def loss_names(cls) -> tuple[str, ...]:

@@ -139,6 +139,9 @@ class TraceCommand(Command):
                                  "fill, fill_on_alloc, fill_on_free, expand_alloc, free_track, "
                                  "free_track_backtrace_num_frames, verify_pointers, abort_on_error")
         parser.add_argument("--frames", type=_bounded_int(1, 256), help="frames per stack (backtrace=N)")
+        parser.add_argument("--unwind", choices=("dwarf", "fp"), default="dwarf",
+                            help="BPF engine stacks: dwarf follows each module's .eh_frame (default; right "
+                                 "without frame pointers); fp follows the frame-pointer chain only")
         parser.add_argument("--json", action="store_true", help="one JSON object per report and line")
         parser.add_argument("--leak-info", metavar="FILE",
                             help="write get_malloc_leak_info's raw buffer (64-bit ABI) at each report")
@@ -207,7 +210,7 @@ class TraceCommand(Command):
         return EngineSettings(stack_depth=args.frames or config.backtrace_frames, size_min=size_min,
                               size_max=size_max, max_live=args.max_live, max_sites=args.max_sites,
                               max_stacks=args.max_stacks,
-                              follow_forks=args.follow_forks)
+                              follow_forks=args.follow_forks, unwind=args.unwind)
 
     @staticmethod
     def check_combinations(args: argparse.Namespace) -> None:

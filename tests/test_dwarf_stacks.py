@@ -1,0 +1,113 @@
+"""Stacks of code built without frame pointers: the BPF engine walks them from each module's
+.eh_frame and must give, per call site, the frames the preload engine's unwinder (libgcc)
+gives, out to _start or clone3; no frame may point outside an executable mapping."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PROGRAMS
+from helpers import final_report, run_command
+
+NO_FP = ["-O2", "-g", "-fomit-frame-pointer"]
+SIZES = {1002: "depth 2", 1004: "depth 4", 1008: "depth 8", 1012: "depth 12", 1024: "depth 24",
+         3000: "thread", 4000: "library linked at start", 1234: "dlopen'ed library's constructor",
+         2345: "dlopen'ed library", 5000: "signal handler"}
+
+
+@pytest.fixture(scope="module")
+def unwind_programs(build_dir) -> dict[str, Path]:
+    """tests/programs/unwind.c and its libraries, and cxx_alloc.cpp, built -O2 without frame
+    pointers; unwind.c also with them (the control)."""
+    out = build_dir / "unwind"
+    out.mkdir(exist_ok=True)
+    built = {"plugin": out / "libplugin.so", "linked": out / "libunwind_linked.so",
+             "unwind": out / "unwind", "unwind_fp": out / "unwind_fp", "cxx": out / "cxx_alloc"}
+    steps = [["gcc", *NO_FP, "-shared", "-fPIC", "-o", built["plugin"], PROGRAMS / "plugin.c"],
+             ["gcc", *NO_FP, "-shared", "-fPIC", "-o", built["linked"], PROGRAMS / "unwind_linked.c"],
+             ["g++", *NO_FP, "-o", built["cxx"], PROGRAMS / "cxx_alloc.cpp"]]
+    for name, flags in (("unwind", NO_FP), ("unwind_fp", ["-O2", "-g", "-fno-omit-frame-pointer"])):
+        steps.append(["gcc", *flags, "-pthread", "-o", built[name], PROGRAMS / "unwind.c", f"-L{out}",
+                      "-lunwind_linked", f"-Wl,-rpath,{out}", "-ldl"])
+    for step in steps:
+        subprocess.run([str(part) for part in step], check=True)
+    return built
+
+
+def frame_key(frame: dict) -> tuple:
+    """A frame as the same in any run: module, and function+offset or the module offset."""
+    return os.path.basename(frame["module"] or "?"), frame["function"], frame["offset"]
+
+
+def stacks_by_size(report: dict, sizes) -> dict[int, list[tuple]]:
+    found = {}
+    for group in report["groups"]:
+        if group["size"] in sizes:
+            assert group["count"] == 1 and group["stack_status"] == "captured", group
+            found[group["size"]] = [frame_key(f) for f in group["frames"]]
+    return found
+
+
+def both_engines(command: str, *args: str) -> tuple[dict, dict]:
+    """The last JSON report of each engine (args may end with the interval and count)."""
+    args = args if args and args[-1].isdigit() else (*args, "3600")
+    bpf = final_report(run_command(["-c", command, "--json", "--frames", "40", *args]))
+    preload = final_report(run_command(["-c", command, "--json", "--frames", "40", "--engine", "preload", *args]))
+    return bpf, preload
+
+
+def assert_every_frame_in_an_executable_file(report: dict, sizes) -> None:
+    for group in report["groups"]:
+        if group["size"] in sizes:
+            for frame in group["frames"]:
+                assert frame["module"] and frame["module"].startswith("/"), frame
+
+
+@pytest.mark.parametrize("build", ["unwind", "unwind_fp"])
+def test_frames_equal_the_preload_engines_out_to_start(unwind_programs, build):
+    command = f"{unwind_programs[build]} {unwind_programs['plugin']}"
+    bpf, preload = both_engines(command)
+    from_bpf, from_preload = stacks_by_size(bpf, SIZES), stacks_by_size(preload, SIZES)
+    assert sorted(from_bpf) == sorted(SIZES)
+    for size, what in SIZES.items():
+        assert from_bpf[size] == from_preload[size], what
+    for depth in (2, 4, 8, 12, 24):
+        stack = from_bpf[1000 + depth]
+        assert [f[1] for f in stack[:depth]] == ["descend"] * depth and stack[depth][1] == "main"
+    assert from_bpf[1024][-1][1] == "_start" and from_bpf[3000][0][1] == "thread_body"
+    assert "on_signal" == from_bpf[5000][0][1] and "main" in [f[1] for f in from_bpf[5000]]
+    assert_every_frame_in_an_executable_file(bpf, SIZES)
+    assert bpf["counters"]["stacks_truncated"] == 0
+
+
+def test_cxx_allocations_in_templates(unwind_programs):
+    sizes = {3108, 2000, 601}   # the vector of 777 ints, the array, the string
+    bpf, preload = both_engines(str(unwind_programs["cxx"]), "--min-size", "600")
+    from_bpf = stacks_by_size(bpf, sizes)
+    assert sorted(from_bpf) == sorted(sizes)
+    assert from_bpf == stacks_by_size(preload, sizes)
+    assert all(stack[-1][1] == "_start" for stack in from_bpf.values())
+    assert_every_frame_in_an_executable_file(bpf, sizes)
+
+
+def test_python_bytearrays_are_walked_through_the_interpreter():
+    # A report while it sleeps: at exit the interpreter frees them.
+    command = "/usr/bin/python3 -c 'import time; b=[bytearray(50000 + i) for i in range(3)]; time.sleep(4)'"
+    sizes = {50001, 50002}   # bytearray(50000 + i) asks for one byte more
+    bpf, preload = both_engines(command, "--min-size", "50000", "--max-size", "50010", "2", "1")
+    from_bpf = stacks_by_size(bpf, sizes)
+    assert from_bpf == stacks_by_size(preload, sizes)
+    for stack in from_bpf.values():
+        assert stack[-1][1] == "_start" and any(f[1] == "Py_BytesMain" for f in stack)
+    assert_every_frame_in_an_executable_file(bpf, sizes)
+
+
+def test_frame_pointer_walk_ends_where_it_cannot_go_on_and_says_so(unwind_programs):
+    """--unwind fp on code without frame pointers: short stacks, counted, never garbage."""
+    command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
+    report = final_report(run_command(["-c", command, "--json", "--unwind", "fp", "3600"]))
+    assert report["counters"]["stacks_truncated"] > 0
+    assert_every_frame_in_an_executable_file(report, SIZES)
+    assert stacks_by_size(report, {1024})[1024][0][1] == "descend"
