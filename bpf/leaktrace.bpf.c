@@ -1,6 +1,7 @@
 // leaktrace's in-kernel half: uprobes on an allocator keep the live-allocation
 // table, a table of unique user stacks and per-(tgid, stack, size) counts.
-// Every handler does O(1) map work (plus one pass over the stack it just
+// Every handler does O(1) map work (the stack walk: bounded work per frame, 8 frames a
+// program run; plus one pass over the stack it just
 // walked); everything else happens in user space.
 //
 // Compile-time parameters (set by tracer/bpf_engine.py with -D):
@@ -183,10 +184,11 @@ struct walk_state {
     u64 addr;             // the block being recorded, with its record
     struct live_val val;
 };
-// The stack above the allocator call is copied in one read (each user read costs ~0.1 us
-// here, and most frames' words lie within this much of the call), else in a smaller one.
-#define STACK_COPY 2048
-#define STACK_COPY_SMALL 512
+// The stack is read a window at a time (each user read costs ~0.1 us here, more with its
+// size): the first STACK_FIRST_COPY bytes above the call, then STACK_COPY from wherever the
+// walk next reads above the window; near the stack's end, word by word.
+#define STACK_COPY 1024
+#define STACK_FIRST_COPY 512
 #define WALK_ON 0
 #define WALK_COMPLETE 1   // the outermost frame, or the frame limit
 #define WALK_TRUNCATED 2  // a frame that could not be followed or trusted
@@ -506,11 +508,18 @@ static __always_inline struct unwind_row *row_for(struct exec_map *m, u64 vaddr)
 #endif
 }
 
-// Two words of the target's stack at addr: from the copy when it holds them.
+// Two words of the target's stack at addr, through the window.
 static __always_inline long read_stack(struct pending_call *call, u64 *words, u64 addr)
 {
-    u64 at = addr - call->walk.copy_base;
-    if (at <= call->walk.copied - 16 && call->walk.copied >= 16 && at <= STACK_COPY - 16) {
+    struct walk_state *w = &call->walk;
+    u64 at = addr - w->copy_base;
+    if (w->copied >= 16 && at > w->copied - 16 && addr > w->copy_base) {
+        // Past the window, up the stack: the next window starts here.
+        w->copy_base = addr, w->copied = STACK_COPY, at = 0;
+        if (read_user(call->stack_copy, STACK_COPY, (void *)addr) != 0)
+            w->copied = 0;
+    }
+    if (w->copied >= 16 && at <= w->copied - 16 && at <= STACK_COPY - 16) {
         words[0] = *(u64 *)&call->stack_copy[at];
         words[1] = *(u64 *)&call->stack_copy[at + 8];
         return 0;
@@ -740,13 +749,9 @@ int unwind_frames(struct pt_regs *ctx)
         maps = 0;   // the tables of an earlier image: none yet for this one
     if (w->depth == 0) {
         w->copy_base = w->sp;
-        w->copied = STACK_COPY;
-        if (read_user(call->stack_copy, STACK_COPY, (void *)w->sp) != 0) {
-            // Near the top of the stack the larger read crosses its end.
-            w->copied = STACK_COPY_SMALL;
-            if (read_user(call->stack_copy, STACK_COPY_SMALL, (void *)w->sp) != 0)
-                w->copied = 0;
-        }
+        w->copied = STACK_FIRST_COPY;
+        if (read_user(call->stack_copy, STACK_FIRST_COPY, (void *)w->sp) != 0)
+            w->copied = 0;   // near the stack's end: word by word
     }
 #pragma clang loop unroll(disable)
     for (u32 i = 0; i < FRAMES_PER_PROGRAM && w->end == WALK_ON; i++)

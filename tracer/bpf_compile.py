@@ -40,7 +40,7 @@ class EngineSettings:
     max_procs: int = 4_096           # processes traced at once (with fork following)
     follow_forks: bool = False       # trace children, with the blocks they inherit
     unwind: str = "dwarf"            # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
-    max_unwind_rows: int = 1 << 21   # CFI rows of every module traced (12 bytes each, preallocated)
+    max_unwind_rows: int = 1 << 20   # CFI rows of every module traced (12 bytes each, preallocated)
 
 
 def bpf_source() -> str:

@@ -9,8 +9,9 @@
 
 struct entry { struct entry *next; char key[40]; };
 static struct entry *cache;
+static char *volatile last_response;   /* volatile: -O2 may not drop the calls */
 
-static void cache_insert(int i)
+__attribute__((noinline)) static void cache_insert(int i)
 {
     struct entry *e = malloc(sizeof *e);
     memset(e->key, 'a' + i % 26, sizeof e->key);
@@ -18,7 +19,7 @@ static void cache_insert(int i)
     cache = e;
 }
 
-static char *render_response(int i)
+__attribute__((noinline)) static char *render_response(int i)
 {
     char *body = malloc(512);
     memset(body, 'x', 512);
@@ -31,8 +32,10 @@ static char *render_response(int i)
 static void *worker(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < 300000; i++)
-        free(malloc(64 + i % 256));
+    for (int i = 0; i < 300000; i++) {
+        void *volatile block = malloc(64 + i % 256);
+        free(block);
+    }
     return NULL;
 }
 
@@ -43,7 +46,7 @@ int main(int argc, char **argv)
     pthread_create(&t, NULL, worker, NULL);
     for (int i = 0; rounds == 0 || i < rounds; i++) {
         for (int j = 0; j < 10; j++) {
-            render_response(i * 10 + j);
+            last_response = render_response(i * 10 + j);
             cache_insert(j);
         }
         usleep(rounds ? 100000 : 1000000);   /* as a service: ~0.5 KB/s, so the VM lasts */
