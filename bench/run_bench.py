@@ -64,6 +64,29 @@ def run(argv: list[str]) -> float:
     return ns_per_call("".join(seen))
 
 
+def interleaved(tools: dict[str, list[str]], workload: str, rounds: int) -> dict[str, float]:
+    """Median ns per call of each tool (and memleak-bpfcc, if installed), rounds interleaved."""
+    memleak = shutil.which("memleak-bpfcc")
+    if memleak:
+        tools["memleak-bpfcc"] = [memleak, "-c", workload, "3600"]
+    samples: dict[str, list[float]] = {name: [] for name in tools}
+    for _ in range(rounds):
+        for name, argv in tools.items():
+            samples[name].append(run(argv))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def print_table(title: str, medians: dict[str, float], leaktrace: str) -> None:
+    print(title)
+    print(f"{'':26}{'ns/call (median)':>18}{'slowdown':>10}")
+    for name, median in medians.items():
+        print(f"{name:26}{median:18.1f}{median / medians['untraced']:9.1f}x")
+    if "memleak-bpfcc" in medians:
+        print(f"memleak-bpfcc / {leaktrace} time per call: {medians['memleak-bpfcc'] / medians[leaktrace]:.2f}")
+    else:
+        print("memleak-bpfcc not installed: no comparison")
+
+
 def overhead(binary: Path, args: argparse.Namespace, threads: int) -> None:
     workload = f"{binary} {threads} {args.calls} {args.leak_permille} {START_DELAY_MS}"
     leaktrace = [sys.executable, "-m", "leaktrace.cli"]
@@ -82,25 +105,9 @@ def overhead(binary: Path, args: argparse.Namespace, threads: int) -> None:
         "preload guard fill": [*leaktrace, "-c", workload, "--json", "--engine", "preload",
                                "--options", "guard fill backtrace_size=1", "3600"],
     }
-    memleak = shutil.which("memleak-bpfcc")
-    if memleak:
-        tools["memleak-bpfcc"] = [memleak, "-c", workload, "3600"]
-    samples: dict[str, list[float]] = {name: [] for name in tools}
-    for _ in range(args.rounds):
-        for name, argv in tools.items():
-            samples[name].append(run(argv))
-    base = statistics.median(samples["untraced"])
-    print(f"workload: {threads} thread(s) x {args.calls} malloc/free pairs, sizes 24/64/320/4096, "
-          f"{args.leak_permille / 10:g}% leaked; {args.rounds} rounds, interleaved")
-    print(f"{'':26}{'ns/call (median)':>18}{'slowdown':>10}")
-    for name, values in samples.items():
-        median = statistics.median(values)
-        print(f"{name:26}{median:18.1f}{median / base:9.1f}x")
-    if memleak:
-        ratio = statistics.median(samples["memleak-bpfcc"]) / statistics.median(samples["leaktrace"])
-        print(f"memleak-bpfcc / leaktrace time per call: {ratio:.2f}")
-    else:
-        print("memleak-bpfcc not installed: no comparison")
+    print_table(f"workload: {threads} thread(s) x {args.calls} malloc/free pairs, sizes 24/64/320/4096, "
+                f"{args.leak_permille / 10:g}% leaked; {args.rounds} rounds, interleaved",
+                interleaved(tools, workload, args.rounds), "leaktrace")
 
 
 def deep_overhead(binary: Path, args: argparse.Namespace, depth: int = DEEP) -> None:
@@ -114,25 +121,12 @@ def deep_overhead(binary: Path, args: argparse.Namespace, depth: int = DEEP) -> 
         "leaktrace (dwarf)": [*leaktrace, "3600"],
         "leaktrace --unwind fp": [*leaktrace, "--unwind", "fp", "3600"],
     }
-    memleak = shutil.which("memleak-bpfcc")
-    if memleak:
-        tools["memleak-bpfcc"] = [memleak, "-c", workload, "3600"]
-    samples: dict[str, list[float]] = {name: [] for name in tools}
-    for _ in range(args.rounds):
-        for name, argv in tools.items():
-            samples[name].append(run(argv))
-    medians = {name: statistics.median(values) for name, values in samples.items()}
-    print(f"deep workload: 1 thread x {args.calls} pairs, {depth} calls below the thread's start, "
-          f"no frame pointers; 16 frames kept; {args.rounds} rounds, interleaved")
-    print(f"{'':26}{'ns/call (median)':>18}{'slowdown':>10}")
-    for name, median in medians.items():
-        print(f"{name:26}{median:18.1f}{median / medians['untraced']:9.1f}x")
+    medians = interleaved(tools, workload, args.rounds)
+    print_table(f"deep workload: 1 thread x {args.calls} pairs, {depth} calls below the thread's start, "
+                f"no frame pointers; 16 frames kept; {args.rounds} rounds, interleaved", medians, "leaktrace (dwarf)")
     # Per call: a malloc and a free each trap; only the malloc's return walks its 16 frames.
     above = 2 * (medians["leaktrace (dwarf)"] - medians["empty probes"])
     print(f"DWARF stacks above the empty-probe floor: {above:.0f} ns per malloc, {above / 16:.0f} ns per frame")
-    if memleak:
-        print(f"memleak-bpfcc / leaktrace (dwarf) time per call: "
-              f"{medians['memleak-bpfcc'] / medians['leaktrace (dwarf)']:.2f}")
 
 
 def next_change(watch: subprocess.Popen, tool: subprocess.Popen | None, timeout: float = 60) -> int:
