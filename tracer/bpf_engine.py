@@ -18,7 +18,7 @@ from .bpf_compile import EngineSettings, bcc_output, compiling
 from .bpf_maps import dump_map, gc_paused, update_array
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
-from .process import host_path, parse_maps, read_process
+from .process import Mapping, host_path, parse_maps, read_process
 from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
 from .unwind_tables import ROW, UnwindTables
 from .uprobe_links import attach_uprobes
@@ -198,9 +198,14 @@ class BpfEngine:
         # clang runs without the GIL: the libraries are read and disassembled meanwhile
         # (nothing there prints: fds 1 and 2 are the compile's log until it ends).
         compile_job = compiling(self.settings, self.target)
+        attached = self.target and not self.arm_on_exec
+        target_maps = read_process(self.target) if attached else None
         try:
             layouts = {library: self._placements(library) for library in self.libraries}
             exit_offsets = self._exit_offsets({library: elf for library, (elf, _, _) in layouts.items()})
+            if target_maps is not None and self.settings.unwind == "dwarf":
+                for path in self._executable_files(self.target, target_maps.maps):   # readelf meanwhile too
+                    self._tables.rows_of(path)
         finally:
             self._bpf, self._programs = compile_job.result()
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
@@ -209,13 +214,12 @@ class BpfEngine:
         self._bpf[b"unwind_programs"][ct.c_int(0)] = ct.c_int(self._programs[b"unwind_frames"])
         # -c's command stops at its first allocator call until its tables are in (tables_stop_pending).
         self._set_control(CTL_TABLES_GEN, 0 if self.arm_on_exec else NO_TABLES_STOP)
-        if self.target and not self.arm_on_exec:
+        if attached:
             procs, gen = self._bpf[b"procs"], self._next_gen()
             procs[ct.c_uint32(self.target)] = procs.Leaf(gen=gen)
             self._set_control(CTL_TARGET_GEN, gen)
-            info = read_process(self.target)
-            if info is not None and info.maps:
-                self.load_tables(self.target, gen, info.maps)
+            if target_maps is not None and target_maps.maps:
+                self.load_tables(self.target, gen, target_maps.maps)
         self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
         if self.settings.follow_forks:
             for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
@@ -264,6 +268,11 @@ class BpfEngine:
         """True once the target has been stopped at its first allocator call for its tables."""
         return bool(self._control(CTL_TABLES_STOP))
 
+    def tables_loaded(self) -> bool:
+        """The target's current image has its unwind tables (or it is never stopped for them)."""
+        loaded = self._control(CTL_TABLES_GEN)
+        return loaded == NO_TABLES_STOP or (loaded != 0 and loaded == self.target_gen())
+
     def clear_tables_stop(self, gen: int) -> None:
         self._set_control(CTL_TABLES_GEN, gen)
         self._set_control(CTL_TABLES_STOP, 0)
@@ -293,10 +302,18 @@ class BpfEngine:
         vaddr = elf.file_offset_to_vaddr(offset) if elf else None
         return None if vaddr is None else start - vaddr
 
+    @staticmethod
+    def _executable_mappings(maps: str) -> list[Mapping]:
+        return [m for m in parse_maps(maps) if "x" in m.perms and m.path != "[vsyscall]"]
+
+    def _executable_files(self, pid: int, maps: str) -> list[str]:
+        """The files process pid maps executable, as this process opens them."""
+        return [host_path(pid, m.path) for m in self._executable_mappings(maps) if m.path.startswith("/")]
+
     def load_tables(self, pid: int, gen: int, maps: str) -> None:
         """Gives the stack walk the executable mappings of process pid's image gen, with the
         unwind rows of each file (compiled once per file); nothing to do if they are unchanged."""
-        executable = [m for m in parse_maps(maps) if "x" in m.perms and m.path != "[vsyscall]"]
+        executable = self._executable_mappings(maps)
         lines = "\n".join(f"{m.start:x}-{m.end:x} {m.offset:x} {m.path}" for m in executable)
         if self._exec_maps.get(pid) == (gen, lines):
             return

@@ -134,7 +134,17 @@ class Trace:
             engine.close()
             _reap(pid, kill=True)
             raise
-        return cls(engine, pid, read_process(pid), is_child=True)
+        trace = cls(engine, pid, read_process(pid), is_child=True)
+        trace._await_first_tables()
+        return trace
+
+    def _await_first_tables(self, timeout: float = 2.0) -> None:
+        """Polls until the launched command's first image has its unwind tables (its first
+        allocator call waits for them), it exits, or timeout: a caller that polls rarely
+        does not leave it stopped at its start."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.poll() and not self.engine.tables_loaded():
+            time.sleep(0.002)
 
     @classmethod
     def everything(cls, settings: EngineSettings = EngineSettings(), libraries: tuple[str, ...] = (),
