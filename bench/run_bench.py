@@ -126,7 +126,10 @@ def deep_overhead(binary: Path, args: argparse.Namespace, depth: int = DEEP) -> 
                 f"no frame pointers; 16 frames kept; {args.rounds} rounds, interleaved", medians, "leaktrace (dwarf)")
     # Per call: a malloc and a free each trap; only the malloc's return walks its 16 frames.
     above = 2 * (medians["leaktrace (dwarf)"] - medians["empty probes"])
-    print(f"DWARF stacks above the empty-probe floor: {above:.0f} ns per malloc, {above / 16:.0f} ns per frame")
+    # The frame-pointer walk stops at frame 1 here (no frame pointers): the other 15 are the walk's.
+    walk = 2 * (medians["leaktrace (dwarf)"] - medians["leaktrace --unwind fp"])
+    print(f"leaktrace with DWARF stacks above the empty-probe floor: {above:.0f} ns per malloc; "
+          f"the 15 frames beyond the fp walk's one: {walk:.0f} ns, {walk / 15:.0f} ns per frame")
 
 
 def next_change(watch: subprocess.Popen, tool: subprocess.Popen | None, timeout: float = 60) -> int:
