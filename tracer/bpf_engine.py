@@ -135,7 +135,6 @@ class BpfEngine:
         self._next_row = 0
         self._exec_maps: dict[int, tuple[int, str]] = {}    # pid -> (generation, executable lines) loaded
         self._elves: dict[str, ElfFile | None] = {}
-        self.rows_left_out = 0                              # rows of modules the row table had no room for
 
     def _link(self, program: bytes, library: str, offsets: list[int], cookies: list[int],
               returns: bool = False) -> None:
@@ -278,12 +277,12 @@ class BpfEngine:
         self._set_control(CTL_TABLES_STOP, 0)
 
     def _rows_for(self, path: str) -> tuple[int, int]:
-        """(first row, count) of a file's rows in the kernel's row table, uploaded on first use."""
+        """(first row, count) of a file's rows in the kernel's row table, uploaded on first use;
+        (0, 0) when the table has no room (its frames then go by the checked frame-pointer chain)."""
         rows = self._tables.rows_of(path) if self.settings.unwind == "dwarf" else b""
         if rows not in self._uploaded:
             count = len(rows) // ROW.size
             if self._next_row + count > self.settings.max_unwind_rows:
-                self.rows_left_out += count
                 return 0, 0
             first, self._next_row = self._next_row, self._next_row + count
             if count:
