@@ -60,6 +60,13 @@ def test_dead_pid_exits_1(probes_left_as_found):
     assert_one_line_error(run_command(["-p", str(child.pid)]), 1, f"no process with pid {child.pid}")
 
 
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_kernel_thread_exits_1_saying_so(engine, probes_left_as_found):
+    """pid 2 is kthreadd: it exists, but has no user address space."""
+    assert_one_line_error(run_command(["-p", "2", "--engine", engine]), 1,
+                          "pid 2 (kthreadd) is a kernel thread: it has no user heap to trace")
+
+
 def test_thread_id_exits_1_naming_its_process(probes_left_as_found):
     waiter = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); print('ready', flush=True)"
     target = subprocess.Popen([sys.executable, "-c", waiter], stdout=subprocess.PIPE, text=True)

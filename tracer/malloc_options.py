@@ -137,26 +137,30 @@ def _split_options(text: str):
     """Yields (name, value) the way bionic's Config::GetOption reads them."""
     i, n = 0, len(text)
     while True:
-        while i < n and text[i].isspace():
+        while i < n and text[i] in C_SPACE:
             i += 1
         if i >= n:
             return
         start = i
-        while i < n and not text[i].isspace() and text[i] != "=":
+        while i < n and text[i] not in C_SPACE and text[i] != "=":
             i += 1
         name = text[start:i]
-        while i < n and text[i].isspace():
+        while i < n and text[i] in C_SPACE:
             i += 1
         value = ""
         if i < n and text[i] == "=":
             i += 1
-            while i < n and text[i].isspace():
+            while i < n and text[i] in C_SPACE:
                 i += 1
             start = i
-            while i < n and not text[i].isspace():
+            while i < n and text[i] not in C_SPACE:
                 i += 1
             value = text[start:i]
         yield name, value
+
+
+C_SPACE = " \t\n\v\f\r"   # C's isspace() in the C locale: Unicode spaces and \x1c-\x1f are not separators
+LONG_DIGITS = 19          # digits of LONG_MAX: a longer number overflows whatever its value
 
 
 def _strtol(value: str) -> tuple[int | None, str, bool]:
@@ -171,7 +175,9 @@ def _strtol(value: str) -> tuple[int | None, str, bool]:
         i += 1
     if i == start:
         return None, value, False
-    number = sign * int(value[start:i])
+    if len(value[start:i].lstrip("0")) > LONG_DIGITS:   # no int() of it: Python limits its digits
+        return 0, value[i:], True
+    number = sign * int(value[start:i].lstrip("0") or "0")
     overflowed = not LONG_MIN <= number <= LONG_MAX
     return number, value[i:], overflowed
 

@@ -84,8 +84,12 @@ def _thread_group_of(pid: int) -> int | None:
 def read_target(pid: int) -> ProcessInfo:
     """The running process -p names, or one clear error: there is none, or pid is one of its threads."""
     info = read_process(pid)
-    if info is None or not info.maps:
+    if info is None:
         raise RuntimeFailure(f"no process with pid {pid}")
+    if not info.maps:   # no address space: a kernel thread, or a process that has exited
+        if alive(pid):
+            raise RuntimeFailure(f"pid {pid} ({info.comm}) is a kernel thread: it has no user heap to trace")
+        raise RuntimeFailure(f"pid {pid} has exited (a zombie)")
     process = _thread_group_of(pid)
     if process not in (pid, None):
         raise RuntimeFailure(f"{pid} is a thread of process {process}: trace -p {process}")
