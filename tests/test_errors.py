@@ -87,9 +87,11 @@ def test_missing_command_exits_1(probes_left_as_found):
                           "cannot run 'no-such-program-here': No such file or directory")
 
 
-def test_static_program_exits_1(program, probes_left_as_found):
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_static_program_exits_1(program, engine, probes_left_as_found):
+    """The preload engine too: LD_PRELOAD never reaches a static program (it said 'pid none: 0 live bytes')."""
     static = program("sites", "-static")
-    assert_one_line_error(run_command(["-c", str(static)]), 1, "is statically linked")
+    assert_one_line_error(run_command(["-c", str(static), "--engine", engine]), 1, "is statically linked")
 
 
 def test_static_process_exits_1(build_dir, probes_left_as_found):

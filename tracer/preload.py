@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from .android_records import return_addresses
+from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .library_table import copy_with_table, library_base, preload_library, stack_status, table_snapshot
 from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
@@ -95,6 +96,12 @@ class PreloadTrace:
     def launch(cls, argv: list[str], options: str) -> "PreloadTrace":
         """Runs argv with the library, told options (plus a dump at exit into a directory of ours)."""
         path = resolve_executable(argv[0])
+        try:
+            static = ElfFile(path).interpreter is None
+        except ElfError:
+            static = False   # a script: the interpreter its #! names loads the library
+        if static:
+            raise RuntimeFailure(f"{path} is statically linked: LD_PRELOAD cannot load leaktrace's library into it")
         workdir = tempfile.mkdtemp(prefix="leaktrace-preload-")
         prefix = os.path.join(workdir, "heap")
         env = dict(os.environ, LD_PRELOAD=preload_library(),
