@@ -29,7 +29,7 @@ from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug
 from .process import alive, parse_maps, read_target, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
 from .snapshot import UNREACHABLE_LIMIT, AllocationGroup, Counters, ProcessInfo, Snapshot, UnreachableReport
-from .target_files import Credentials, RefusedFile, read_bounded, read_target_file, unlink_target_file
+from .target_files import Credentials, RefusedFile, read_regular, read_target_file, unlink_target_file
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0        # seconds for a program to make an allocator call and write the dump asked for
@@ -118,11 +118,7 @@ class PreloadTrace:
         if library_base(parse_maps(info.maps), preload_library()) is None:
             raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library (see --preload-lib)")
         try:
-            fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                raw = read_bounded(fd, ENVIRON_READ_LIMIT, f"pid {pid}'s environment")
-            finally:
-                os.close(fd)
+            raw = read_regular(f"/proc/{pid}/environ", ENVIRON_READ_LIMIT)
             environ = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
             config = parse_malloc_debug_options(environ.get(b"LIBC_DEBUG_MALLOC_OPTIONS", b"").decode(errors="replace"))
         except (OSError, OptionError, RefusedFile) as e:

@@ -171,8 +171,9 @@ class Trace:
         return cached if alive else dataclasses.replace(cached, exited=True)
 
     def _load_tables(self, pid: int, maps: str) -> None:
-        """The stack walk's view of pid's executable mappings, kept current as they change."""
-        gen = self._gens.get(pid) or (self.engine.target_gen() if pid == self.pid else 0)
+        """The stack walk's view of pid's executable mappings, kept current as they change
+        (the target's current image as the kernel side has it: an exec may be newer than _gens)."""
+        gen = self.engine.target_gen() if pid == self.pid else self._gens.get(pid, 0)
         if gen:
             self.engine.load_tables(pid, gen, maps)
 
@@ -297,11 +298,8 @@ class Trace:
             if self.engine.tables_stop_pending():
                 # Stopped at the first allocator call of a new image: its modules are all
                 # mapped now; the call goes on once their unwind tables are in.
-                gen = self.engine.target_gen()
-                info = read_process(self.pid)
-                if info is not None and info.maps:
-                    self.engine.load_tables(self.pid, gen, info.maps)
-                self.engine.clear_tables_stop(gen)
+                self._process_info(self.pid)
+                self.engine.clear_tables_stop(self.engine.target_gen())
                 os.kill(self.pid, signal.SIGCONT)
             elif self.engine.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;

@@ -101,6 +101,16 @@ def read_bounded(fd: int, limit: int, what: str) -> bytes:
             raise RefusedFile(f"{what} is larger than {limit >> 20} MiB")
 
 
+def read_regular(path: str, limit: int) -> bytes:
+    """The contents of a regular file of at most limit bytes: OSError if it cannot be opened or is
+    not a regular file, RefusedFile if it is larger."""
+    fd = open_regular(path)
+    try:
+        return read_bounded(fd, limit, path)
+    finally:
+        os.close(fd)
+
+
 def read_target_file(credentials: Credentials, path: str, limit: int) -> bytes | None:
     """The contents of a file the target wrote, or None if there is none. It is opened with
     the target's rights, not followed if it is a symbolic link, and must be a regular file

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from ..errors import RuntimeFailure, UsageError
 from ..render_leak_info import iter_leak_info
-from ..target_files import RefusedFile, open_regular, read_bounded
+from ..target_files import read_regular
 from . import ArgumentParser, Command
 
 LEAK_INFO_READ_LIMIT = 256 << 20   # bytes: a buffer of about 1.8 million 64-bit entries of 16 pcs
@@ -24,25 +23,13 @@ class DecodeLeakInfoCommand(Command):
                             help="pcs per entry, as get_malloc_leak_info returned it (1 to 256)")
         parser.add_argument("--abi", type=int, choices=(32, 64), default=64, help="word size (default 64)")
 
-    @staticmethod
-    def read(path: str) -> bytes:
-        try:
-            fd = open_regular(path)
-        except OSError as e:
-            raise RuntimeFailure(f"cannot read {path}: {e.strerror}") from None
-        try:
-            return read_bounded(fd, LEAK_INFO_READ_LIMIT, path)
-        except OSError as e:
-            raise RuntimeFailure(f"cannot read {path}: {e.strerror}") from None
-        except RefusedFile as e:
-            raise RuntimeFailure(str(e)) from None
-        finally:
-            os.close(fd)
-
     def run(self, args: argparse.Namespace) -> int:
         if not 1 <= args.backtrace_size <= 256:
             raise UsageError(f"--backtrace-size must be from 1 to 256, not {args.backtrace_size}")
-        buffer = memoryview(self.read(args.file))
+        try:
+            buffer = memoryview(read_regular(args.file, LEAK_INFO_READ_LIMIT))
+        except OSError as e:
+            raise RuntimeFailure(f"cannot read {args.file}: {e.strerror}") from None
 
         def rows():
             for e in iter_leak_info(buffer, args.backtrace_size, args.abi):
