@@ -4,12 +4,14 @@ gives, out to _start or clone3; no frame may point outside an executable mapping
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from conftest import PROGRAMS
-from helpers import final_report, run_command
+from helpers import AttachedTrace, final_report, reports, run_command, wait_for_line
 
 NO_FP = ["-O2", "-g", "-fomit-frame-pointer"]
 SIZES = {1002: "depth 2", 1004: "depth 4", 1008: "depth 8", 1012: "depth 12", 1024: "depth 24",
@@ -24,10 +26,12 @@ def unwind_programs(build_dir) -> dict[str, Path]:
     out = build_dir / "unwind"
     out.mkdir(exist_ok=True)
     built = {"plugin": out / "libplugin.so", "linked": out / "libunwind_linked.so",
-             "unwind": out / "unwind", "unwind_fp": out / "unwind_fp", "cxx": out / "cxx_alloc"}
+             "unwind": out / "unwind", "unwind_fp": out / "unwind_fp", "cxx": out / "cxx_alloc",
+             "uses_plugin": out / "uses_plugin"}
     steps = [["gcc", *NO_FP, "-shared", "-fPIC", "-o", built["plugin"], PROGRAMS / "plugin.c"],
              ["gcc", *NO_FP, "-shared", "-fPIC", "-o", built["linked"], PROGRAMS / "unwind_linked.c"],
-             ["g++", *NO_FP, "-o", built["cxx"], PROGRAMS / "cxx_alloc.cpp"]]
+             ["g++", *NO_FP, "-o", built["cxx"], PROGRAMS / "cxx_alloc.cpp"],
+             ["gcc", *NO_FP, "-o", built["uses_plugin"], PROGRAMS / "uses_plugin.c", "-ldl"]]
     for name, flags in (("unwind", NO_FP), ("unwind_fp", ["-O2", "-g", "-fno-omit-frame-pointer"])):
         steps.append(["gcc", *flags, "-pthread", "-o", built[name], PROGRAMS / "unwind.c", f"-L{out}",
                       "-lunwind_linked", f"-Wl,-rpath,{out}", "-ldl"])
@@ -111,3 +115,28 @@ def test_frame_pointer_walk_ends_where_it_cannot_go_on_and_says_so(unwind_progra
     assert report["counters"]["stacks_truncated"] > 0
     assert_every_frame_in_an_executable_file(report, SIZES)
     assert stacks_by_size(report, {1024})[1024][0][1] == "descend"
+
+
+def test_a_library_deleted_since_it_was_loaded_is_read_as_mapped(unwind_programs, tmp_path):
+    """After an upgrade a service maps libraries whose files are gone ("(deleted)" in its maps):
+    the very file it maps is read (through /proc/PID/map_files), for symbols and for the walk."""
+    library = tmp_path / "libplugin.so"
+    shutil.copy(unwind_programs["plugin"], library)
+    target = subprocess.Popen([str(unwind_programs["uses_plugin"]), str(library), "wait"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert wait_for_line(target.stdout) == "ready\n"
+        library.unlink()
+        trace = AttachedTrace(target.pid, "--frames", "40", "0.3")
+        target.stdin.write("leak\n")
+        target.stdin.flush()
+        assert wait_for_line(target.stdout) == "done\n"
+        time.sleep(0.8)
+        _, out, err = trace.stop()
+    finally:
+        target.kill()
+        target.wait()
+    assert "Traceback" not in err
+    [stack] = stacks_by_size(reports(out)[-1], {2345}).values()
+    assert stack[0] == ("libplugin.so (deleted)", "plugin_leak", stack[0][2])
+    assert stack[1][:2] == ("uses_plugin", "main") and stack[2][0] == "libc.so.6" and stack[-1][1] == "_start"

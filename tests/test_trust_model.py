@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -16,11 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers import TIMEOUT, library_env, reports, run_command, sites
+from helpers import TIMEOUT, AttachedTrace, library_env, reports, run_command, sites, wait_for_line
 
 from leaktrace.preload import snapshot_from_heap_dump
 from leaktrace.symbolize import Symbolizer
-from leaktrace.target_files import Credentials, RefusedFile, read_target_file, unlink_target_file
+from leaktrace.snapshot import Credentials
+from leaktrace.target_files import RefusedFile, read_target_file, unlink_target_file
 
 NOBODY = pwd.getpwnam("nobody")
 AS_NOBODY = Credentials(NOBODY.pw_uid, NOBODY.pw_gid, ())
@@ -146,6 +148,26 @@ def test_a_dump_whose_maps_name_a_fifo_or_a_device_symbolizes_at_once(tmp_path):
     assert all(frame.function is None for frame in frames)
 
 
+def test_a_dump_cannot_make_root_read_a_module_the_target_may_not(program, tmp_path):
+    """A dump's MAPS may name any file: module files are opened with the target's rights, so
+    the symbols of a program only root may read never reach a report (nor a heap dump)."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    secret = private / "tool"
+    shutil.copy(program("idle"), secret)
+    secret.chmod(0o700)
+    symbols = subprocess.run(["nm", str(secret)], capture_output=True, text=True, check=True).stdout
+    keep_some = int(next(line.split()[0] for line in symbols.splitlines() if line.endswith(" keep_some")), 16)
+    start = 0x555555554000
+    text = ("Android Native Heap Dump v1.2\n\nBacktrace size: 4\n\n"
+            f"z 0  sz       10  num    1  bt {start + keep_some + 4:x}\nMAPS\n"
+            f"{start:x}-{start + secret.stat().st_size:x} r-xp 00000000 08:01 12 {secret}\nEND\n")
+    for credentials, function in ((AS_NOBODY, None), (Credentials(0, 0), "keep_some")):
+        snapshot = snapshot_from_heap_dump(text, 7, "x", 0.0, credentials=credentials)
+        [frame] = Symbolizer().symbolize(snapshot).stack_of(snapshot.groups[0])
+        assert (frame.module, frame.function) == (str(secret), function)
+
+
 @contextmanager
 def reachable_by_nobody(path: str):
     """Lets nobody enter each directory above path for the test (CI's clone may sit in a
@@ -259,3 +281,32 @@ def test_decode_leak_info_flags_entries_that_cannot_be_real(tmp_path):
     assert [line.split("!")[1] for line in marked] == ["size above 2^31", "no allocations",
                                                        "pcs after the zero padding"]
     assert "3 entries cannot be real (marked !)" in result.stderr
+
+
+@pytest.mark.parametrize("mode", [0o711, 0o755])
+def test_a_program_its_process_may_not_read_is_not_read_for_it(program, mode):
+    """A process of nobody's runs a program it may execute but not read (mode 0711): its
+    symbols and unwind rows are not read either; the same program readable by all is (control)."""
+    directory = Path(tempfile.mkdtemp(prefix="leaktrace-exec-only-"))
+    directory.chmod(0o755)
+    binary = directory / "workers"
+    shutil.copy(program("workers"), binary)
+    binary.chmod(mode)
+    target = subprocess.Popen(["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}",
+                               "--clear-groups", str(binary), "leak"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert wait_for_line(target.stdout).startswith("ready")
+        trace = AttachedTrace(target.pid, "0.3")
+        target.send_signal(signal.SIGUSR1)
+        assert wait_for_line(target.stdout).startswith("ready")
+        time.sleep(0.8)
+        _, out, err = trace.stop()
+    finally:
+        target.kill()
+        target.wait()
+        shutil.rmtree(directory)
+    assert "Traceback" not in err
+    [group] = [g for g in reports(out)[-1]["groups"] if g["size"] == 1000]
+    frame = group["frames"][0]
+    assert group["count"] == 5 and frame["module"] == str(binary)
+    assert frame["function"] == (None if mode == 0o711 else "leak_site")

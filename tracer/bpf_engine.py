@@ -18,8 +18,9 @@ from .bpf_compile import EngineSettings, bcc_output, compiling
 from .bpf_maps import dump_map, gc_paused, update_array
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
-from .process import Mapping, host_path, parse_maps, read_process
-from .snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
+from .module_files import ModuleFiles
+from .process import Mapping, parse_maps, read_process
+from .snapshot import AllocationGroup, Counters, LiveAllocation, ProcessInfo, StackStatus
 from .unwind_tables import ROW, UnwindTables
 from .uprobe_links import attach_uprobes
 
@@ -114,7 +115,7 @@ class BpfEngine:
     """One compiled BPF program tracing one process and, with -f, its children; or, with
     target 0, every process that calls into the libraries (each from its first call)."""
 
-    def __init__(self, settings: EngineSettings, target: int, libraries: tuple[str, ...],
+    def __init__(self, settings: EngineSettings, target: int, libraries: tuple[ElfFile, ...],
                  arm_on_exec: bool = False, stop_library: str | None = None, loader: str | None = None):
         if not target:
             settings = dataclasses.replace(settings, follow_forks=True)
@@ -134,29 +135,33 @@ class BpfEngine:
         self._uploaded: dict[bytes, tuple[int, int]] = {}   # a file's packed rows -> (first row, count)
         self._next_row = 0
         self._exec_maps: dict[int, tuple[int, str]] = {}    # pid -> (generation, executable lines) loaded
-        self._elves: dict[str, ElfFile | None] = {}
+        self._modules = ModuleFiles()
 
-    def _link(self, program: bytes, library: str, offsets: list[int], cookies: list[int],
+    @property
+    def library_paths(self) -> list[str]:
+        return [library.path for library in self.libraries]
+
+    def _link(self, program: bytes, library: ElfFile, offsets: list[int], cookies: list[int],
               returns: bool = False) -> None:
         # Children are only seen by probes that fire in every process (pid 0).
         pid = 0 if self.settings.follow_forks else self.target
-        try:
-            self._links.append(attach_uprobes(self._programs[program], library, offsets, cookies, pid, returns))
+        try:   # by descriptor: the very file that was read (a target's, with its rights)
+            self._links.append(attach_uprobes(self._programs[program], library.descriptor, offsets, cookies, pid,
+                                              returns))
         except OSError as e:
             if self.target and not os.path.exists(f"/proc/{self.target}"):
                 raise RuntimeFailure(f"pid {self.target} exited before the probes were attached") from None
             hint = " (uprobe_multi links need Linux 6.6 or later)" if e.errno in (errno.EINVAL, errno.EOPNOTSUPP) else ""
-            raise RuntimeFailure(f"cannot attach uprobes to {library}: {e.strerror}{hint}") from None
+            raise RuntimeFailure(f"cannot attach uprobes to {library.path}: {e.strerror}{hint}") from None
 
-    def _placements(self, library: str) -> tuple[ElfFile, dict[str, int], dict[str, Placement]]:
-        """The library, its allocator functions (name -> entry) and where each one's probe goes."""
+    def _placements(self, elf: ElfFile) -> tuple[dict[str, int], dict[str, Placement]]:
+        """The library's allocator functions (name -> entry) and where each one's probe goes."""
         try:
-            elf = ElfFile(library)
             functions = elf.dynamic_functions
         except ElfError as e:
             raise RuntimeFailure(f"cannot read allocator library: {e}") from None
         if "malloc" not in functions or "free" not in functions:
-            raise RuntimeFailure(f"{library} does not export malloc and free")
+            raise RuntimeFailure(f"{elf.path} does not export malloc and free")
         placements = place_probes(elf, functions)
         free_probe = placements["free"].address
         text = elf.segment_containing(free_probe)
@@ -165,10 +170,9 @@ class BpfEngine:
             before, after = self._text_around_free
             self._text_around_free = (max(before, free_probe - text.vaddr),
                                       max(after, text.vaddr + text.memsz - free_probe))
-        return elf, functions, placements
+        return functions, placements
 
-    def _attach_library(self, library: str, elf: ElfFile, functions: dict[str, int],
-                        placements: dict[str, Placement]) -> None:
+    def _attach_library(self, elf: ElfFile, functions: dict[str, int], placements: dict[str, Placement]) -> None:
         by_address: dict[int, AttachedProbe] = {}
         for function, (cookie, _) in PROBES.items():
             address = functions.get(function)
@@ -178,18 +182,18 @@ class BpfEngine:
             if known is not None:
                 # An alias of a function already probed (glibc: memalign = aligned_alloc).
                 if PROBES[known.function][0] != cookie:
-                    raise RuntimeFailure(f"{library}: {function} and {known.function} share an address")
+                    raise RuntimeFailure(f"{elf.path}: {function} and {known.function} share an address")
                 by_address[address] = dataclasses.replace(known, aliases=known.aliases + (function,))
                 continue
-            by_address[address] = AttachedProbe(library, function, address, placements[function])
+            by_address[address] = AttachedProbe(elf.path, function, address, placements[function])
         allocating = list(by_address.values())
-        free = AttachedProbe(library, "free", functions["free"], placements["free"])
+        free = AttachedProbe(elf.path, "free", functions["free"], placements["free"])
         offsets = file_offsets(elf, [probe.placement.address for probe in allocating + [free]])
         cookies = [PROBES[probe.function][0] for probe in allocating]
-        self._link(b"alloc_enter", library, offsets[:-1], cookies)
+        self._link(b"alloc_enter", elf, offsets[:-1], cookies)
         # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
-        self._link(b"alloc_return", library, offsets[:-1], cookies, returns=True)
-        self._link(b"free_enter", library, offsets[-1:], [0])
+        self._link(b"alloc_return", elf, offsets[:-1], cookies, returns=True)
+        self._link(b"free_enter", elf, offsets[-1:], [0])
         self.probes += allocating + [free]
 
     def start(self) -> None:
@@ -200,11 +204,12 @@ class BpfEngine:
         attached = self.target and not self.arm_on_exec
         target_maps = read_process(self.target) if attached else None
         try:
-            layouts = {library: self._placements(library) for library in self.libraries}
-            exit_offsets = self._exit_offsets({library: elf for library, (elf, _, _) in layouts.items()})
-            if target_maps is not None and self.settings.unwind == "dwarf":
-                for path in self._executable_files(self.target, target_maps.maps):   # readelf meanwhile too
-                    self._tables.rows_of(path)
+            layouts = [(library, *self._placements(library)) for library in self.libraries]
+            stop = self._exit_stop()
+            if target_maps is not None and self.settings.unwind == "dwarf":   # readelf meanwhile too
+                for elf in self._modules.open(target_maps, self._executable_mappings(target_maps.maps)).values():
+                    if elf is not None:
+                        self._tables.rows_of(elf)
         finally:
             self._bpf, self._programs = compile_job.result()
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
@@ -218,7 +223,7 @@ class BpfEngine:
             procs[ct.c_uint32(self.target)] = procs.Leaf(gen=gen)
             self._set_control(CTL_TARGET_GEN, gen)
             if target_maps is not None and target_maps.maps:
-                self.load_tables(self.target, gen, target_maps.maps)
+                self.load_tables(target_maps, gen)
         self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
         if self.settings.follow_forks:
             for tracepoint, program in ((b"task:task_newtask", b"task_newtask"),
@@ -228,10 +233,10 @@ class BpfEngine:
                         self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
                 except Exception as e:
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
-        for library, (elf, functions, placements) in layouts.items():
-            self._attach_library(library, elf, functions, placements)
-        if exit_offsets:
-            self._link(b"exit_stop", self.stop_library, exit_offsets, [0])
+        for library, functions, placements in layouts:
+            self._attach_library(library, functions, placements)
+        if stop is not None:
+            self._link(b"exit_stop", *stop, [0])
         if self.loader and self.arm_on_exec:
             try:
                 elf = ElfFile(self.loader)
@@ -239,15 +244,16 @@ class BpfEngine:
             except ElfError:
                 debug_state = None
             if debug_state:   # without it, a module dlopen'ed later gets its table within MAPS_REFRESH
-                self._link(b"modules_changed", self.loader, file_offsets(elf, [debug_state]), [0])
+                self._link(b"modules_changed", elf, file_offsets(elf, [debug_state]), [0])
 
-    def _exit_offsets(self, read: dict[str, ElfFile]) -> list[int]:
-        """Where exit_stop's probe goes: _exit of the stop library, if it has one (read: libraries already read)."""
+    def _exit_stop(self) -> tuple[ElfFile, list[int]] | None:
+        """Where exit_stop's probe goes: _exit of the stop library, if it has one."""
         if not self.stop_library:
-            return []
-        elf = read.get(self.stop_library) or ElfFile(self.stop_library)
+            return None
+        elf = next((library for library in self.libraries if library.path == self.stop_library), None) \
+            or ElfFile(self.stop_library)
         exit_address = elf.dynamic_functions.get("_exit")
-        return file_offsets(elf, [exit_address]) if exit_address else []
+        return (elf, file_offsets(elf, [exit_address])) if exit_address else None
 
     def _set_control(self, slot: int, value: int) -> None:
         self._bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)
@@ -276,10 +282,10 @@ class BpfEngine:
         self._set_control(CTL_TABLES_GEN, gen)
         self._set_control(CTL_TABLES_STOP, 0)
 
-    def _rows_for(self, path: str) -> tuple[int, int]:
+    def _rows_for(self, elf: ElfFile) -> tuple[int, int]:
         """(first row, count) of a file's rows in the kernel's row table, uploaded on first use;
         (0, 0) when the table has no room (its frames then go by the checked frame-pointer chain)."""
-        rows = self._tables.rows_of(path) if self.settings.unwind == "dwarf" else b""
+        rows = self._tables.rows_of(elf) if self.settings.unwind == "dwarf" else b""
         if rows not in self._uploaded:
             count = len(rows) // ROW.size
             if self._next_row + count > self.settings.max_unwind_rows:
@@ -290,42 +296,29 @@ class BpfEngine:
             self._uploaded[rows] = (first, count)
         return self._uploaded[rows]
 
-    def _module_bias(self, path: str, start: int, offset: int) -> int | None:
-        """address - module virtual address for a mapping of path at start, file offset offset."""
-        if path not in self._elves:
-            try:
-                self._elves[path] = ElfFile(path)
-            except ElfError:
-                self._elves[path] = None
-        elf = self._elves[path]
-        vaddr = elf.file_offset_to_vaddr(offset) if elf else None
-        return None if vaddr is None else start - vaddr
-
     @staticmethod
     def _executable_mappings(maps: str) -> list[Mapping]:
-        return [m for m in parse_maps(maps) if "x" in m.perms and m.path != "[vsyscall]"]
+        return sorted((m for m in parse_maps(maps) if "x" in m.perms and m.path != "[vsyscall]"),
+                      key=lambda m: m.start)[:MAX_EXEC_MAPS]
 
-    def _executable_files(self, pid: int, maps: str) -> list[str]:
-        """The files process pid maps executable, as this process opens them."""
-        return [host_path(pid, m.path) for m in self._executable_mappings(maps) if m.path.startswith("/")]
-
-    def load_tables(self, pid: int, gen: int, maps: str) -> None:
-        """Gives the stack walk the executable mappings of process pid's image gen, with the
+    def load_tables(self, process: ProcessInfo, gen: int) -> None:
+        """Gives the stack walk the executable mappings of the process's image gen, with the
         unwind rows of each file (compiled once per file); nothing to do if they are unchanged."""
-        executable = self._executable_mappings(maps)
+        pid = process.pid
+        executable = self._executable_mappings(process.maps)
         lines = "\n".join(f"{m.start:x}-{m.end:x} {m.offset:x} {m.path}" for m in executable)
         if self._exec_maps.get(pid) == (gen, lines):
             return
+        modules = self._modules.open(process, executable)
         entries = []
-        for m in sorted(executable, key=lambda m: m.start)[:MAX_EXEC_MAPS]:
+        for m in executable:
             first = count = 0
             bias = m.start
-            if m.path.startswith("/"):
-                path = host_path(pid, m.path)
-                found = self._module_bias(path, m.start, m.offset)
-                if found is not None:
-                    bias = found
-                    first, count = self._rows_for(path)
+            elf = modules[m.start]
+            vaddr = elf.file_offset_to_vaddr(m.offset) if elf else None
+            if vaddr is not None:   # address - module virtual address
+                bias = m.start - vaddr
+                first, count = self._rows_for(elf)
             entries.append(EXEC_MAP.pack(m.start, m.end, bias, first, count))
         table = self._bpf[b"exec_maps"]
         value = table.Leaf()

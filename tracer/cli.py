@@ -2,14 +2,24 @@
 from __future__ import annotations
 
 import os
+import resource
 import sys
 
 from .commands import DEFAULT_COMMAND, REGISTRY, ArgumentParser, load_command
 from .errors import LeaktraceError
 
 
+def _raise_open_file_limit() -> None:
+    """Every module file a trace reads stays open while it is cached (addr2line and readelf read
+    it by descriptor), and a systemwide trace meets many: the soft limit goes up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _raise_open_file_limit()
     name = argv[0] if argv and argv[0] in REGISTRY else DEFAULT_COMMAND
     if argv and argv[0] == name:
         argv = argv[1:]

@@ -45,27 +45,42 @@ def _defined(info: int, shndx: int, value: int, types=(STT_FUNC, STT_GNU_IFUNC))
 class ElfFile:
     """Parses an ELF file's headers and symbol tables from disk, lazily."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, fd: int | None = None):
+        """path names the file, and is opened (a regular file only) unless fd is given: a
+        descriptor the caller opened (with a target's rights), which the ElfFile owns from then on."""
         self.path = path
+        self.fd = -1
         try:   # paths come from targets' maps and dumps: a FIFO or a device is refused, never waited on
-            fd = open_regular(path)
-            try:
-                self._data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
+            self.fd = open_regular(path) if fd is None else fd
+            st = os.fstat(self.fd)
+            self.identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+            self._data = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:
+            self.close()
             raise ElfError(f"{path}: {e}") from e
-        if self._data[:4] != b"\x7fELF":
+        if self._data[:4] != b"\x7fELF" or len(self._data) < 64:
+            self.close()
             raise ElfError(f"{path}: not an ELF file")
         self.is_64 = self._data[4] == 2
         if self._data[5] != 1:
+            self.close()
             raise ElfError(f"{path}: big-endian ELF is not supported")
-        if self.is_64:
-            hdr = struct.unpack_from("<HHIQQQIHHHHHH", self._data, 16)
-        else:
-            hdr = struct.unpack_from("<HHIIIIIHHHHHH", self._data, 16)
+        hdr = struct.unpack_from("<HHIQQQIHHHHHH" if self.is_64 else "<HHIIIIIHHHHHH", self._data, 16)
         (self.type, self.machine, _, self.entry, self._phoff, self._shoff, _, _,
          self._phentsize, self._phnum, self._shentsize, self._shnum, self._shstrndx) = hdr
+
+    @property
+    def descriptor(self) -> str:
+        """A path to this very file, for this process and for the programs it starts with pass_fds=(fd,)."""
+        return f"/proc/self/fd/{self.fd}"
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
 
     def _cstring(self, offset: int) -> str:
         end = self._data.find(b"\0", offset)

@@ -22,7 +22,7 @@ from .elf import ElfFile
 from .errors import RuntimeFailure
 from .freeze import FrozenImage, freeze_and_copy, frozen
 from .process import Mapping
-from .snapshot import AllocationGroup, Counters, LiveAllocation, ProcessInfo, Snapshot, StackStatus
+from .snapshot import AllocationGroup, Counters, Credentials, LiveAllocation, ProcessInfo, Snapshot, StackStatus
 
 TABLE_TRIES = 100      # stops of the process to find its table unlocked (a lock is held for microseconds)
 SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20   # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
@@ -134,7 +134,7 @@ def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation]
     return _until_unlocked(pid, attempt)
 
 
-def table_snapshot(pid: int, comm: str, backtrace_frames: int) -> Snapshot:
+def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Credentials) -> Snapshot:
     """A snapshot read from the library's table in the stopped process, with pointers."""
     def attempt():
         with frozen(pid) as process:
@@ -147,5 +147,6 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int) -> Snapshot:
     tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
     groups = tuple(AllocationGroup(pid, size, count, stack, status, inherited)
                    for (size, stack, status, inherited), count in tally.items())
-    return Snapshot(time.time(), groups, Counters(), {pid: ProcessInfo(pid, comm, comm, maps)}, backtrace_frames,
+    return Snapshot(time.time(), groups, Counters(), {pid: ProcessInfo(pid, comm, comm, maps, credentials=credentials)},
+                    backtrace_frames,
                     tuple(allocations))

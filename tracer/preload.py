@@ -28,8 +28,9 @@ from .library_table import copy_with_table, library_base, preload_library, stack
 from .malloc_options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
 from .process import alive, parse_maps, read_target, resolve_executable
 from .render_leak_info import LeakInfoEntry, decode_leak_info
-from .snapshot import UNREACHABLE_LIMIT, AllocationGroup, Counters, ProcessInfo, Snapshot, UnreachableReport
-from .target_files import Credentials, RefusedFile, read_regular, read_target_file, unlink_target_file
+from .snapshot import (NOBODY, UNREACHABLE_LIMIT, AllocationGroup, Counters, Credentials, ProcessInfo, Snapshot,
+                       UnreachableReport)
+from .target_files import RefusedFile, credentials_of, read_regular, read_target_file, unlink_target_file
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0        # seconds for a program to make an allocator call and write the dump asked for
@@ -42,9 +43,11 @@ _MAPS_LINE = re.compile(r"[0-9a-f]{1,16}-[0-9a-f]{1,16} [-rwxps]{4} [0-9a-f]{1,1
                         r"(?: +[^\0\n]{0,4096})?")
 
 
-def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exited: bool = False) -> Snapshot:
+def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exited: bool = False,
+                            credentials: Credentials = NOBODY) -> Snapshot:
     """A snapshot from an "Android Native Heap Dump v1.2": its records as groups, its maps.
-    The text is a target's: ValueError names the first thing in it that cannot be real."""
+    The text is a target's: ValueError names the first thing in it that cannot be real. The
+    files its MAPS name are opened with credentials (the target's) when it is symbolized."""
     if not text.startswith("Android Native Heap Dump v1.2"):
         raise ValueError("not an Android Native Heap Dump v1.2")
     body, _, maps = text.partition("\nMAPS\n")
@@ -67,7 +70,7 @@ def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exi
     for line in maps.splitlines():
         if not _MAPS_LINE.fullmatch(line):
             raise ValueError(f"damaged MAPS line {line[:80]!r}")
-    info = ProcessInfo(pid, comm, comm, maps, exited)
+    info = ProcessInfo(pid, comm, comm, maps, exited, credentials)
     return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, int(found.group(1)))
 
 
@@ -109,7 +112,7 @@ class PreloadTrace:
         frames = parse_malloc_debug_options(options).backtrace_frames
         # The dump directory is ours (mode 0700): its files are read with our own rights.
         return cls(os.spawnve(os.P_NOWAIT, path, argv, env), prefix, os.path.basename(path)[:15], frames,
-                   Credentials.of(os.getpid()), workdir)
+                   credentials_of(os.getpid()), workdir)
 
     @classmethod
     def attach(cls, pid: int) -> "PreloadTrace":
@@ -124,7 +127,7 @@ class PreloadTrace:
         except (OSError, OptionError, RefusedFile) as e:
             raise RuntimeFailure(f"cannot read pid {pid}'s malloc debug options: {e}") from None
         return cls(pid, str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)), info.comm,
-                   config.backtrace_frames, Credentials.of(pid))
+                   config.backtrace_frames, credentials_of(pid))
 
     @property
     def exited(self) -> bool:
@@ -146,7 +149,7 @@ class PreloadTrace:
         try:
             data = read_target_file(self.credentials, path, DUMP_READ_LIMIT)
             return None if data is None else snapshot_from_heap_dump(
-                data.decode(errors="replace"), self.pid, self.comm, time.time(), exited)
+                data.decode(errors="replace"), self.pid, self.comm, time.time(), exited, self.credentials)
         except RefusedFile as e:
             self._refuse_dumps(str(e))
         except ValueError as e:
@@ -171,7 +174,7 @@ class PreloadTrace:
                 self._last = found
                 return found
         try:
-            self._last = table_snapshot(self.pid, self.comm, self.backtrace_frames)
+            self._last = table_snapshot(self.pid, self.comm, self.backtrace_frames, self.credentials)
         except RuntimeFailure:
             if not self.poll():
                 return self.snapshot()

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .snapshot import ProcessInfo
+from .target_files import credentials_of
 
 @dataclass(frozen=True)
 class Mapping:
@@ -19,6 +19,7 @@ class Mapping:
     offset: int
     inode: int
     path: str
+    device: str = ""     # major:minor, hexadecimal, as maps prints it
 
 
 def parse_maps(text: str) -> list[Mapping]:
@@ -29,7 +30,7 @@ def parse_maps(text: str) -> list[Mapping]:
             continue
         start, end = (int(x, 16) for x in parts[0].split("-"))
         path = parts[5] if len(parts) > 5 else ""
-        result.append(Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path))
+        result.append(Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path, parts[3]))
     return result
 
 
@@ -42,11 +43,14 @@ def read_process(pid: int) -> ProcessInfo | None:
             argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
         with open(f"/proc/{pid}/maps") as f:
             maps = f.read()
+        credentials = credentials_of(pid)
     except (FileNotFoundError, ProcessLookupError):
+        return None
+    except RuntimeFailure:   # its status went between two reads
         return None
     except PermissionError as e:
         raise RuntimeFailure(f"cannot read pid {pid}: {e.strerror}") from None
-    return ProcessInfo(pid, comm, os.path.basename(argv0) or comm, maps)
+    return ProcessInfo(pid, comm, os.path.basename(argv0) or comm, maps, credentials=credentials)
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -96,62 +100,11 @@ def read_target(pid: int) -> ProcessInfo:
     return info
 
 
-def host_path(pid: int, path: str) -> str:
-    """A path seen by the target, as this process can open it (containers have their own root)."""
-    rooted = f"/proc/{pid}/root{path}"
-    try:
-        return path if os.path.samefile(rooted, path) else rooted
-    except OSError:
-        return rooted if os.path.exists(rooted) else path
-
-
 def exports(path: str, symbol: str) -> bool:
     try:
         return ElfFile(path).exports_function(symbol)
     except ElfError:
         return False
-
-
-def allocator_library_of_process(pid: int, maps: str) -> str:
-    """The allocator library a running process uses, from its maps.
-
-    A library other than libc that exports malloc (jemalloc, tcmalloc, mimalloc)
-    is preferred: when one is mapped it is almost always the one in use.
-    """
-    libraries: list[str] = []
-    for mapping in parse_maps(maps):
-        if mapping.path.startswith("/") and mapping.path not in libraries and ".so" in mapping.path:
-            libraries.append(mapping.path)
-    candidates = [p for p in libraries if "/ld-" not in p and exports(host_path(pid, p), "malloc")]
-    if not candidates:
-        raise RuntimeFailure(f"pid {pid} maps no dynamic allocator library (statically linked?); "
-                             "use --lib PATH")
-    others = [p for p in candidates if "/libc.so" not in p and "/libc-" not in p]
-    return host_path(pid, (others or candidates)[0])
-
-
-_LIBC_NAME = re.compile(r"/(libc\.so[.\d]*|libc-[\d.]+\.so|ld-musl-[^/]*\.so[.\d]*)$")
-
-
-def libc_libraries() -> tuple[str, ...]:
-    """Every distinct libc mapped by a running process (a container's is another file), each
-    as a path this process can open; this process's own libc first."""
-    found: dict[tuple[int, int], str] = {}
-    pids = [os.getpid()] + sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                paths = {m.path for m in parse_maps(f.read()) if _LIBC_NAME.search(m.path)}
-        except OSError:
-            continue   # gone, or a kernel thread
-        for path in sorted(paths):
-            opened = host_path(pid, path)
-            try:
-                st = os.stat(opened)
-            except OSError:
-                continue
-            found.setdefault((st.st_dev, st.st_ino), opened)
-    return tuple(found.values())
 
 
 def resolve_executable(name: str) -> str:

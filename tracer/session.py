@@ -14,9 +14,10 @@ import time
 from dataclasses import dataclass
 
 from .bpf_engine import BpfEngine, EngineSettings, TracedProcess
+from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
-from .process import (alive, allocator_library_of_process, libc_libraries, library_of_executable,
-                      program_loader, read_process, read_target, resolve_executable)
+from .module_files import ModuleFiles, allocator_library_of_process, libc_libraries
+from .process import alive, library_of_executable, program_loader, read_process, read_target, resolve_executable
 from .snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, UnreachableReport
 from .system import check_system
 
@@ -59,6 +60,14 @@ class Selection:
         return ((not self.pids or pid in self.pids)
                 and (self.comm is None or self.comm.search(process.comm) is not None)
                 and (self.uid is None or process.uid == self.uid))
+
+
+def _library(path: str) -> ElfFile:
+    """An allocator library the user named (or the program's loader found)."""
+    try:
+        return ElfFile(path)
+    except ElfError as e:
+        raise RuntimeFailure(f"cannot read allocator library: {e}") from None
 
 
 def _started(engine: BpfEngine) -> BpfEngine:
@@ -108,8 +117,8 @@ class Trace:
         if pid == os.getpid():
             raise RuntimeFailure("leaktrace cannot trace itself")
         info = read_target(pid)
-        library = library or allocator_library_of_process(pid, info.maps)
-        return cls(_started(BpfEngine(settings, pid, (library,))), pid, info, is_child=False)
+        elf = _library(library) if library else allocator_library_of_process(info, ModuleFiles())
+        return cls(_started(BpfEngine(settings, pid, (elf,))), pid, info, is_child=False)
 
     @classmethod
     def launch(cls, argv: list[str], settings: EngineSettings = EngineSettings(),
@@ -119,8 +128,9 @@ class Trace:
         path = resolve_executable(argv[0])
         library = library or library_of_executable(path)
         libc = library_of_executable(path, "_exit") if library != path else None
+        elf = _library(library)
         pid, gate, errors = _spawn_gated(path, argv)
-        engine = BpfEngine(settings, pid, (library,), arm_on_exec=True, stop_library=libc or library,
+        engine = BpfEngine(settings, pid, (elf,), arm_on_exec=True, stop_library=libc or library,
                            loader=program_loader(path))
         try:
             engine.start()
@@ -152,8 +162,10 @@ class Trace:
         """Traces every process that calls into a libc on this system (and into libraries),
         each from its first allocator call; children inherit as with follow_forks."""
         check_system()
-        found = libc_libraries()
-        engine = BpfEngine(settings, 0, found + tuple(lib for lib in libraries if lib not in found))
+        found = libc_libraries(ModuleFiles())
+        named = [_library(path) for path in libraries]
+        known = {elf.identity for elf in found}
+        engine = BpfEngine(settings, 0, found + tuple(elf for elf in named if elf.identity not in known))
         return cls(_started(engine), 0, None, is_child=False, selection=selection)
 
     # -- running ------------------------------------------------------------
@@ -164,18 +176,18 @@ class Trace:
             info = read_process(pid)
             if info is not None and info.maps:
                 self._infos[pid] = info
-                self._load_tables(pid, info.maps)
+                self._load_tables(info)
                 return info
         cached = self._infos.get(pid) or ProcessInfo(pid)
         # Unreadable but not known to be gone (a zombie): exited is for trace.poll to say.
         return cached if alive else dataclasses.replace(cached, exited=True)
 
-    def _load_tables(self, pid: int, maps: str) -> None:
-        """The stack walk's view of pid's executable mappings, kept current as they change
+    def _load_tables(self, info: ProcessInfo) -> None:
+        """The stack walk's view of a process's executable mappings, kept current as they change
         (the target's current image as the kernel side has it: an exec may be newer than _gens)."""
-        gen = self.engine.target_gen() if pid == self.pid else self._gens.get(pid, 0)
+        gen = self.engine.target_gen() if info.pid == self.pid else self._gens.get(info.pid, 0)
         if gen:
-            self.engine.load_tables(pid, gen, maps)
+            self.engine.load_tables(info, gen)
 
     def _departed_info(self, pid: int) -> ProcessInfo:
         """What is known of an exited child, even one that lived and died between two polls:

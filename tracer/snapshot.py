@@ -73,12 +73,25 @@ class Counters:
 
 
 @dataclass(frozen=True)
+class Credentials:
+    """A process's file-system identity: the rights files it names are opened with."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
+NOBODY = Credentials(65534, 65534)   # whose rights serve when a process's own are not known
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     pid: int
     comm: str = ""
     name: str = ""       # program name (basename of argv[0]), as getprogname() says
     maps: str = ""       # /proc/PID/maps text as read at snapshot time
     exited: bool = False
+    credentials: Credentials = NOBODY   # its module files are opened with these rights
 
 
 UNREACHABLE_LIMIT = 100      # leaks listed by a reachability check, as libmemunreachable's default

@@ -1,6 +1,6 @@
 """Files a target names: opened with the target's own rights, regular files only, reads bounded.
 
-leaktrace runs as root; a path that comes from a target (its options, its dumps) is
+leaktrace runs as root; a path that comes from a target (its options, its dumps, its maps) is
 hostile input. Such a path is opened, read and unlinked by a short-lived thread whose
 file-system identity (fsuid, fsgid, supplementary groups) is the target's, so root never
 reads or deletes a file the target could not have read or deleted itself. Credentials are
@@ -13,9 +13,11 @@ import ctypes
 import os
 import stat
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from .errors import RuntimeFailure
+from .snapshot import Credentials
 
 # x86_64 numbers: setgroups, setfsuid, setfsgid.
 SYS_SETGROUPS, SYS_SETFSUID, SYS_SETFSGID = 116, 122, 123
@@ -23,57 +25,55 @@ UNTRUSTED_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY   # a 
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
+T = TypeVar("T")
 
 
 class RefusedFile(RuntimeFailure):
     """A file named by a target that leaktrace will not read: one line says why."""
 
 
-@dataclass(frozen=True)
-class Credentials:
-    uid: int             # the file-system uid the target creates and opens files with
-    gid: int
-    groups: tuple[int, ...]
+def credentials_of(pid: int) -> Credentials:
+    """A process's file-system identity, from /proc/PID/status."""
+    fields: dict[str, list[str]] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                fields[name] = value.split()
+        return Credentials(int(fields["Uid"][3]), int(fields["Gid"][3]), tuple(int(g) for g in fields["Groups"]))
+    except (OSError, KeyError, IndexError, ValueError):
+        raise RuntimeFailure(f"cannot read pid {pid}'s credentials") from None
 
-    @classmethod
-    def of(cls, pid: int) -> "Credentials":
-        """The target's file-system identity, from /proc/PID/status."""
-        fields: dict[str, list[str]] = {}
+
+def run_as(credentials: Credentials, work: Callable[[], T]) -> T:
+    """work() with these credentials for file access: in a new thread that takes them, or
+    here for root (whose rights they are already); its result or its exception."""
+    if credentials.uid == 0 and os.geteuid() == 0:
+        return work()
+    outcome: list = []
+
+    def as_target() -> None:
         try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    name, _, value = line.partition(":")
-                    fields[name] = value.split()
-            return cls(int(fields["Uid"][3]), int(fields["Gid"][3]), tuple(int(g) for g in fields["Groups"]))
-        except (OSError, KeyError, IndexError, ValueError):
-            raise RuntimeFailure(f"cannot read pid {pid}'s credentials") from None
+            groups = (ctypes.c_uint32 * max(len(credentials.groups), 1))(*credentials.groups)
+            if _libc.syscall(SYS_SETGROUPS, len(credentials.groups), groups) != 0:
+                raise OSError(ctypes.get_errno(), "setgroups")
+            _libc.syscall(SYS_SETFSGID, credentials.gid)
+            _libc.syscall(SYS_SETFSUID, credentials.uid)
+            # setfsuid/setfsgid report no errors; a call that cannot change anything returns the current one.
+            if (_libc.syscall(SYS_SETFSUID, -1) & 0xFFFFFFFF, _libc.syscall(SYS_SETFSGID, -1) & 0xFFFFFFFF) \
+                    != (credentials.uid, credentials.gid):
+                raise OSError(0, "cannot take the target's file-system identity")
+            outcome.append((True, work()))
+        except BaseException as e:   # handed to the caller's thread
+            outcome.append((False, e))
 
-    def run(self, work):
-        """work() in a new thread that has these credentials for file access; its result or its exception."""
-        outcome: list = []
-
-        def as_target() -> None:
-            try:
-                groups = (ctypes.c_uint32 * max(len(self.groups), 1))(*self.groups)
-                if _libc.syscall(SYS_SETGROUPS, len(self.groups), groups) != 0:
-                    raise OSError(ctypes.get_errno(), "setgroups")
-                _libc.syscall(SYS_SETFSGID, self.gid)
-                _libc.syscall(SYS_SETFSUID, self.uid)
-                # setfsuid/setfsgid report no errors; a call that cannot change anything returns the current one.
-                if (_libc.syscall(SYS_SETFSUID, -1) & 0xFFFFFFFF, _libc.syscall(SYS_SETFSGID, -1) & 0xFFFFFFFF) \
-                        != (self.uid, self.gid):
-                    raise OSError(0, "cannot take the target's file-system identity")
-                outcome.append((True, work()))
-            except BaseException as e:   # handed to the caller's thread
-                outcome.append((False, e))
-
-        thread = threading.Thread(target=as_target, name="leaktrace-as-target", daemon=True)
-        thread.start()
-        thread.join()
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+    thread = threading.Thread(target=as_target, name="leaktrace-as-target", daemon=True)
+    thread.start()
+    thread.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def open_regular(path: str, flags: int = UNTRUSTED_OPEN) -> int:
@@ -131,7 +131,7 @@ def read_target_file(credentials: Credentials, path: str, limit: int) -> bytes |
             return read_bounded(fd, limit, path)
         finally:
             os.close(fd)
-    return credentials.run(read)
+    return run_as(credentials, read)
 
 
 def unlink_target_file(credentials: Credentials, path: str) -> None:
@@ -143,4 +143,21 @@ def unlink_target_file(credentials: Credentials, path: str) -> None:
             pass
         except OSError as e:
             raise RefusedFile(f"refusing to remove {path}: {e.strerror}") from None
-    credentials.run(unlink)
+    run_as(credentials, unlink)
+
+
+def open_modules(credentials: Credentials, wanted: Sequence[Sequence[str]]) -> list[int | None]:
+    """Descriptors of module files a target maps, opened with its rights in one go: for each
+    entry, the first of its paths that opens as a regular file (None if none does)."""
+    def open_each() -> list[int | None]:
+        descriptors: list[int | None] = []
+        for paths in wanted:
+            descriptors.append(None)
+            for path in paths:
+                try:
+                    descriptors[-1] = open_regular(path)
+                    break
+                except OSError:
+                    continue
+        return descriptors
+    return run_as(credentials, open_each)

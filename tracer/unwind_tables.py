@@ -12,13 +12,12 @@ DWARF expression), get CFA_UNKNOWN: there the walk tries the frame-pointer chain
 """
 from __future__ import annotations
 
-import os
 import re
 import struct
 import subprocess
 from dataclasses import dataclass
 
-from .target_files import open_regular
+from .elf import ElfFile
 
 # Rules, as bpf/leaktrace.bpf.c reads them.
 CFA_UNKNOWN, CFA_RSP, CFA_RBP, CFA_END, CFA_SIGNAL = 0, 1, 2, 3, 4
@@ -135,19 +134,10 @@ class UnwindTables:
     def __init__(self):
         self._rows: dict[tuple, bytes] = {}
 
-    def rows_of(self, path: str) -> bytes:
-        """The packed rows of the file at path (empty when it has no CFI or cannot be read)."""
-        try:
-            fd = open_regular(path)
-        except OSError:
-            return b""
-        try:
-            st = os.fstat(fd)
-            key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-            if key not in self._rows:
-                listing = subprocess.run(["readelf", "--wide", "--debug-dump=frames-interp", f"/proc/self/fd/{fd}"],
-                                         capture_output=True, text=True, check=False, pass_fds=(fd,))
-                self._rows[key] = pack_rows(compile_rows(parse_frames_interp(listing.stdout)))
-            return self._rows[key]
-        finally:
-            os.close(fd)
+    def rows_of(self, elf: ElfFile) -> bytes:
+        """The packed rows of a module file (empty when it has no CFI)."""
+        if elf.identity not in self._rows:
+            listing = subprocess.run(["readelf", "--wide", "--debug-dump=frames-interp", elf.descriptor],
+                                     capture_output=True, text=True, check=False, pass_fds=(elf.fd,))
+            self._rows[elf.identity] = pack_rows(compile_rows(parse_frames_interp(listing.stdout)))
+        return self._rows[elf.identity]

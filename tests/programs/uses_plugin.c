@@ -1,7 +1,10 @@
 // Uses tests/programs/plugin.c: with a path argument it dlopens it (and never
 // closes it, so its code stays mapped for symbols); built with -DLINKED it is linked.
+// With a second argument "wait" it prints "ready" once the plugin is loaded, then calls
+// plugin_leak() once per line read from stdin, printing "done" after each.
 #include <dlfcn.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef LINKED
 void plugin_leak(void);
@@ -19,7 +22,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "dlopen: %s\n", dlerror());
         return 1;
     }
-    ((void (*)(void))dlsym(plugin, "plugin_leak"))();
+    void (*leak)(void) = (void (*)(void))dlsym(plugin, "plugin_leak");
+    if (argc > 2 && !strcmp(argv[2], "wait")) {
+        char line[64];
+        printf("ready\n");
+        fflush(stdout);
+        while (fgets(line, sizeof(line), stdin)) {
+            leak();
+            printf("done\n");
+            fflush(stdout);
+        }
+        return 0;
+    }
+    leak();
 #endif
     return 0;
 }

@@ -352,7 +352,7 @@ class TraceCommand(Command):
                 if args.verbose:
                     for probe in trace.engine.probes:
                         print(f"leaktrace: {probe.placement.why}", file=sys.stderr)
-                libraries = ", ".join(trace.engine.libraries)
+                libraries = ", ".join(trace.engine.library_paths)
                 print(f"leaktrace: tracing {what} through {libraries}: "
                       f"{len(trace.engine.probes)} probes live", file=sys.stderr, flush=True)
             outputs = self.outputs(args, config)
