@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import PROGRAMS
 from helpers import TIMEOUT, AttachedTrace, library_env, reports, run_command, sites, wait_for_line
 
 from leaktrace.preload import snapshot_from_heap_dump
@@ -310,3 +311,17 @@ def test_a_program_its_process_may_not_read_is_not_read_for_it(program, mode):
     frame = group["frames"][0]
     assert group["count"] == 5 and frame["module"] == str(binary)
     assert frame["function"] == (None if mode == 0o711 else "leak_site")
+
+
+def test_names_a_target_chooses_reach_the_report_without_their_escapes(program, tmp_path):
+    """A program and a library whose file names carry terminal escape sequences: the text
+    report names them with the control characters written out, never the raw bytes."""
+    binary = tmp_path / "x\x1b]2;pwned\x07"
+    library = tmp_path / "lib\x1b[2Jplugin.so"
+    shutil.copy(program("uses_plugin", "-ldl"), binary)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(PROGRAMS / "plugin.c")], check=True)
+    result = run_command(["-c", f"'{binary}' '{library}'"])
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "pid" in result.stdout and "(x\\x1b]2;pwned\\x07)" in result.stdout
+    assert "plugin_leak+0x" in result.stdout and "(lib\\x1b[2Jplugin.so)" in result.stdout

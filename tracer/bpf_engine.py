@@ -19,7 +19,7 @@ from .bpf_maps import dump_map, gc_paused, update_array
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .module_files import ModuleFiles
-from .process import Mapping, parse_maps, read_process
+from .process import Mapping, parse_maps, printable, read_process
 from .snapshot import AllocationGroup, Counters, LiveAllocation, ProcessInfo, StackStatus
 from .unwind_tables import ROW, UnwindTables
 from .uprobe_links import attach_uprobes
@@ -367,7 +367,7 @@ class BpfEngine:
     @staticmethod
     def _traced_process(value) -> TracedProcess:
         return TracedProcess(value.gen, bool(value.exited), value.ignored, value.parent, bool(value.execed),
-                             value.comm.decode(errors="replace"), value.uid)
+                             printable(value.comm.decode(errors="replace")), value.uid)
 
     def processes(self) -> dict[int, TracedProcess]:
         """Every process the kernel side knows (traced or ignored), by tgid."""

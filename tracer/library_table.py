@@ -46,10 +46,12 @@ def stack_status(stack: tuple[int, ...]) -> StackStatus:
 
 
 def library_base(maps: list[Mapping], library: str) -> int | None:
-    """Where the library is loaded in a process (its mapping at file offset 0)."""
-    real = os.path.realpath(library)
+    """Where the library is loaded in a process (its mapping at file offset 0), found by the
+    device and inode maps show, else by its path as text (no path the process names is looked up)."""
+    st = os.stat(library)
+    device, real = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", os.path.realpath(library)
     for mapping in maps:
-        if mapping.offset == 0 and mapping.path and os.path.realpath(mapping.path) == real:
+        if mapping.offset == 0 and ((mapping.device, mapping.inode) == (device, st.st_ino) or mapping.path == real):
             return mapping.start
     return None
 

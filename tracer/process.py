@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -20,6 +21,15 @@ class Mapping:
     inode: int
     path: str
     device: str = ""     # major:minor, hexadecimal, as maps prints it
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A target's name (comm, file name, symbol) with its control characters as \\xNN: it may
+    carry terminal escape sequences, and reports reach root's terminal."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 def parse_maps(text: str) -> list[Mapping]:
@@ -50,7 +60,8 @@ def read_process(pid: int) -> ProcessInfo | None:
         return None
     except PermissionError as e:
         raise RuntimeFailure(f"cannot read pid {pid}: {e.strerror}") from None
-    return ProcessInfo(pid, comm, os.path.basename(argv0) or comm, maps, credentials=credentials)
+    return ProcessInfo(pid, printable(comm), printable(os.path.basename(argv0) or comm), maps,
+                       credentials=credentials)
 
 
 def _stat_fields(pid: int) -> list[str]:

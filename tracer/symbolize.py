@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .elf import ElfFile
 from .module_files import ModuleFiles
-from .process import Mapping, parse_maps
+from .process import Mapping, parse_maps, printable
 from .snapshot import AllocationGroup, ProcessInfo, Snapshot
 
 
@@ -161,7 +161,9 @@ class Symbolizer:
             file, line = self._lines.get((line_key[0].identity, line_key[1]), (None, None)) if line_key \
                 else (None, None)
             function = self._demangled.get(frame.function, frame.function) if frame.function else None
-            frames[key] = Frame(frame.address, function, frame.offset, frame.module, file, line,
+            # Names come from the target's files: printable, so that no report carries its escapes.
+            frames[key] = Frame(frame.address, function and printable(function), frame.offset,
+                                frame.module and printable(frame.module), file and printable(file), line,
                                 frame.module_offset)
         # Processes come and go (systemwide): keep the maps of those still in view.
         self._spaces = {pid: space for pid, space in self._spaces.items() if pid in snapshot.processes}
