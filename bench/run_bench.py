@@ -3,8 +3,8 @@ engine, and the LD_PRELOAD library with and without stacks), of its probes with 
 programs (the traps alone) and of bcc's memleak-bpfcc on the same workload, for one and
 two threads; both tools' start-up and shutdown; then leaktrace's report time at 100k and
 1M live allocations; and the same mix 16 calls deep in a build without frame pointers
-(DWARF stacks against the frame-pointer walk, the floor and memleak). Prints medians and
-ratios; run as root from the repo:
+(DWARF stacks against the frame-pointer walk, the floor and memleak); the unwind tables'
+build, cold and cached. Prints medians and ratios; run as root from the repo:
 
     .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1 2] [--calls 100000]
 """
@@ -185,6 +185,25 @@ def start_up_and_shutdown(binary: Path, rounds: int) -> None:
         print(f"leaktrace's start-up minus memleak's, same round (median): {later:+.3f} s")
 
 
+def table_build_time() -> None:
+    """The unwind tables of python3, libc and ld.so: compiled from readelf's CFI (cold), and
+    read back from the on-disk cache at the next start (warm)."""
+    from leaktrace.elf import ElfFile
+    from leaktrace.unwind_tables import TableCache, UnwindTables
+    files = [os.path.realpath(path) for path in ("/usr/bin/python3", "/lib/x86_64-linux-gnu/libc.so.6",
+                                                 "/lib64/ld-linux-x86-64.so.2")]
+    with tempfile.TemporaryDirectory() as cache:
+        timings, rows = [], 0
+        for _ in ("cold", "warm"):
+            tables = UnwindTables(TableCache(cache))   # a new start: nothing in memory
+            started = time.perf_counter()
+            found = [tables.table_of(ElfFile(path)) for path in files]
+            timings.append(time.perf_counter() - started)
+            rows = sum(table.row_count for table in found)
+    print(f"unwind tables of {', '.join(os.path.basename(p) for p in files)} ({rows} rows): "
+          f"cold {timings[0]:.3f} s, warm (cached) {timings[1]:.4f} s")
+
+
 def report_time(binary: Path, live: int) -> None:
     settings = EngineSettings(max_live=max(EngineSettings().max_live, live + live // 5))
     with Trace.launch([str(binary), str(live)], settings) as trace:
@@ -221,6 +240,7 @@ def main() -> None:
                 overhead(binaries["alloc_bench"], args, threads)
             deep_overhead(binaries["alloc_bench_nofp"], args)
             start_up_and_shutdown(binaries["probe_watch"], args.rounds)
+        table_build_time()
         for live in (100_000, 1_000_000):
             report_time(binaries["hold"], live)
 

@@ -16,6 +16,7 @@
 //   MAX_LIVE, MAX_SITES, MAX_STACKS, MAX_PROCS   map capacities
 //   UNWIND_DWARF   1: stacks follow the modules' CFI rows; 0: the frame-pointer chain only
 //   MAX_ROWS       capacity of the unwind-row table (every module's rows, end to end)
+//   MAX_PAGES      capacity of the row-page index (every module's pages, end to end)
 //
 // Traced processes are the keys of `procs`. Each process image has a `gen`
 // (new at fork and exec, never reused) that is part of every live and site
@@ -156,14 +157,22 @@ struct unwind_row {
 #define RBP_SAME 0
 #define RBP_SAVED 1
 
-// A process's executable mappings, sorted by start: each with the rows of its file.
+// A process's executable mappings, sorted by start: each with the rows of its file and their
+// page index: for each 2^ROW_PAGE_SHIFT bytes of the module from page_origin on, the rows
+// that can hold the rule of an address there (from the one in effect where the page starts
+// to the one where the next starts), so that a row search covers one page's rows.
 struct exec_map {
     u64 start;
     u64 end;
     u64 bias;             // address - module virtual address
     u32 first_row;
     u32 row_count;        // 0: no table (the frame-pointer chain, checked, is tried)
+    u32 first_page;
+    u32 page_count;       // 0: no page index (the search covers every row of the file)
+    u32 page_origin;      // module virtual address of page 0
+    u32 pad;
 };
+#define ROW_PAGE_SHIFT 9
 #define MAX_EXEC_MAPS 128
 struct exec_maps {
     u32 gen;              // the image they describe
@@ -180,15 +189,16 @@ struct walk_state {
     u32 end;              // WALK_*
     u32 tgid;
     u32 copied;           // bytes of the stack copied from copy_base on (0: every read goes to user memory)
+    u32 last_map;         // the mapping of the last frame: the next one is most often in it too
+    u32 pad;
     u64 copy_base;
     u64 addr;             // the block being recorded, with its record
     struct live_val val;
 };
-// The stack is read a window at a time (each user read costs ~0.1 us here, more with its
-// size): the first STACK_FIRST_COPY bytes above the call, then STACK_COPY from wherever the
-// walk next reads above the window; near the stack's end, word by word.
-#define STACK_COPY 1024
-#define STACK_FIRST_COPY 512
+// The stack is read a window at a time (a user read costs 0.1-0.2 us here, nearly the same
+// for 16 bytes as for 2 KiB): STACK_COPY bytes above the call, then from wherever the walk
+// next reads above the window; near the stack's end, to the end of the page, else word by word.
+#define STACK_COPY 2048
 #define WALK_ON 0
 #define WALK_COMPLETE 1   // the outermost frame, or the frame limit
 #define WALK_TRUNCATED 2  // a frame that could not be followed or trusted
@@ -222,6 +232,7 @@ BPF_HASH(inherits, u32, struct inherit, MAX_PROCS);
 BPF_HASH(copy_slots, struct copy_slot_key, u32, MAX_PROCS);
 BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
 BPF_ARRAY(unwind_rows, struct unwind_row, MAX_ROWS);
+BPF_ARRAY(unwind_pages, u64, MAX_PAGES);   // a page's rows: [low word, high word), counted from first_row
 BPF_F_TABLE("hash", u32, struct exec_maps, exec_maps, MAX_PROCS, BPF_F_NO_PREALLOC);
 BPF_PROG_ARRAY(unwind_programs, 1);
 // [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
@@ -463,33 +474,47 @@ static __always_inline u64 remembered(struct stack_capture *capture, u64 key)
     return key;
 }
 
-// The mapping of a process that holds pc, or none: a short binary search.
-static __always_inline struct exec_map *mapping_of(struct exec_maps *maps, u64 pc)
+// The mapping of a process that holds pc, or none: the last frame's, else a short binary search.
+static __always_inline struct exec_map *mapping_of(struct exec_maps *maps, struct walk_state *w, u64 pc)
 {
+    struct exec_map *m = &maps->map[w->last_map & (MAX_EXEC_MAPS - 1)];
+    if (pc >= m->start && pc < m->end)
+        return m;
     u32 lo = 0, hi = maps->count;
     if (hi > MAX_EXEC_MAPS)
         hi = MAX_EXEC_MAPS;
 #pragma clang loop unroll(disable)
     for (u32 i = 0; i < 8 && lo < hi; i++) {   // 2^7 = MAX_EXEC_MAPS
         u32 mid = (lo + hi) / 2;
-        struct exec_map *m = &maps->map[mid & (MAX_EXEC_MAPS - 1)];
-        if (pc < m->start)
+        m = &maps->map[mid & (MAX_EXEC_MAPS - 1)];
+        if (pc < m->start) {
             hi = mid;
-        else if (pc >= m->end)
+        } else if (pc >= m->end) {
             lo = mid + 1;
-        else
+        } else {
+            w->last_map = mid;
             return m;
+        }
     }
     return 0;
 }
 
-// The rule for a module address: the last of the mapping's rows at or below it.
+// The rule for a module address: the last of the mapping's rows at or below it, searched
+// among the rows of its page when the file has a page index.
 static __always_inline struct unwind_row *row_for(struct exec_map *m, u64 vaddr)
 {
 #if UNWIND_DWARF
     if (!m->row_count || vaddr >> 32)
         return 0;
     u32 lo = m->first_row, hi = m->first_row + m->row_count;   // the answer is in [lo, hi)
+    if (m->page_count) {
+        // Below the origin, the last page: its rows all start above vaddr, which has none.
+        u64 page = (vaddr - m->page_origin) >> ROW_PAGE_SHIFT;
+        u32 at = m->first_page + (page < m->page_count ? page : m->page_count - 1);
+        u64 *rows = unwind_pages.lookup(&at);
+        if (rows)
+            lo = m->first_row + (u32)*rows, hi = m->first_row + (u32)(*rows >> 32);
+    }
 #pragma clang loop unroll(disable)
     for (u32 i = 0; i < 22 && hi - lo > 1; i++) {   // 2^21 rows: the most a module can have
         u32 mid = lo + (hi - lo) / 2;
@@ -508,6 +533,20 @@ static __always_inline struct unwind_row *row_for(struct exec_map *m, u64 vaddr)
 #endif
 }
 
+// Copies the window of the stack that starts at addr; returns its size (0: none). The whole
+// window, else up to the end of addr's page (mapped, since addr's word is part of the stack).
+static __always_inline u32 copy_window(struct pending_call *call, u64 addr)
+{
+    if (read_user(call->stack_copy, STACK_COPY, (void *)addr) == 0)
+        return STACK_COPY;
+    u32 size = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+    if (size > STACK_COPY)
+        size = STACK_COPY;
+    if (size < 16 || read_user(call->stack_copy, size, (void *)addr) != 0)
+        return 0;
+    return size;
+}
+
 // Two words of the target's stack at addr, through the window.
 static __always_inline long read_stack(struct pending_call *call, u64 *words, u64 addr)
 {
@@ -515,9 +554,8 @@ static __always_inline long read_stack(struct pending_call *call, u64 *words, u6
     u64 at = addr - w->copy_base;
     if (w->copied >= 16 && at > w->copied - 16 && addr > w->copy_base) {
         // Past the window, up the stack: the next window starts here.
-        w->copy_base = addr, w->copied = STACK_COPY, at = 0;
-        if (read_user(call->stack_copy, STACK_COPY, (void *)addr) != 0)
-            w->copied = 0;
+        w->copy_base = addr, at = 0;
+        w->copied = copy_window(call, addr);
     }
     if (w->copied >= 16 && at <= w->copied - 16 && at <= STACK_COPY - 16) {
         words[0] = *(u64 *)&call->stack_copy[at];
@@ -539,20 +577,23 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
         w->end = WALK_COMPLETE;
         return;
     }
-    struct exec_map *m = maps ? mapping_of(maps, w->pc) : 0;
+    struct exec_map *m = maps ? mapping_of(maps, w, w->pc) : 0;
     if (!m) {
         // Frame 0 is the return address the kernel put back: known good even without maps.
         if (depth == 0)
             out->ip[0] = w->pc, w->depth = 1;
-        w->end = WALK_TRUNCATED;
+        w->end = depth == 0 && STACK_DEPTH == 1 ? WALK_COMPLETE : WALK_TRUNCATED;
         return;
     }
     out->ip[depth] = w->pc;
     w->depth = depth + 1;
+    if (depth + 1 >= STACK_DEPTH) {   // the frame limit: the stack is whole as asked
+        w->end = WALK_COMPLETE;
+        return;
+    }
     // A return address follows its call: the call's own rule is the one at pc - 1.
     struct unwind_row *row = row_for(m, w->pc - 1 - m->bias);
     u8 rule = row ? row->cfa_rule : CFA_UNKNOWN;
-    u64 cfa;
     if (rule == CFA_END) {
         w->end = WALK_COMPLETE;
         return;
@@ -569,7 +610,7 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
         return;
     }
     if (rule == CFA_RSP || rule == CFA_RBP) {
-        cfa = (rule == CFA_RSP ? w->sp : w->bp) + row->cfa_offset;
+        u64 cfa = (rule == CFA_RSP ? w->sp : w->bp) + row->cfa_offset;
         u64 frame[2] = {};   // [0]: the word below the return address, [1]: the return address
         if (cfa <= w->sp || read_stack(call, frame, cfa - 16) != 0) {
             w->end = WALK_TRUNCATED;
@@ -719,7 +760,7 @@ static __always_inline int exit_call(struct pt_regs *ctx)
         // pointer back (no user read), with the caller's sp and rbp (callee-saved).
         struct walk_state *w = &call->walk;
         w->pc = PT_REGS_IP(ctx), w->sp = PT_REGS_SP(ctx), w->bp = PT_REGS_FP(ctx);
-        w->depth = 0, w->end = WALK_ON, w->tgid = tgid, w->addr = addr, w->val = val;
+        w->depth = 0, w->end = WALK_ON, w->tgid = tgid, w->addr = addr, w->val = val, w->last_map = 0;
         // Cleared before the walk, so the stored stack has zeros past its last frame.
 #pragma clang loop unroll(disable)
         for (u32 i = 0; i < STACK_DEPTH; i++) {
@@ -749,9 +790,7 @@ int unwind_frames(struct pt_regs *ctx)
         maps = 0;   // the tables of an earlier image: none yet for this one
     if (w->depth == 0) {
         w->copy_base = w->sp;
-        w->copied = STACK_FIRST_COPY;
-        if (read_user(call->stack_copy, STACK_FIRST_COPY, (void *)w->sp) != 0)
-            w->copied = 0;   // near the stack's end: word by word
+        w->copied = copy_window(call, w->sp);
     }
 #pragma clang loop unroll(disable)
     for (u32 i = 0; i < FRAMES_PER_PROGRAM && w->end == WALK_ON; i++)

@@ -140,3 +140,40 @@ def test_a_library_deleted_since_it_was_loaded_is_read_as_mapped(unwind_programs
     [stack] = stacks_by_size(reports(out)[-1], {2345}).values()
     assert stack[0] == ("libplugin.so (deleted)", "plugin_leak", stack[0][2])
     assert stack[1][:2] == ("uses_plugin", "main") and stack[2][0] == "libc.so.6" and stack[-1][1] == "_start"
+
+
+def test_tables_kept_across_starts_give_the_same_stacks(unwind_programs, tmp_path):
+    """Compiled tables are cached by build-id: a second start reads them back, a damaged file
+    is compiled again, and a directory others may write is not used (tables steer the walk)."""
+    from leaktrace.elf import ElfFile
+    cache = tmp_path / "cache"
+    command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
+
+    def stacks() -> dict:
+        result = run_command(["-c", command, "--json", "--frames", "40", "3600"],
+                             env=dict(os.environ, LEAKTRACE_CACHE_DIR=str(cache)))
+        return stacks_by_size(final_report(result), SIZES)
+
+    first = stacks()
+    program_file = cache / f"{ElfFile(str(unwind_programs['unwind'])).build_id}.v1"
+    libc_file = cache / f"{ElfFile('/lib/x86_64-linux-gnu/libc.so.6').build_id}.v1"
+    assert program_file.exists() and libc_file.exists() and cache.stat().st_mode & 0o777 == 0o700
+    program_file.write_bytes(program_file.read_bytes()[:100])   # damaged: compiled again
+    assert stacks() == first and program_file.stat().st_size > 100
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    result = run_command(["-c", command, "--json", "--frames", "40", "3600"],
+                         env=dict(os.environ, LEAKTRACE_CACHE_DIR=str(shared)))
+    assert stacks_by_size(final_report(result), SIZES) == first and not list(shared.iterdir())
+
+
+def test_frames_of_a_library_unloaded_since_keep_their_names(unwind_programs):
+    """A library dlclose'd after it allocated: the report at exit (its code unmapped by then)
+    still names its frames, from the mappings the process had."""
+    report = final_report(run_command(["-c", f"{unwind_programs['uses_plugin']} {unwind_programs['plugin']} close",
+                                       "--json", "--frames", "40", "3600"]))
+    stacks = stacks_by_size(report, {1234, 2345})
+    assert stacks[2345][0][:2] == ("libplugin.so", "plugin_leak") and stacks[2345][1][:2] == ("uses_plugin", "main")
+    assert stacks[1234][0][:2] == ("libplugin.so", "plugin_init")
+    assert report["counters"]["stacks_truncated"] == 0

@@ -12,7 +12,7 @@ import contextlib
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bcc import BPF
 
@@ -41,6 +41,10 @@ class EngineSettings:
     follow_forks: bool = False       # trace children, with the blocks they inherit
     unwind: str = "dwarf"            # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
     max_unwind_rows: int = 1 << 20   # CFI rows of every module traced (12 bytes each, preallocated)
+    max_unwind_pages: int = 1 << 18  # their page index: 512 bytes of code each (8 bytes each, preallocated)
+    # Compiled unwind tables kept across starts (None: none kept); LEAKTRACE_CACHE_DIR overrides.
+    table_cache: str | None = field(default_factory=lambda: os.environ.get("LEAKTRACE_CACHE_DIR",
+                                                                           "/var/cache/leaktrace/unwind"))
 
 
 def bpf_source() -> str:
@@ -73,6 +77,7 @@ def program_cflags(settings: EngineSettings, target: int) -> list[str]:
             f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}", f"-DMAX_LIVE={s.max_live}",
             f"-DMAX_SITES={s.max_sites}", f"-DMAX_STACKS={s.max_stacks}",
             f"-DUNWIND_DWARF={int(s.unwind == 'dwarf')}", f"-DMAX_ROWS={s.max_unwind_rows}",
+            f"-DMAX_PAGES={s.max_unwind_pages}",
             ] + _tracepoint_cflags(follow_forks)
 
 

@@ -21,7 +21,7 @@ from .errors import RuntimeFailure
 from .module_files import ModuleFiles
 from .process import Mapping, parse_maps, printable, read_process
 from .snapshot import AllocationGroup, Counters, LiveAllocation, ProcessInfo, StackStatus
-from .unwind_tables import ROW, UnwindTables
+from .unwind_tables import FileTable, TableCache, UnwindTables
 from .uprobe_links import attach_uprobes
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ CTL_TEXT_BEFORE_FREE, CTL_TEXT_AFTER_FREE = 5, 6
 CTL_TABLES_STOP, CTL_TABLES_GEN = 7, 8
 NO_TABLES_STOP = 0xFFFFFFFF
 MAX_EXEC_MAPS = 128     # executable mappings per process the stack walk knows
-EXEC_MAP = struct.Struct("<QQQII")
+EXEC_MAP = struct.Struct("<QQQIIIIII")   # struct exec_map: start, end, bias, rows, pages, page origin, pad
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
 
@@ -131,9 +131,10 @@ class BpfEngine:
         self._links: list[int] = []               # uprobe_multi link fds
         self._text_around_free = (0, 0)
         self._stack_cache: dict[int, tuple[int, ...]] = {}
-        self._tables = UnwindTables()
-        self._uploaded: dict[bytes, tuple[int, int]] = {}   # a file's packed rows -> (first row, count)
-        self._next_row = 0
+        self._tables = UnwindTables(TableCache(settings.table_cache) if settings.table_cache else None)
+        # A file's packed rows -> (first row, row count, first page, page count) in the kernel's tables.
+        self._uploaded: dict[bytes, tuple[int, int, int, int]] = {}
+        self._next_row = self._next_page = 0
         self._exec_maps: dict[int, tuple[int, str]] = {}    # pid -> (generation, executable lines) loaded
         self._modules = ModuleFiles()
 
@@ -209,7 +210,7 @@ class BpfEngine:
             if target_maps is not None and self.settings.unwind == "dwarf":   # readelf meanwhile too
                 for elf in self._modules.open(target_maps, self._executable_mappings(target_maps.maps)).values():
                     if elf is not None:
-                        self._tables.rows_of(elf)
+                        self._tables.table_of(elf)
         finally:
             self._bpf, self._programs = compile_job.result()
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
@@ -282,19 +283,25 @@ class BpfEngine:
         self._set_control(CTL_TABLES_GEN, gen)
         self._set_control(CTL_TABLES_STOP, 0)
 
-    def _rows_for(self, elf: ElfFile) -> tuple[int, int]:
-        """(first row, count) of a file's rows in the kernel's row table, uploaded on first use;
-        (0, 0) when the table has no room (its frames then go by the checked frame-pointer chain)."""
-        rows = self._tables.rows_of(elf) if self.settings.unwind == "dwarf" else b""
-        if rows not in self._uploaded:
-            count = len(rows) // ROW.size
-            if self._next_row + count > self.settings.max_unwind_rows:
-                return 0, 0
-            first, self._next_row = self._next_row, self._next_row + count
-            if count:
-                update_array(self._bpf[b"unwind_rows"], first, rows, count)
-            self._uploaded[rows] = (first, count)
-        return self._uploaded[rows]
+    def _upload(self, table: FileTable) -> tuple[int, int, int, int]:
+        """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
+        on first use; no rows when they do not fit (its frames then go by the checked frame-pointer
+        chain), no pages when they do not (its row searches then cover every row of the file)."""
+        if table.rows not in self._uploaded:
+            rows, pages = table.row_count, table.page_count
+            if self._next_row + rows > self.settings.max_unwind_rows:
+                rows = pages = 0
+            if self._next_page + pages > self.settings.max_unwind_pages:
+                pages = 0
+            first_row, first_page = self._next_row, self._next_page
+            if rows:
+                update_array(self._bpf[b"unwind_rows"], first_row, table.rows, rows)
+                self._next_row += rows
+            if pages:
+                update_array(self._bpf[b"unwind_pages"], first_page, table.pages, pages)
+                self._next_page += pages
+            self._uploaded[table.rows] = (first_row, rows, first_page, pages)
+        return self._uploaded[table.rows]
 
     @staticmethod
     def _executable_mappings(maps: str) -> list[Mapping]:
@@ -312,14 +319,15 @@ class BpfEngine:
         modules = self._modules.open(process, executable)
         entries = []
         for m in executable:
-            first = count = 0
-            bias = m.start
+            bias, located, origin = m.start, (0, 0, 0, 0), 0
             elf = modules[m.start]
             vaddr = elf.file_offset_to_vaddr(m.offset) if elf else None
             if vaddr is not None:   # address - module virtual address
                 bias = m.start - vaddr
-                first, count = self._rows_for(elf)
-            entries.append(EXEC_MAP.pack(m.start, m.end, bias, first, count))
+                if self.settings.unwind == "dwarf":
+                    table = self._tables.table_of(elf)
+                    located, origin = self._upload(table), table.page_origin
+            entries.append(EXEC_MAP.pack(m.start, m.end, bias, *located, origin, 0))
         table = self._bpf[b"exec_maps"]
         value = table.Leaf()
         packed = struct.pack("<II", gen, len(entries)) + b"".join(entries)

@@ -10,7 +10,8 @@ from functools import cached_property
 
 from .target_files import open_regular
 
-PT_LOAD, PT_INTERP = 1, 3
+PT_LOAD, PT_INTERP, PT_NOTE = 1, 3, 4
+NT_GNU_BUILD_ID = 3
 SHT_SYMTAB, SHT_DYNSYM, SHT_GNU_HASH = 2, 11, 0x6FFFFFF6
 STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 1, 2, 10
 SHN_UNDEF = 0
@@ -116,6 +117,24 @@ class ElfFile:
 
     def section_names(self) -> set[str]:
         return {s[0] for s in self._sections}
+
+    @cached_property
+    def build_id(self) -> str | None:
+        """The GNU build-id note's bytes, in hexadecimal (as debug file names and tools spell it)."""
+        for seg in self.segments:
+            if seg.type != PT_NOTE:
+                continue
+            at, end = seg.offset, min(seg.offset + seg.filesz, len(self._data))
+            while at + 12 <= end:
+                name_size, desc_size, kind = struct.unpack_from("<III", self._data, at)
+                name_at = at + 12
+                desc_at = name_at + (name_size + 3) // 4 * 4
+                at = desc_at + (desc_size + 3) // 4 * 4
+                if at > end:
+                    break
+                if kind == NT_GNU_BUILD_ID and self._data[name_at:name_at + name_size] == b"GNU\0" and desc_size:
+                    return self._data[desc_at:desc_at + desc_size].hex()
+        return None
 
     @property
     def interpreter(self) -> str | None:

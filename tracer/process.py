@@ -32,16 +32,41 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
+def _mapping(line: str) -> Mapping | None:
+    parts = line.split(maxsplit=5)
+    if len(parts) < 5:
+        return None
+    start, end = (int(x, 16) for x in parts[0].split("-"))
+    path = parts[5] if len(parts) > 5 else ""
+    return Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path, parts[3])
+
+
 def parse_maps(text: str) -> list[Mapping]:
-    result = []
+    return [m for m in map(_mapping, text.splitlines()) if m]
+
+
+def _executable_files(text: str) -> dict[tuple, str]:
+    """(start, end, inode, path) -> line, of the executable file mappings in maps text."""
+    found = {}
     for line in text.splitlines():
-        parts = line.split(maxsplit=5)
-        if len(parts) < 5:
-            continue
-        start, end = (int(x, 16) for x in parts[0].split("-"))
-        path = parts[5] if len(parts) > 5 else ""
-        result.append(Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path, parts[3]))
-    return result
+        m = _mapping(line)
+        if m and "x" in m.perms and m.path.startswith("/"):
+            found[m.start, m.end, m.inode, m.path] = line
+    return found
+
+
+def unmapped_mappings(earlier: ProcessInfo, now: str) -> str:
+    """The executable file mappings of a process's image that are gone from its maps now (a
+    dlclose'd library), in maps' form: those earlier maps held and now lacks, and those gone
+    before, less any whose range is mapped again; none when now is another image (after an
+    exec the maps share no executable file mapping)."""
+    before, after = _executable_files(earlier.maps), _executable_files(now)
+    if not before.keys() & after.keys():
+        return ""
+    gone = {**_executable_files(earlier.unmapped), **{key: line for key, line in before.items() if key not in after}}
+    mapped = parse_maps(now)
+    return "\n".join(line for (start, end, _, _), line in gone.items()
+                     if not any(m.start < end and start < m.end for m in mapped))
 
 
 def read_process(pid: int) -> ProcessInfo | None:

@@ -17,7 +17,8 @@ from .bpf_engine import BpfEngine, EngineSettings, TracedProcess
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .module_files import ModuleFiles, allocator_library_of_process, libc_libraries
-from .process import alive, library_of_executable, program_loader, read_process, read_target, resolve_executable
+from .process import (alive, library_of_executable, program_loader, read_process, read_target, resolve_executable,
+                      unmapped_mappings)
 from .snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, UnreachableReport
 from .system import check_system
 
@@ -175,6 +176,9 @@ class Trace:
         if alive:
             info = read_process(pid)
             if info is not None and info.maps:
+                earlier = self._infos.get(pid)
+                if earlier is not None:
+                    info = dataclasses.replace(info, unmapped=unmapped_mappings(earlier, info.maps))
                 self._infos[pid] = info
                 self._load_tables(info)
                 return info

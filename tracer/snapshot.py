@@ -92,6 +92,9 @@ class ProcessInfo:
     maps: str = ""       # /proc/PID/maps text as read at snapshot time
     exited: bool = False
     credentials: Credentials = NOBODY   # its module files are opened with these rights
+    # Executable mappings of this image that are gone from maps (a dlclose'd library), in
+    # maps' form: frames recorded while they were mapped are symbolized from them.
+    unmapped: str = ""
 
 
 UNREACHABLE_LIMIT = 100      # leaks listed by a reachability check, as libmemunreachable's default

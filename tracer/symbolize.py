@@ -59,6 +59,11 @@ class _AddressSpace:
         self.starts = [m.start for m in self.mappings]
         self.modules: dict[int, ElfFile | None] = {}   # mapping start -> its file, once opened
 
+    @classmethod
+    def of(cls, process: ProcessInfo) -> "_AddressSpace":
+        """The process's maps, and the mappings unmapped since where no mapping is now."""
+        return cls(process.maps + ("\n" + process.unmapped if process.unmapped else ""))
+
     def find(self, address: int) -> Mapping | None:
         i = bisect.bisect_right(self.starts, address) - 1
         if i >= 0 and address < self.mappings[i].end:
@@ -77,12 +82,12 @@ class Symbolizer:
         self._modules = ModuleFiles()
         self._lines: dict[tuple[tuple, int], tuple[str | None, int | None]] = {}   # (identity, vaddr) ->
         self._demangled: dict[str, str] = {}
-        self._spaces: dict[int, tuple[str, _AddressSpace]] = {}
+        self._spaces: dict[int, tuple[tuple[str, str], _AddressSpace]] = {}
 
     def _space(self, process: ProcessInfo) -> _AddressSpace:
         cached = self._spaces.get(process.pid)
-        if cached is None or cached[0] != process.maps:
-            cached = (process.maps, _AddressSpace(process.maps))
+        if cached is None or cached[0] != (process.maps, process.unmapped):
+            cached = ((process.maps, process.unmapped), _AddressSpace.of(process))
             self._spaces[process.pid] = cached
         return cached[1]
 

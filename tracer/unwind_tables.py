@@ -12,17 +12,24 @@ DWARF expression), get CFA_UNKNOWN: there the walk tries the frame-pointer chain
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
 import struct
 import subprocess
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from .atomic_write import write_atomically
 from .elf import ElfFile
+from .errors import RuntimeFailure
 
 # Rules, as bpf/leaktrace.bpf.c reads them.
 CFA_UNKNOWN, CFA_RSP, CFA_RBP, CFA_END, CFA_SIGNAL = 0, 1, 2, 3, 4
 RBP_SAME, RBP_SAVED = 0, 1
 ROW = struct.Struct("<IihBB")   # struct unwind_row: pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
+ROW_PAGE_SHIFT = 9              # bytes of module code per entry of the page index: 2^9
+PAGE = struct.Struct("<II")   # a page's rows: [low, high), counted from the file's first row
 
 _SECTION = re.compile(r"^Contents of the (\.eh_frame|\.debug_frame) section")
 _CIE = re.compile(r"^([0-9a-f]+) [0-9a-f]+ [0-9a-f]+ CIE \"([^\"]*)\"")
@@ -31,8 +38,7 @@ _ROW = re.compile(r"^([0-9a-f]{8,16}) +(\S+)((?: +\S+)*) *$")
 _OFFSET_RULE = re.compile(r"^(rsp|rbp)\+(\d+)$")
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
     cfa_rule: int
     cfa_offset: int = 0
     rbp_rule: int = RBP_SAME
@@ -40,6 +46,13 @@ class Rule:
 
 
 UNKNOWN = Rule(CFA_UNKNOWN)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rule_of_row(cfa: str, registers: str, columns: tuple[str, ...], signal_frame: bool) -> Rule:
+    """The rule of a row of readelf's table (its CFA column and the register columns after it);
+    rows repeat a few rules many times over, so each is worked out once."""
+    return _rule(cfa, dict(zip(columns, registers.split())), signal_frame)
 
 
 def _rule(cfa: str, columns: dict[str, str], signal_frame: bool) -> Rule:
@@ -65,7 +78,7 @@ def parse_frames_interp(text: str) -> list[tuple[int, int, list[tuple[int, Rule]
     cies: dict[str, tuple[bool, Rule | None]] = {}   # offset -> (signal frame, initial rule)
     section, fdes = "", []
     current: list | None = None       # the rows of the FDE (or CIE) being read
-    columns: list[str] = []
+    columns: tuple[str, ...] = ()
     cie_offset = None
     for line in text.splitlines():
         if found := _SECTION.match(line):
@@ -84,15 +97,15 @@ def parse_frames_interp(text: str) -> list[tuple[int, int, list[tuple[int, Rule]
             fdes.append((start, end, current, signal_frame, initial))
             cie_offset = None
         elif line.startswith("   LOC"):
-            columns = line.split()[2:]
+            columns = tuple(line.split()[2:])
         elif (found := _ROW.match(line)) and columns:
-            values = dict(zip(columns, found.group(3).split()))
             if cie_offset is not None and cies.get(cie_offset, (False, None))[1] is None:
                 signal_frame = cies[cie_offset][0]
-                cies[cie_offset] = (signal_frame, _rule(found.group(2), values, signal_frame))
+                cies[cie_offset] = (signal_frame, _rule_of_row(found.group(2), found.group(3), columns, signal_frame))
             elif current is not None:
                 signal_frame = fdes[-1][3]
-                current.append((int(found.group(1), 16), _rule(found.group(2), values, signal_frame)))
+                current.append((int(found.group(1), 16),
+                                _rule_of_row(found.group(2), found.group(3), columns, signal_frame)))
     chosen = by_section.get(".eh_frame") or by_section.get(".debug_frame") or []
     result = []
     for start, end, rows, signal_frame, initial in chosen:
@@ -123,21 +136,120 @@ def compile_rows(fdes: list[tuple[int, int, list[tuple[int, Rule]]]]) -> list[tu
     return merged
 
 
-def pack_rows(rows: list[tuple[int, Rule]]) -> bytes:
-    return b"".join(ROW.pack(pc, rule.cfa_offset, rule.rbp_offset, rule.cfa_rule, rule.rbp_rule)
-                    for pc, rule in rows if pc < 1 << 32)
+@dataclass(frozen=True)
+class FileTable:
+    """A file's rows, packed as the kernel's row table holds them, and their page index: for
+    each 2^ROW_PAGE_SHIFT bytes from page_origin on, the rows that can hold the rule of an
+    address there: from the one in effect where the page starts to the one where the next does."""
+
+    rows: bytes
+    pages: bytes
+    page_origin: int
+
+    @property
+    def row_count(self) -> int:
+        return len(self.rows) // ROW.size
+
+    @property
+    def page_count(self) -> int:
+        return len(self.pages) // PAGE.size
+
+
+def file_table(rows: list[tuple[int, Rule]]) -> FileTable:
+    rows = [(pc, rule) for pc, rule in rows if pc < 1 << 32]
+    packed = b"".join(ROW.pack(pc, rule.cfa_offset, rule.rbp_offset, rule.cfa_rule, rule.rbp_rule)
+                      for pc, rule in rows)
+    if not rows:
+        return FileTable(b"", b"", 0)
+    origin = rows[0][0] >> ROW_PAGE_SHIFT << ROW_PAGE_SHIFT
+    starts, row = [], 0   # the row in effect where each page starts
+    for page in range(((rows[-1][0] - origin) >> ROW_PAGE_SHIFT) + 1):
+        start = origin + (page << ROW_PAGE_SHIFT)
+        while row + 1 < len(rows) and rows[row + 1][0] <= start:
+            row += 1
+        starts.append(row)
+    ends = [following + 1 for following in starts[1:]] + [len(rows)]
+    return FileTable(packed, b"".join(PAGE.pack(low, high) for low, high in zip(starts, ends)), origin)
+
+
+CACHE_FORMAT = 1        # of the cache's files: bump whenever the rows a file compiles to change
+CACHE_HEADER = struct.Struct("<4sIIII")   # magic, format, page origin, rows, pages
+CACHE_KEEP = 1000       # cache files kept: the least recently used go first
+
+
+class TableCache:
+    """Compiled tables on disk, one file per module (by its build-id, else by its identity),
+    so that a module seen at an earlier start is not compiled again. The directory is root's
+    (mode 0700): one anybody else could write is not used, as tables steer the kernel's walk."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            st = os.stat(directory)
+            self.usable = st.st_uid == os.geteuid() and not st.st_mode & 0o022
+        except OSError:
+            self.usable = False
+
+    def _path(self, elf: ElfFile) -> str:
+        name = elf.build_id or "-".join(str(part) for part in elf.identity)
+        return os.path.join(self.directory, f"{name}.v{CACHE_FORMAT}")
+
+    def load(self, elf: ElfFile) -> FileTable | None:
+        """The module's table, if the cache holds a whole one."""
+        if not self.usable:
+            return None
+        path = self._path(elf)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        if len(data) < CACHE_HEADER.size:
+            return None
+        magic, version, origin, rows, pages = CACHE_HEADER.unpack_from(data)
+        body = data[CACHE_HEADER.size:]
+        if (magic, version) != (b"LTUW", CACHE_FORMAT) or len(body) != rows * ROW.size + pages * PAGE.size:
+            return None
+        os.utime(path)   # recently used
+        return FileTable(body[:rows * ROW.size], body[rows * ROW.size:], origin)
+
+    def store(self, elf: ElfFile, table: FileTable) -> None:
+        if not self.usable:
+            return
+        header = CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, table.page_origin, table.row_count, table.page_count)
+        try:
+            write_atomically(self._path(elf), header + table.rows + table.pages)
+            self._prune()
+        except (RuntimeFailure, OSError):
+            pass   # a cache that cannot be written only costs the next start its compile
+
+    def _prune(self) -> None:
+        entries = list(os.scandir(self.directory))
+        if len(entries) > CACHE_KEEP:
+            entries.sort(key=lambda entry: entry.stat(follow_symlinks=False).st_mtime)
+            for entry in entries[:len(entries) - CACHE_KEEP]:
+                os.unlink(entry.path)
 
 
 class UnwindTables:
-    """Compiled rows per file, each compiled once per (device, inode, mtime, size)."""
+    """Compiled rows per file, each compiled once per (device, inode, mtime, size), and kept
+    across starts in a TableCache when given one."""
 
-    def __init__(self):
-        self._rows: dict[tuple, bytes] = {}
+    def __init__(self, cache: TableCache | None = None):
+        self._tables: dict[tuple, FileTable] = {}
+        self._cache = cache
 
-    def rows_of(self, elf: ElfFile) -> bytes:
-        """The packed rows of a module file (empty when it has no CFI)."""
-        if elf.identity not in self._rows:
-            listing = subprocess.run(["readelf", "--wide", "--debug-dump=frames-interp", elf.descriptor],
-                                     capture_output=True, text=True, check=False, pass_fds=(elf.fd,))
-            self._rows[elf.identity] = pack_rows(compile_rows(parse_frames_interp(listing.stdout)))
-        return self._rows[elf.identity]
+    def table_of(self, elf: ElfFile) -> FileTable:
+        """A module file's rows and page index (none when it has no CFI)."""
+        if elf.identity not in self._tables:
+            table = self._cache.load(elf) if self._cache else None
+            if table is None:
+                listing = subprocess.run(["readelf", "--wide", "--debug-dump=frames-interp", elf.descriptor],
+                                         capture_output=True, text=True, check=False, pass_fds=(elf.fd,))
+                table = file_table(compile_rows(parse_frames_interp(listing.stdout)))
+                if self._cache:
+                    self._cache.store(elf, table)
+            self._tables[elf.identity] = table
+        return self._tables[elf.identity]

@@ -1,7 +1,8 @@
 // Uses tests/programs/plugin.c: with a path argument it dlopens it (and never
 // closes it, so its code stays mapped for symbols); built with -DLINKED it is linked.
 // With a second argument "wait" it prints "ready" once the plugin is loaded, then calls
-// plugin_leak() once per line read from stdin, printing "done" after each.
+// plugin_leak() once per line read from stdin, printing "done" after each; with "close"
+// it unloads the plugin after plugin_leak() (the blocks stay, the code is unmapped).
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,6 +36,8 @@ int main(int argc, char **argv)
         return 0;
     }
     leak();
+    if (argc > 2 && !strcmp(argv[2], "close"))
+        dlclose(plugin);
 #endif
     return 0;
 }
