@@ -26,6 +26,7 @@ WALL = 0x40000000
 USER_REGS_WORDS, RSP_INDEX = 27, 19
 FREEZE_TIMEOUT = 5.0     # seconds for every thread to stop (one in uninterruptible sleep may not)
 READ_CHUNK = 16 << 20
+COPY_SHARE = 0.8         # of the memory available, the most a copy of a target's writable memory may take
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.ptrace.restype = ctypes.c_long
@@ -90,14 +91,29 @@ def _buffer(size: int) -> mmap.mmap:
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
 
 
+def _available_memory() -> int:
+    """Bytes this machine can still give (MemAvailable)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _buffers(pid: int, wanted) -> dict[tuple[int, int], mmap.mmap]:
     """Buffers for the wanted mappings, made before the freeze: filling fresh pages would
-    fault each one in while the process stands still (3 s per GiB here, against 0.25 s)."""
+    fault each one in while the process stands still (3 s per GiB here, against 0.25 s).
+    The target sizes them: more than COPY_SHARE of the memory available is refused."""
     try:
         with open(f"/proc/{pid}/maps") as f:
-            return {(m.start, m.end): _buffer(m.end - m.start) for m in parse_maps(f.read()) if wanted(m)}
+            mappings = [m for m in parse_maps(f.read()) if wanted(m)]
     except OSError:
         return {}
+    total, available = sum(m.end - m.start for m in mappings), _available_memory()
+    if total > available * COPY_SHARE:
+        raise RuntimeFailure(f"pid {pid} has {total / (1 << 30):.1f} GiB of writable memory to copy, more than "
+                             f"this machine can spare ({available / (1 << 30):.1f} GiB available)")
+    return {(m.start, m.end): _buffer(m.end - m.start) for m in mappings}
 
 
 @dataclass
@@ -180,13 +196,21 @@ def freeze_and_copy(pid: int, wanted) -> FrozenImage:
     """Stops every thread of pid, copies its registers, its maps and the mappings for which
     wanted(mapping) is true, and lets it go; raises RuntimeFailure if it cannot."""
     buffers = _buffers(pid, wanted)
+    # Mappings made since the buffers were: room for them as far as the buffers left it.
+    room = _available_memory() * COPY_SHARE - sum(len(buffer) for buffer in buffers.values())
     started = time.monotonic()
     with frozen(pid) as process:
         image = FrozenImage(pid, process.maps, process.registers)
         page = os.sysconf("SC_PAGE_SIZE")
         for mapping in image.maps:
             if wanted(mapping):
-                buffer = buffers.pop((mapping.start, mapping.end), None) or _buffer(mapping.end - mapping.start)
+                buffer = buffers.pop((mapping.start, mapping.end), None)
+                if buffer is None:
+                    room -= mapping.end - mapping.start
+                    if room < 0:
+                        raise RuntimeFailure(f"pid {pid} mapped more writable memory while being stopped than "
+                                             "this machine can spare for the copy")
+                    buffer = _buffer(mapping.end - mapping.start)
                 image.unreadable_pages += _read_into(process.mem_fd, buffer, mapping.start, page)
                 image.memory[mapping.start] = buffer
     image.pause_seconds = time.monotonic() - started

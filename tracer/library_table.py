@@ -7,6 +7,7 @@ again a moment later.
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import glob
 import os
@@ -75,14 +76,46 @@ def _table_busy(read, addresses: dict[str, int]) -> bool:
     return read(addresses["leaktrace_table_lock"], 4) != b"\0\0\0\0"
 
 
-def _read_table(read, pid: int, addresses: dict[str, int]) -> tuple[list[LiveAllocation], tuple[int, int]]:
+class DamagedTable(RuntimeFailure):
+    """A value read from the library's table that the library could not have written."""
+
+
+ADDRESS_LIMIT = 1 << 47   # user addresses end below this on x86-64 (4-level page tables)
+MAX_RECORD_FRAMES = 256   # the library's MAX_FRAMES
+
+
+class _Readable:
+    """A process's readable mappings: whether one of them holds a range."""
+
+    def __init__(self, maps: list[Mapping]):
+        self.mappings = sorted((m for m in maps if "r" in m.perms), key=lambda m: m.start)
+        self.starts = [m.start for m in self.mappings]
+
+    def holds(self, start: int, size: int) -> bool:
+        i = bisect.bisect_right(self.starts, start) - 1
+        return i >= 0 and start + size <= self.mappings[i].end
+
+
+def _read_table(read, maps: list[Mapping], pid: int,
+                addresses: dict[str, int]) -> tuple[list[LiveAllocation], tuple[int, int]]:
     """The live blocks in the library's table, through read(address, size) (a stopped process
-    or a copy of one), and the range the table occupies."""
+    or a copy of one), and the range the table occupies. Every value comes from the target:
+    DamagedTable names the first that the library could not have written (a table outside
+    its mappings, a frame count past its maximum, frames or blocks outside the address space)."""
     table, slots = (struct.unpack("<Q", read(addresses[name], 8).ljust(8, b"\0"))[0]
                     for name in ("leaktrace_table", "leaktrace_table_slots"))
+    readable = _Readable(maps)
+    if slots and not readable.holds(table, slots * RECORD.size):
+        raise DamagedTable(f"the library's table in pid {pid} is damaged: {slots} slots at {table:#x} "
+                           "are not in its memory")
     records = read(table, slots * RECORD.size)
     whole = len(records) // RECORD.size * RECORD.size
     live = [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]   # 0 empty, 1 deleted
+    for pointer, size, _, frame_count, frames_at in live:
+        if pointer + size >= ADDRESS_LIMIT or frame_count > MAX_RECORD_FRAMES or \
+                (frame_count and not readable.holds(frames_at, 8 * frame_count)):
+            raise DamagedTable(f"the library's table in pid {pid} is damaged: a record of {size} bytes at "
+                               f"{pointer:#x} with {frame_count} frames at {frames_at:#x}")
     frames = _read_many(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
     allocations = []
     for pointer, size, flags, frame_count, frames_at in live:
@@ -132,7 +165,7 @@ def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation]
         addresses = _table_addresses(image.maps, pid)
         if _table_busy(image.read, addresses):
             return None
-        return image, *_read_table(image.read, pid, addresses)
+        return image, *_read_table(image.read, image.maps, pid, addresses)
     return _until_unlocked(pid, attempt)
 
 
@@ -143,7 +176,7 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Cred
             addresses = _table_addresses(process.maps, pid)
             if _table_busy(process.read, addresses):
                 return None
-            allocations, _ = _read_table(process.read, pid, addresses)
+            allocations, _ = _read_table(process.read, process.maps, pid, addresses)
             return allocations, process.maps_text
     allocations, maps = _until_unlocked(pid, attempt)
     tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)

@@ -167,7 +167,9 @@ class PreloadTrace:
         if older_than_ms is not None:
             raise RuntimeFailure("the preload engine keeps no allocation ages")
         if self.exited:
-            return self.final_snapshot or Snapshot(time.time(), (), Counters())
+            if self.final_snapshot is None:
+                raise RuntimeFailure(f"pid {self.pid} exited and left no table or dump that could be read")
+            return self.final_snapshot
         if not self.is_child and not with_allocations and self.dumps_refused is None:
             found = self._requested_dump(DUMP_WAIT)
             if found:
