@@ -76,8 +76,18 @@ def test_sites_baseline(program):
 def test_live_map_full_is_counted(program):
     report = site_report(program, "--max-live", "20")
     assert report["live_allocations"] == 20
-    assert report["counters"]["live_map_full"] == 30
+    assert report["counters"]["live_map_full"] == 30 and report["complete"] is False
     assert sites(report) == {"site_a": [(16, 10)], "site_b": [(16, 10)]}
+    assert site_report(program)["complete"] is True
+
+
+def test_a_report_with_allocations_missing_says_so_first(program):
+    """Dropped allocations make the figures low: the text report says so before the counters,
+    never only "no live allocations"."""
+    result = run_command(["-c", str(program("sites")), "--max-live", "20", "3600"])
+    lines = result.stdout.splitlines()
+    assert lines[1] == "INCOMPLETE: live figures are low (up to 30 allocations missing: live_map_full 30)"
+    assert lines[2].startswith("drops: live_map_full 30, ")
 
 
 def test_stack_map_full_is_counted(program):

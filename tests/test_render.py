@@ -48,6 +48,16 @@ def test_text_top_and_empty():
     assert render_text(snapshot([])).splitlines()[-1] == "no live allocations"
 
 
+def test_text_and_json_say_when_allocations_are_missing():
+    counters = Counters(allocations=5, live_map_full=5, unfollowed_children=2)
+    text = render_text(snapshot([], counters=counters)).splitlines()
+    assert text[1] == ("INCOMPLETE: live figures are low (up to 5 allocations missing: live_map_full 5, "
+                       "unfollowed_children 2)")
+    assert text[-1] == "no live allocations recorded"
+    assert json.loads(render_json(snapshot([], counters=counters)))["complete"] is False
+    assert json.loads(render_json(snapshot([])))["complete"] is True
+
+
 def test_text_keeps_inherited_blocks_apart():
     groups = [AllocationGroup(10, 8, 2, (0x1010,)), AllocationGroup(10, 8, 1, (0x1010,), inherited=True)]
     text = render_text(snapshot(groups))

@@ -23,6 +23,8 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
         "live_allocations": snap.live_allocations,
         "backtrace_frames": snap.backtrace_frames,
         "counters": dataclasses.asdict(snap.counters),
+        # False when allocations (or traced processes' blocks) are missing from the live figures.
+        "complete": snap.counters.incompleteness() is None,
         "interval": growth.interval,
         "processes": [{"pid": p.pid, "comm": p.comm, "exited": p.exited, "live_bytes": live.get(p.pid, 0),
                        "live_allocations": counts.get(p.pid, 0),

@@ -47,7 +47,10 @@ def totals_text(snapshot: Snapshot) -> str:
 
 
 def drops_text(counters: Counters) -> str:
-    return "drops: " + ", ".join(f"{name} {value}" for name, value in counters.losses().items())
+    """The drop counters, after the warning that the figures are low when some say so."""
+    warning = counters.incompleteness()
+    return (f"{warning}\n" if warning else "") + "drops: " + ", ".join(
+        f"{name} {value}" for name, value in counters.losses().items())
 
 
 def rate_text(bytes_per_second: float) -> str:
@@ -93,7 +96,7 @@ def render_text(symbolized: SymbolizedSnapshot, top: int = 10, frames: int | Non
     lines = [f"{clock(snap)} pid {names}: {totals_text(snap)}", drops_text(snap.counters)]
     ranked = ranked_stacks(snap.groups)
     if not ranked:
-        lines.append("no live allocations")
+        lines.append("no live allocations" if snap.counters.incompleteness() is None else "no live allocations recorded")
         return "\n".join(lines) + "\n"
     lines.append(f"top {min(top, len(ranked))} of {len(ranked)} stacks by live bytes:")
     lines.append(stack_table(symbolized, ranked, top, frames, growth))

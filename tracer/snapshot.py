@@ -71,6 +71,25 @@ class Counters:
     def losses(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.loss_names()}
 
+    def unrecorded(self) -> dict[str, int]:
+        """The counters of allocations (or processes, or inherited blocks) that are missing
+        from the live figures, where not zero: a report's figures are then low."""
+        return {name: getattr(self, name) for name in UNRECORDED if getattr(self, name)}
+
+    def incompleteness(self) -> str | None:
+        """A report's warning that its live figures are low, and by how much; None if they are whole."""
+        missing = self.unrecorded()
+        if not missing:
+            return None
+        blocks = sum(missing.get(name, 0) for name in ("live_map_full", "site_map_full", "pending_lost"))
+        parts = ", ".join(f"{name} {value}" for name, value in missing.items())
+        what = f"up to {blocks} allocations missing" if blocks else "blocks of untraced processes missing"
+        return f"INCOMPLETE: live figures are low ({what}: {parts})"
+
+
+# Drops that leave allocations out of the live figures (the rest lose stacks, or are not losses).
+UNRECORDED = ("live_map_full", "site_map_full", "pending_lost", "unfollowed_children", "inheritance_lost")
+
 
 @dataclass(frozen=True)
 class Credentials:

@@ -112,6 +112,7 @@ def _header(snap: Snapshot, growth: Growth, state: ViewState, processes: int) ->
         f"growth {human_bytes(total_rate)}/s  likely leaks {len(growth.likely_leaks)}",
         f"allocations {snap.counters.allocations} ({state.rates.get('allocations', 0):.0f}/s)  "
         f"frees {snap.counters.frees} ({state.rates.get('frees', 0):.0f}/s)  drops: {drops}",
+        *([snap.counters.incompleteness()] if snap.counters.incompleteness() else []),
         "",
     ]
 
