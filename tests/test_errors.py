@@ -208,3 +208,26 @@ def test_a_refused_program_is_named_by_the_verifiers_verdict():
            "program of this type cannot use helper bpf_ktime_get_coarse_ns#160\n"
            "processed 25 insns (limit 1000000) max_states_per_insn 0 total_states 1 peak_states 1 mark_read 0\n")
     assert first_error_line(log) == "program of this type cannot use helper bpf_ktime_get_coarse_ns#160"
+
+
+def test_an_output_that_cannot_be_written_exits_3_and_leaves_no_part_of_it(program, tmp_path):
+    """A symlink planted at an output path, and a full disk: one line each, the trace runs to its
+    end, exit status 3, and no partial file under any name."""
+    planted = tmp_path / "leak.bin"
+    planted.symlink_to("/etc/passwd")
+    result = run_command(["-c", str(program("sites")), "--leak-info", str(planted), "3600"])
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert f"refusing to write {planted}: it is a symbolic link" in result.stderr
+    assert "pid" in result.stdout and planted.is_symlink()
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "leaktrace-test", str(full)], check=True)
+    try:
+        (full / "filler").write_bytes(b"x" * 3000)
+        result = run_command(["-c", str(program("sites")), "--heap-dump", str(full / "heap"), "--heap-dump-on-exit",
+                              "3600"])
+        assert result.returncode == 3 and "Traceback" not in result.stderr
+        assert "No space left on device" in result.stderr
+        assert sorted(path.name for path in full.iterdir()) == ["filler"]
+    finally:
+        subprocess.run(["umount", str(full)], check=True)

@@ -20,6 +20,9 @@ from ..snapshot import Snapshot
 from ..symbolize import Symbolizer
 
 
+UNWRITTEN_OUTPUT = 3   # exit status: the trace ran to its end, but an output file could not be written
+
+
 def write_fully(stream, text: str) -> None:
     """Writes text to a standard stream with os.write until all of it is out. Python's
     buffered writer drops the rest of a large write that a signal interrupts on a full
@@ -53,6 +56,11 @@ class Outputs:
     def __post_init__(self):
         self.symbolizer = Symbolizer()
         self.growth = GrowthTracker(self.growth_intervals)
+        self.unwritten = 0                    # output files that could not be written (exit status 3)
+
+    def exit_status(self) -> int:
+        """0, or UNWRITTEN_OUTPUT once an output file could not be written (the trace itself ran)."""
+        return UNWRITTEN_OUTPUT if self.unwritten else 0
 
     @property
     def wants_exit_allocations(self) -> bool:
@@ -62,6 +70,7 @@ class Outputs:
         try:
             write_atomically(path, data)
         except RuntimeFailure as e:
+            self.unwritten += 1
             _say(str(e))
             return
         _say(f"{what} written to {path}")

@@ -364,7 +364,7 @@ class TraceCommand(Command):
                 from ..top_view import run_top_view
                 run_top_view(trace, args.interval, flags, args.growth_intervals)
             elif self.report_loop(trace, args, outputs, flags):
-                return 0
+                return outputs.exit_status()
             if trace.exited:
                 ending = (f"exited with status {trace.exit_status}" if trace.exit_status is not None
                           else "exited")
@@ -373,4 +373,4 @@ class TraceCommand(Command):
                                          with_allocations=trace.exited and outputs.wants_exit_allocations)
             if final:
                 outputs.report(final)
-        return 0
+        return outputs.exit_status()
