@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a Debian 12 machine for leaktrace, as root; safe to run again.
-#   - bcc (Debian's python3-bpfcc), C and C++ toolchains, binutils (readelf: unwind tables) and what the tests use
+#   - bcc (Debian's python3-bpfcc), C and C++ toolchains, binutils (readelf: unwind tables) and what the tests use (bpftool: what BPF programs are left)
 #   - kernel headers for bcc: the running kernel's, or the distro's default linked in
 #   - tracefs at /sys/kernel/tracing
 #   - .venv (with system site packages, for bcc) holding leaktrace in editable mode
@@ -14,7 +14,7 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 "linux-headers-$arch")
+packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 "linux-headers-$arch")
 
 missing=()
 for p in "${packages[@]}"; do

@@ -155,10 +155,30 @@ def _seize_every_thread(pid: int) -> set[int]:
                 if e.errno == errno.ESRCH or (e.errno == errno.EPERM and tid != pid):
                     continue
                 _release(seized)
-                if not alive(pid):   # a zombie refuses with EPERM too
-                    raise RuntimeFailure(f"pid {pid} has exited") from None
-                raise RuntimeFailure(f"cannot stop pid {pid}: {e.strerror}"
-                                     + (" (is a debugger attached?)" if e.errno == errno.EPERM else "")) from None
+                raise RuntimeFailure(_why_not_stopped(pid, e)) from None
+
+
+def _tracer_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("TracerPid:")), 0)
+    except OSError:
+        return 0
+
+
+def _why_not_stopped(pid: int, error: OSError) -> str:
+    """Why PTRACE_SEIZE of a process's first thread failed: it is exiting (a dying process
+    refuses with EPERM until it is a zombie), another tracer has it, or what the kernel said."""
+    if error.errno == errno.EPERM:
+        tracer = _tracer_of(pid)
+        if tracer:
+            return f"cannot stop pid {pid}: pid {tracer} traces it (a debugger?)"
+        deadline = time.monotonic() + 0.1
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    if not alive(pid):
+        return f"pid {pid} has exited"
+    return f"cannot stop pid {pid}: {error.strerror}"
 
 
 def _release(seized: set[int]) -> None:

@@ -15,6 +15,7 @@ import struct
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -96,54 +97,94 @@ class _Readable:
         return i >= 0 and start + size <= self.mappings[i].end
 
 
-def _read_table(read, maps: list[Mapping], pid: int,
-                addresses: dict[str, int]) -> tuple[list[LiveAllocation], tuple[int, int]]:
-    """The live blocks in the library's table, through read(address, size) (a stopped process
-    or a copy of one), and the range the table occupies. Every value comes from the target:
-    DamagedTable names the first that the library could not have written (a table outside
-    its mappings, a frame count past its maximum, frames or blocks outside the address space)."""
+@dataclass
+class CopiedTable:
+    """The library's table as bytes copied out of the target (while it stood still), with the
+    spans of memory its records' frames are in; decoded after the target goes on."""
+
+    pid: int
+    maps: list[Mapping]
+    start: int
+    slots: int
+    records: list[tuple[int, int, int, int, int]]   # live ones: pointer, size, flags, frame count, frames at
+    spans: list[tuple[int, bytes]]                  # (start, bytes) of the memory holding the frames, sorted
+
+    @property
+    def occupied(self) -> tuple[int, int]:
+        """The range the table's slots take in the target."""
+        return self.start, self.start + self.slots * RECORD.size
+
+    def _frames(self, at: int, count: int, starts: list[int]) -> bytes:
+        i = bisect.bisect_right(starts, at) - 1
+        if i < 0:
+            return b""
+        start, data = self.spans[i]
+        return data[at - start:at - start + 8 * count]
+
+    def allocations(self) -> list[LiveAllocation]:
+        """The live blocks. DamagedTable names the first record whose frames are outside the
+        target's memory."""
+        readable, starts = _Readable(self.maps), [start for start, _ in self.spans]
+        stacks: dict[bytes, tuple[int, ...]] = {}   # records of one call site share their frames' values
+        allocations = []
+        for pointer, size, flags, frame_count, frames_at in self.records:
+            pcs = b""
+            if frame_count:
+                pcs = self._frames(frames_at, frame_count, starts)
+                if len(pcs) != 8 * frame_count or not readable.holds(frames_at, 8 * frame_count):
+                    raise DamagedTable(f"the library's table in pid {self.pid} is damaged: a record of {size} "
+                                       f"bytes at {pointer:#x} with {frame_count} frames at {frames_at:#x}")
+            stack = stacks.get(pcs)
+            if stack is None:
+                stack = stacks[pcs] = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
+            allocations.append(LiveAllocation(self.pid, pointer, size, stack, stack_status(stack),
+                                              bool(flags & RECORD_ZYGOTE)))
+        return allocations
+
+
+def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) -> CopiedTable:
+    """The library's table and its frames, through read(address, size) (a stopped process or a
+    copy of one). Every value comes from the target: DamagedTable names the first that sizes a
+    read and that the library could not have written (a table outside its mappings, a frame
+    count past its maximum, a block past the end of the address space)."""
     table, slots = (struct.unpack("<Q", read(addresses[name], 8).ljust(8, b"\0"))[0]
                     for name in ("leaktrace_table", "leaktrace_table_slots"))
-    readable = _Readable(maps)
-    if slots and not readable.holds(table, slots * RECORD.size):
+    if slots and not _Readable(maps).holds(table, slots * RECORD.size):
         raise DamagedTable(f"the library's table in pid {pid} is damaged: {slots} slots at {table:#x} "
                            "are not in its memory")
     records = read(table, slots * RECORD.size)
     whole = len(records) // RECORD.size * RECORD.size
     live = [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]   # 0 empty, 1 deleted
     for pointer, size, _, frame_count, frames_at in live:
-        if pointer + size >= ADDRESS_LIMIT or frame_count > MAX_RECORD_FRAMES or \
-                (frame_count and not readable.holds(frames_at, 8 * frame_count)):
+        if pointer + size >= ADDRESS_LIMIT or frame_count > MAX_RECORD_FRAMES:
             raise DamagedTable(f"the library's table in pid {pid} is damaged: a record of {size} bytes at "
                                f"{pointer:#x} with {frame_count} frames at {frames_at:#x}")
-    frames = _read_many(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
-    allocations = []
-    for pointer, size, flags, frame_count, frames_at in live:
-        pcs = frames.get(frames_at, b"") if frame_count else b""
-        stack = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
-        allocations.append(LiveAllocation(pid, pointer, size, stack, stack_status(stack), bool(flags & RECORD_ZYGOTE)))
-    return allocations, (table, table + slots * RECORD.size)
+    spans = _read_spans(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
+    return CopiedTable(pid, maps, table, slots, live, spans)
 
 
-def _read_many(read, ranges: list[tuple[int, int]]) -> dict[int, bytes]:
-    """address -> read(address, size) for many small ranges, as a few large reads of the
-    spans they cluster in (a stopped process is read one system call per read)."""
-    found: dict[int, bytes] = {}
-    ranges = sorted(set(ranges))
+def _read_spans(read, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+    """The memory holding many small ranges, as a few large reads of the spans they cluster in
+    (a stopped process is read one system call per read), sorted by start."""
+    ends: dict[int, int] = {}
+    for start, size in ranges:
+        ends[start] = max(ends.get(start, 0), start + size)
+    starts = sorted(ends)   # ints sort several times faster than (start, size) pairs
+    spans = []
     i = 0
-    while i < len(ranges):
-        start = ranges[i][0]
-        end = start + ranges[i][1]
+    while i < len(starts):
+        first, end = starts[i], ends[starts[i]]
         j = i + 1
-        while j < len(ranges) and ranges[j][0] - end <= SPAN_GAP and ranges[j][0] + ranges[j][1] - start <= SPAN_MAX:
-            end = max(end, ranges[j][0] + ranges[j][1])
+        while j < len(starts) and starts[j] - end <= SPAN_GAP and ends[starts[j]] - first <= SPAN_MAX:
+            end = max(end, ends[starts[j]])
             j += 1
-        span = read(start, end - start)
-        for address, size in ranges[i:j]:
-            piece = span[address - start:address - start + size]
-            found[address] = piece if len(piece) == size else read(address, size)   # across a hole: one by one
+        span = read(first, end - first)
+        if len(span) == end - first:
+            spans.append((first, span))
+        else:   # across a hole: range by range
+            spans += [(start, read(start, ends[start] - start)) for start in starts[i:j]]
         i = j
-    return found
+    return spans
 
 
 def _until_unlocked(pid: int, attempt: Callable[[], T | None]) -> T:
@@ -165,8 +206,9 @@ def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation]
         addresses = _table_addresses(image.maps, pid)
         if _table_busy(image.read, addresses):
             return None
-        return image, *_read_table(image.read, image.maps, pid, addresses)
-    return _until_unlocked(pid, attempt)
+        return image, _copy_table(image.read, image.maps, pid, addresses)
+    image, table = _until_unlocked(pid, attempt)
+    return image, table.allocations(), table.occupied
 
 
 def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Credentials) -> Snapshot:
@@ -176,9 +218,9 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Cred
             addresses = _table_addresses(process.maps, pid)
             if _table_busy(process.read, addresses):
                 return None
-            allocations, _ = _read_table(process.read, process.maps, pid, addresses)
-            return allocations, process.maps_text
-    allocations, maps = _until_unlocked(pid, attempt)
+            return _copy_table(process.read, process.maps, pid, addresses), process.maps_text
+    table, maps = _until_unlocked(pid, attempt)
+    allocations = table.allocations()   # decoded with the process running again
     tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
     groups = tuple(AllocationGroup(pid, size, count, stack, status, inherited)
                    for (size, stack, status, inherited), count in tally.items())

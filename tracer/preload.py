@@ -20,6 +20,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections import Counter
 
 from .android_records import return_addresses
 from .elf import ElfError, ElfFile
@@ -54,7 +55,9 @@ def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exi
     found = re.search(r"^Backtrace size: (\d{1,3})$", body, re.M)
     if not found or not 0 < int(found.group(1)) <= MAX_FRAMES:
         raise ValueError("no valid 'Backtrace size' line")
-    groups = []
+    # A dump lists records as bionic sorts and merges them (adjacent ones only): a (size, stack)
+    # can come back many times, and is one group here.
+    counts: Counter[tuple[int, tuple[int, ...], bool]] = Counter()
     for line in body.splitlines():
         record = _RECORD.match(line)
         if not record:
@@ -64,8 +67,9 @@ def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exi
         zygote, size, count, frames = record.groups()
         if int(size) >= 1 << 64 or int(count) >= 1 << 32:
             raise ValueError(f"record out of range {line[:80]!r}")
-        stack = return_addresses(tuple(int(pc, 16) for pc in frames.split()))
-        groups.append(AllocationGroup(pid, int(size), int(count), stack, stack_status(stack), zygote == "1"))
+        counts[int(size), return_addresses(tuple(int(pc, 16) for pc in frames.split())), zygote == "1"] += int(count)
+    groups = [AllocationGroup(pid, size, count, stack, stack_status(stack), zygote)
+              for (size, stack, zygote), count in counts.items()]
     maps = maps.removesuffix("END\n")
     for line in maps.splitlines():
         if not _MAPS_LINE.fullmatch(line):

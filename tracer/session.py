@@ -10,6 +10,8 @@ import dataclasses
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -47,6 +49,51 @@ def _spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:
     os.close(gate_r)
     os.close(err_w)
     return pid, gate_w, err_r
+
+
+# Run by a process of its own (a SIGKILL of leaktrace does not reach it, nor terminal signals):
+# when leaktrace dies without letting its command go, the BPF program may have left the
+# command stopped (SIGSTOP at _exit or at a new image's first allocator call): it is
+# continued, again and again for as long as leaktrace's links may take to be detached.
+_CONTINUER = """
+import os, signal, sys, time
+command, leaktrace = int(sys.argv[1]), int(sys.argv[2])
+if os.read(leaktrace, 1):
+    sys.exit(0)
+deadline = time.monotonic() + 2
+while time.monotonic() < deadline:
+    try:
+        signal.pidfd_send_signal(command, signal.SIGCONT)
+    except ProcessLookupError:
+        break
+    time.sleep(0.02)
+"""
+
+
+class StopRelease:
+    """Makes sure a command the BPF program may stop is continued if leaktrace dies: a small
+    process holds a pidfd of the command and the read end of a pipe only leaktrace writes;
+    leaktrace's death closes the pipe, and the command is sent SIGCONT. release() says the
+    command was let go (nothing to do)."""
+
+    def __init__(self, pid: int):
+        pidfd = os.pidfd_open(pid)
+        read_end, self._write_end = os.pipe2(os.O_CLOEXEC)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _CONTINUER, str(pidfd), str(read_end)],
+                pass_fds=(pidfd, read_end), start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            os.close(pidfd)
+            os.close(read_end)
+
+    def release(self) -> None:
+        if self._write_end >= 0:
+            os.write(self._write_end, b"x")
+            os.close(self._write_end)
+            self._write_end = -1
+            self._process.wait()
 
 
 @dataclass(frozen=True)
@@ -108,6 +155,7 @@ class Trace:
         self._forget_pause = 1.0
         # Children that exited since the last snapshot: their last state, shown once.
         self._departed: list[tuple[ProcessInfo, list, list]] = []
+        self._stop_release: StopRelease | None = None   # a launched command, continued if leaktrace dies
 
     # -- starting -----------------------------------------------------------
 
@@ -133,6 +181,7 @@ class Trace:
         pid, gate, errors = _spawn_gated(path, argv)
         engine = BpfEngine(settings, pid, (elf,), arm_on_exec=True, stop_library=libc or library,
                            loader=program_loader(path))
+        release = StopRelease(pid)
         try:
             engine.start()
             os.write(gate, b"x")
@@ -144,8 +193,10 @@ class Trace:
         except BaseException:
             engine.close()
             _reap(pid, kill=True)
+            release.release()
             raise
         trace = cls(engine, pid, read_process(pid), is_child=True)
+        trace._stop_release = release
         trace._await_first_tables()
         return trace
 
@@ -363,6 +414,8 @@ class Trace:
                 os.kill(self.pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+        if self._stop_release is not None:
+            self._stop_release.release()
 
     def __enter__(self) -> "Trace":
         return self

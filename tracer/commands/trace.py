@@ -73,6 +73,19 @@ def _interval(text: str) -> float:
     return value
 
 
+def ending_of(exit_status: int | None) -> str:
+    """How a target ended, as its exit status says (None: not leaktrace's child, so unknown)."""
+    if exit_status is None:
+        return "exited"
+    if exit_status < 0:
+        try:
+            name = signal.Signals(-exit_status).name
+        except ValueError:
+            name = f"signal {-exit_status}"
+        return f"was killed by {name}"
+    return f"exited with status {exit_status}"
+
+
 class _SignalFlags:
     """SIGINT and SIGTERM ask the report loop to stop; SIGUSR2 asks for a heap dump."""
 
@@ -365,12 +378,10 @@ class TraceCommand(Command):
                 run_top_view(trace, args.interval, flags, args.growth_intervals)
             elif self.report_loop(trace, args, outputs, flags):
                 return outputs.exit_status()
-            if trace.exited:
-                ending = (f"exited with status {trace.exit_status}" if trace.exit_status is not None
-                          else "exited")
-                print(f"leaktrace: {what} {ending}", file=sys.stderr, flush=True)
             final = self.report_snapshot(trace, args,
                                          with_allocations=trace.exited and outputs.wants_exit_allocations)
             if final:
                 outputs.report(final)
+            if trace.exited:   # the last line: how the target ended
+                print(f"leaktrace: {what} {ending_of(trace.exit_status)}", file=sys.stderr, flush=True)
         return outputs.exit_status()
