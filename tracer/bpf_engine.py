@@ -378,8 +378,12 @@ class BpfEngine:
                              printable(value.comm.decode(errors="replace")), value.uid)
 
     def processes(self) -> dict[int, TracedProcess]:
-        """Every process the kernel side knows (traced or ignored), by tgid."""
-        return {key.value: self._traced_process(value) for key, value in self._bpf[b"procs"].items()}
+        """Every process the kernel side knows (traced or ignored), by tgid: one batch read."""
+        table = self._bpf[b"procs"]
+        keys, values, count = dump_map(table)
+        size = ct.sizeof(table.Leaf)
+        return {tgid: self._traced_process(table.Leaf.from_buffer_copy(values, i * size))
+                for i, (tgid,) in enumerate(struct.iter_unpack("<I", keys))}
 
     def origin(self, pid: int) -> TracedProcess | None:
         """What the kernel side knows of one process."""

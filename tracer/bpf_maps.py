@@ -9,34 +9,44 @@ import gc
 from bcc.libbcc import lib
 
 
+CHUNK = 4096   # entries asked for per BPF_MAP_LOOKUP_BATCH: memory follows what the map holds, not its size
+
+
 def dump_map(table) -> tuple[bytes, bytes, int]:
     """All (keys, values) of a hash map as two packed byte strings and a count.
 
-    Uses batch lookup where the kernel has it (one syscall per few thousand
-    entries), else walks the keys one by one.
+    Uses batch lookup where the kernel has it (one syscall per CHUNK entries), else walks
+    the keys one by one.
     """
     key_size, value_size = ct.sizeof(table.Key), ct.sizeof(table.Leaf)
-    capacity = table.max_entries
-    keys = ct.create_string_buffer(key_size * capacity)
-    values = ct.create_string_buffer(value_size * capacity)
+    chunk = min(CHUNK, table.max_entries)
+    keys, values = bytearray(), bytearray()
+    key_buffer, value_buffer = ct.create_string_buffer(key_size * chunk), ct.create_string_buffer(value_size * chunk)
     token_in, token_out = ct.c_uint32(0), ct.c_uint32(0)
     count = ct.c_uint32(0)
-    total = 0
-    while total < capacity:
-        count.value = capacity - total
-        res = lib.bpf_lookup_batch(
-            table.map_fd, ct.byref(token_in) if total else None, ct.byref(token_out),
-            ct.byref(keys, key_size * total), ct.byref(values, value_size * total), ct.byref(count))
+    total, first = 0, True
+    while True:
+        count.value = chunk
+        res = lib.bpf_lookup_batch(table.map_fd, None if first else ct.byref(token_in), ct.byref(token_out),
+                                   key_buffer, value_buffer, ct.byref(count))
         err = ct.get_errno()
+        keys += ct.string_at(key_buffer, key_size * count.value)
+        values += ct.string_at(value_buffer, value_size * count.value)
         total += count.value
         if res != 0:
             if err == errno.ENOENT:
                 break
-            if err in (errno.EINVAL, errno.ENOTSUP, 524) and total == 0:   # 524: ENOTSUPP
+            if err == errno.ENOSPC and count.value == 0:   # a hash bucket holds more than a chunk
+                chunk *= 2
+                key_buffer = ct.create_string_buffer(key_size * chunk)
+                value_buffer = ct.create_string_buffer(value_size * chunk)
+                continue
+            if err in (errno.EINVAL, errno.ENOTSUP, 524) and first:   # 524: ENOTSUPP
                 return _walk_map(table)
             raise OSError(err, f"BPF_MAP_LOOKUP_BATCH: {errno.errorcode.get(err, err)}")
+        first = False
         token_in.value = token_out.value
-    return keys.raw[:key_size * total], values.raw[:value_size * total], total
+    return bytes(keys), bytes(values), total
 
 
 def _walk_map(table) -> tuple[bytes, bytes, int]:

@@ -313,9 +313,13 @@ class Trace:
             self.engine.ignore(unselected)
         traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}
         gone = {pid for pid, p in known.items() if p.exited and pid != self.pid}
-        for pid in sorted(gone & traced.keys()):
-            allocations = self.engine.allocations({pid}) if self.final_with_allocations else []
-            self._departed.append((self._departed_info(pid), self.engine.groups(pids={pid}), allocations))
+        departed = gone & traced.keys()
+        if departed:   # one read of the kernel's tables for them all
+            groups = self.engine.groups(pids=departed)
+            allocations = self.engine.allocations(departed) if self.final_with_allocations else []
+            for pid in sorted(departed):
+                self._departed.append((self._departed_info(pid), [g for g in groups if g.pid == pid],
+                                       [a for a in allocations if a.pid == pid]))
         for pid in gone:
             self._infos.pop(pid, None)
         replaced = any(self._gens.get(pid, p.gen) != p.gen for pid, p in traced.items())
