@@ -56,8 +56,8 @@ enum counter {
     C_INTERNAL_FREE,    // free by the allocator's own code of a block it kept (glibc's tcache)
     C_MISSED_FREE,      // an address came back from the allocator while still recorded
     C_NESTED,           // allocator call made from inside another one (ignored)
-    C_UNFOLLOWED,       // process not traced: procs map full
-    C_INHERIT_LOST,     // child traced without its inherited blocks: too many copies waiting
+    C_UNFOLLOWED,       // process not traced: procs map full (each counted once)
+    C_INHERIT_LOST,     // child that ran without its inherited blocks (too many copies waited at its fork)
     C_STACK_TRUNCATED,  // a stack ended early: a frame the walk could not follow or trust
     C_COUNTERS,
 };
@@ -109,6 +109,7 @@ struct proc {
     char comm[16];        // as of its fork or exec: names a process that dies before user space looks
     u32 uid;              // real uid as of its fork, exec or first call (for --uid)
     u32 ignored;          // IGNORED_*: known, but not traced
+    u32 inheritance_lost; // forked with no copy slot: counted at its first call unless it execs first
 };
 #define IGNORED_UNSELECTED 1   // user space found it outside --comm/--uid/--pid-filter; exec clears it
 #define IGNORED_TRACER 2       // a process leaktrace started itself (addr2line): never traced
@@ -226,6 +227,7 @@ BPF_F_TABLE("hash", struct live_key, struct live_val, live, MAX_LIVE, BPF_F_NO_P
 BPF_HASH(sites, struct site_key, s64, MAX_SITES);
 BPF_HASH(stacks, u64, struct stack_val, MAX_STACKS);
 BPF_HASH(procs, u32, struct proc, MAX_PROCS);
+BPF_TABLE("lru_hash", u32, u8, unfollowed, 1024);
 // In the thread's own storage: a hash update and delete per call cost ~5x more here.
 BPF_TASK_STORAGE(pending, struct pending_call);
 BPF_HASH(inherits, u32, struct inherit, MAX_PROCS);
@@ -279,6 +281,38 @@ static __always_inline u32 traced_gen(u32 tgid)
 #endif
 }
 
+// The generation a call of a process runs under (0: not traced), p its record. A child that
+// lost its inheritance is counted at its first call or its exit, whichever comes first: it
+// ran (and is reported) without what it inherited; one that execs first inherits nothing.
+static __always_inline u32 own_gen(struct proc *p)
+{
+    if (!p || p->ignored)
+        return 0;
+    if (p->inheritance_lost) {
+        p->inheritance_lost = 0;
+        count(C_INHERIT_LOST);
+    }
+    return p->gen;
+}
+
+// The image generation the current process's calls run under, 0 when it is not traced.
+static __always_inline u32 current_gen(u32 tgid)
+{
+#if !TRACE_ALL && !FOLLOW_FORKS
+    return traced_gen(tgid);
+#else
+    return own_gen(procs.lookup(&tgid));
+#endif
+}
+
+// A process that found the process table full: counted once (the last 1,024 remembered).
+static __always_inline void count_unfollowed(u32 tgid)
+{
+    u8 one = 1;
+    if (unfollowed.insert(&tgid, &one) == 0)
+        count(C_UNFOLLOWED);
+}
+
 static __always_inline u32 next_gen(void)
 {
     u32 slot = CTL_NEXT_GEN;
@@ -295,6 +329,7 @@ static __always_inline u32 next_gen(void)
 // A new image of the current process: a new generation, the current comm and uid.
 static __always_inline void start_image(struct proc *p)
 {
+    p->inheritance_lost = 0;   // a new program inherits nothing
     p->gen = next_gen();
     p->uid = (u32)bpf_get_current_uid_gid();
     bpf_get_current_comm(p->comm, sizeof(p->comm));
@@ -307,19 +342,19 @@ static __always_inline u32 calling_gen(u32 tgid)
 #if TRACE_ALL
     struct proc *p = procs.lookup(&tgid);
     if (p)
-        return p->ignored ? 0 : p->gen;
+        return own_gen(p);
     if (tgid == SELF_TGID)
         return 0;
     struct proc started = {};
     start_image(&started);
     // NOEXIST: a racing first call of another thread may have created it.
     if (procs.insert(&tgid, &started) != 0 && !procs.lookup(&tgid)) {
-        count(C_UNFOLLOWED);
+        count_unfollowed(tgid);
         return 0;
     }
-    return traced_gen(tgid);
+    return own_gen(procs.lookup(&tgid));
 #else
-    return traced_gen(tgid);
+    return current_gen(tgid);
 #endif
 }
 
@@ -640,7 +675,7 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
 }
 
 // Stores the stack just walked and returns its key; a stack equal to the thread's last
-// one needs neither the hash nor the map lookup. Frames are compared on every hit, so
+// one needs no hash, only a lookup that it is still stored. Frames are compared on every hit, so
 // a hash collision is counted as a lost stack, never merged silently.
 static __always_inline u64 store_stack(struct stack_capture *capture)
 {
@@ -651,7 +686,8 @@ static __always_inline u64 store_stack(struct stack_capture *capture)
         if (scratch->ip[i] != capture->last.ip[i])
             same = 0;
     }
-    if (same)
+    // Still stored: user space sweeps the stacks no record refers to any more.
+    if (same && stacks.lookup(&capture->last_key))
         return capture->last_key;
     u64 hash = 0xcbf29ce484222325ULL;
 #pragma clang loop unroll(disable)
@@ -865,7 +901,7 @@ int free_enter(struct pt_regs *ctx)
     u64 addr = PT_REGS_PARM1(ctx);
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
-    u32 gen = addr ? traced_gen(tgid) : 0;
+    u32 gen = addr ? current_gen(tgid) : 0;
     if (!gen)
         return 0;
     struct live_val gone;
@@ -957,7 +993,7 @@ int task_newtask(void *record)
     if (!parent_gen)
         return 0;
     if (procs.update(&child, &started) != 0) {
-        count(C_UNFOLLOWED);
+        count_unfollowed(child);
         return 0;
     }
     // The child maps what its parent maps: its stacks are walked at once, not from user space's next poll.
@@ -982,19 +1018,33 @@ int task_newtask(void *record)
             return 0;
     }
     inherits.delete(&child);
-    count(C_INHERIT_LOST);
+    struct proc *lost = procs.lookup(&child);
+    if (lost)
+        lost->inheritance_lost = 1;
     return 0;
 }
 
-// The last thread of a traced process is gone: user space reports it once, then drops it.
+// The last thread of a traced process is gone: user space reports it once, then drops it
+// (its procs record, which says so, and its live and site records).
 int process_exit(void *record)
 {
     if (!tracepoint_field(record, EXIT_GROUP_DEAD, 1))
         return 0;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc *p = procs.lookup(&tgid);
-    if (p)
-        p->exited = 1;
+    if (!p)
+        return 0;
+    own_gen(p);   // its report lacks what it inherited, if it lost that and never exec'd
+    p->exited = 1;
+    // What served its calls and its waiting children goes now (its records stay for user
+    // space to report, and for the children still waiting to inherit from).
+    exec_maps.delete(&tgid);
+    inherits.delete(&tgid);
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < COPY_SLOTS; i++) {
+        struct copy_slot_key waiting = {.parent = tgid, .slot = i};
+        copy_slots.delete(&waiting);
+    }
     return 0;
 }
 

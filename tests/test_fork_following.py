@@ -66,6 +66,17 @@ def test_children_beyond_the_copy_slots_are_counted(program):
     assert reports(result.stdout)[-1]["counters"]["inheritance_lost"] == without
 
 
+def test_children_that_exec_at_once_lose_nothing_they_needed(program):
+    """8 forks at once that exec at once: those beyond the copy slots had nothing to inherit
+    that their new program could use; inheritance_lost counts children that ran without it."""
+    result = run_command(["-c", f"{program('forks')} many_exec", "-f", "--json", "0.05"])
+    assert result.returncode == 0, result.stderr
+    final = reports(result.stdout)[-1]
+    assert final["counters"]["inheritance_lost"] == 0
+    own = [g for report in reports(result.stdout) for g in report["groups"] if g["size"] == 888]
+    assert len({g["pid"] for g in own}) == 8 and all(not g["inherited"] for g in own)
+
+
 def test_without_f_only_the_command_is_traced(program):
     result = run_command(["-c", str(program("forks")), "--json", "3600"])
     (report,) = reports(result.stdout)

@@ -209,6 +209,22 @@ def test_exited_processes_leave_nothing_in_the_kernel_tables(program):
             workers.stop()
 
 
+def test_a_full_process_table_counts_processes_not_calls(program):
+    """Ten processes making 1,000 blocks each find the process table (2 entries) full: each is
+    counted once in unfollowed_children, not once per call."""
+    with Trace.everything(EngineSettings(max_procs=2)) as trace:
+        started = [subprocess.Popen(["setsid", "-f", str(program("many_blocks")), "1000", "-1"]) for _ in range(10)]
+        for process in started:
+            process.wait()
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:
+            trace.poll()
+            time.sleep(0.02)
+        unfollowed = trace.snapshot().counters.unfollowed_children
+    # The ten, and the few other processes of the machine that called an allocator meanwhile.
+    assert 8 <= unfollowed < 100, unfollowed
+
+
 def test_uid_and_pid_filters(program, tmp_path):
     shared = Path(tempfile.mkdtemp(prefix="leaktrace-uid-"))
     try:

@@ -37,7 +37,7 @@ class EngineSettings:
     max_live: int = 1_200_000        # live allocations held
     max_sites: int = 262_144         # distinct (pid, stack, size)
     max_stacks: int = 65_536         # distinct stacks
-    max_procs: int = 4_096           # processes traced at once (with fork following)
+    max_procs: int = 32_768          # processes known at once (with fork following, and --all)
     follow_forks: bool = False       # trace children, with the blocks they inherit
     unwind: str = "dwarf"            # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
     max_unwind_rows: int = 1 << 20   # CFI rows of every module traced (12 bytes each, preallocated)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from bcc.libbcc import lib
 
 from .bpf_compile import EngineSettings, bcc_output, compiling
-from .bpf_maps import dump_map, gc_paused, update_array
+from .bpf_maps import delete_keys, dump_map, gc_paused, update_array
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .module_files import ModuleFiles
@@ -37,6 +37,9 @@ MAX_EXEC_MAPS = 128     # executable mappings per process the stack walk knows
 EXEC_MAP = struct.Struct("<QQQIIIIII")   # struct exec_map: start, end, bias, rows, pages, page origin, pad
 BPF_NOEXIST = 1
 LIVE_KEY, LIVE_VALUE = struct.Struct("<IIQ"), struct.Struct("<QQQII")
+SITE_KEY = struct.Struct("<IIQQ")          # struct site_key: tgid, gen, stack key, size
+PROC = struct.Struct("<IIII16sIII")        # struct proc: gen, exited, parent, execed, comm, uid, ignored, inheritance_lost
+MAX_PARSED_PROCS = 65536                   # procs records kept parsed (by their bytes)
 
 # Allocating function -> (its cookie on alloc_enter's probes, enum function in the BPF
 # source; argument registers the program reads). Each also gets a return probe.
@@ -137,6 +140,7 @@ class BpfEngine:
         self._next_row = self._next_page = 0
         self._exec_maps: dict[int, tuple[int, str]] = {}    # pid -> (generation, executable lines) loaded
         self._modules = ModuleFiles()
+        self._parsed_procs: dict[bytes, TracedProcess] = {}
 
     @property
     def library_paths(self) -> list[str]:
@@ -372,28 +376,26 @@ class BpfEngine:
     def _live_entries(self) -> list[LiveEntry]:
         return [LiveEntry._make(key + value) for key, value in self._live_records()]
 
-    @staticmethod
-    def _traced_process(value) -> TracedProcess:
-        return TracedProcess(value.gen, bool(value.exited), value.ignored, value.parent, bool(value.execed),
-                             printable(value.comm.decode(errors="replace")), value.uid)
+    def _traced_process(self, record: bytes) -> TracedProcess:
+        """A `procs` record, as the map holds it (records seldom change: each is parsed once)."""
+        known = self._parsed_procs.get(record)
+        if known is None:
+            gen, exited, parent, execed, comm, uid, ignored, _ = PROC.unpack(record)
+            known = TracedProcess(gen, bool(exited), ignored, parent, bool(execed),
+                                  printable(comm.split(b"\0", 1)[0].decode(errors="replace")), uid)
+            if len(self._parsed_procs) >= MAX_PARSED_PROCS:
+                self._parsed_procs.clear()
+            self._parsed_procs[record] = known
+        return known
 
     def processes(self) -> dict[int, TracedProcess]:
         """Every process the kernel side knows (traced or ignored), by tgid: one batch read."""
-        table = self._bpf[b"procs"]
-        keys, values, count = dump_map(table)
-        size = ct.sizeof(table.Leaf)
-        return {tgid: self._traced_process(table.Leaf.from_buffer_copy(values, i * size))
+        keys, values, _ = dump_map(self._bpf[b"procs"])
+        return {tgid: self._traced_process(values[i * PROC.size:(i + 1) * PROC.size])
                 for i, (tgid,) in enumerate(struct.iter_unpack("<I", keys))}
 
-    def origin(self, pid: int) -> TracedProcess | None:
-        """What the kernel side knows of one process."""
-        try:
-            return self._traced_process(self._bpf[b"procs"][ct.c_uint32(pid)])
-        except KeyError:
-            return None
-
     def ignore(self, images: dict[int, int]) -> None:
-        """Stops tracing these processes (pid -> generation) until they exec; forget() then
+        """Stops tracing these processes (pid -> generation) until they exec; sweep() then
         drops their records. One that exec'd since is left alone: its new image is judged anew."""
         procs = self._bpf[b"procs"]
         for pid, gen in images.items():
@@ -414,17 +416,19 @@ class BpfEngine:
         return [(key, value) for key, value in self._live_records() if not value[4] and gens.get(key[0]) == key[1]]
 
     @gc_paused
-    def groups(self, older_than_ns: int | None = None, pids: set[int] | None = None) -> list[AllocationGroup]:
-        """Live allocations of the traced processes (or of pids) grouped by (pid, size, stack).
+    def groups(self, older_than_ns: int | None = None, pids: set[int] | None = None,
+               images: dict[int, int] | None = None) -> list[AllocationGroup]:
+        """Live allocations of the traced processes (or of pids; or of these images, pid ->
+        generation, for processes gone from the process tables) grouped by (pid, size, stack).
 
         Without an age limit and with no fork followed this reads only the
         per-site counts; otherwise it walks every live allocation.
         """
         tally: Tally[tuple[int, int, int, bool]] = Tally()
-        gens = self._generations(pids)
+        gens = self._generations(pids) if images is None else images
         if older_than_ns is None:
             keys, values, _ = dump_map(self._bpf[b"sites"])
-            for (tgid, gen, stack_key, size), (count,) in zip(struct.iter_unpack("<IIQQ", keys),
+            for (tgid, gen, stack_key, size), (count,) in zip(SITE_KEY.iter_unpack(keys),
                                                               struct.iter_unpack("<q", values)):
                 if count > 0 and gens.get(tgid) == gen:
                     tally[tgid, stack_key, size, False] += count
@@ -441,9 +445,10 @@ class BpfEngine:
                 for (tgid, key, size, inherited), count in tally.items()]
 
     @gc_paused
-    def allocations(self, pids: set[int] | None = None) -> list[LiveAllocation]:
-        """Every live allocation with its address (a walk of the whole live table)."""
-        live = self._current_live(self._generations(pids))
+    def allocations(self, pids: set[int] | None = None, images: dict[int, int] | None = None) -> list[LiveAllocation]:
+        """Every live allocation with its address (a walk of the whole live table), of the traced
+        processes, or of pids, or of these images (pid -> generation)."""
+        live = self._current_live(self._generations(pids) if images is None else images)
         return [LiveAllocation(tgid, address, size, *self._stack_of(stack_key), inherited=bool(inherited))
                 for (tgid, _, address), (size, _, stack_key, inherited, _) in live]
 
@@ -501,38 +506,50 @@ class BpfEngine:
                 "inherits": {key.value for key in self._bpf[b"inherits"].keys()},
                 "copy_slots": {key.parent for key in self._bpf[b"copy_slots"].keys()}}
 
-    @gc_paused
-    def forget(self, pids: set[int]) -> None:
-        """Drops every record of these processes, and of images replaced by exec or left out."""
+    def drop_processes(self, pids: set[int]) -> None:
+        """Takes processes that exited out of the process table, once user space has read that
+        they did (the kernel side dropped their mappings, inheritance and copy slots at their
+        exit); their live and site records stay for sweep()."""
         for pid in pids:
             self._exec_maps.pop(pid, None)
-            for table in (b"procs", b"inherits", b"exec_maps"):
-                with contextlib.suppress(KeyError):
-                    del self._bpf[table][ct.c_uint32(pid)]
-        slots = self._bpf[b"copy_slots"]
-        for key, child in list(slots.items()):
-            if key.parent in pids or child.value in pids:
-                with contextlib.suppress(KeyError):
-                    del slots[key]
-        # The oldest image still wanted per process. Generations only grow, and a process
-        # not in the table yet may be one that starts during this walk: its records stay.
+        delete_keys(self._bpf[b"procs"], struct.pack(f"<{len(pids)}I", *pids))
+
+    @gc_paused
+    def sweep(self, exited: dict[int, int]) -> None:
+        """Drops the live and site records of images that exited (pid -> the last generation to
+        drop), were replaced by an exec, or were left out; those a waiting child still inherits
+        from stay; then the stacks no record left refers to. Generations only grow, and a
+        process not in the table yet may be one that starts during this walk: its records stay."""
         wanted_from = {tgid: p.gen + bool(p.ignored) for tgid, p in self.processes().items()}
-        wanted_from.update((pid, 1 << 32) for pid in pids)
         needed = {(v.parent, v.parent_gen) for v in self._bpf[b"inherits"].values()}
 
         def stale(tgid: int, gen: int) -> bool:
-            return gen < wanted_from.get(tgid, 0) and (tgid, gen) not in needed
+            return (gen <= exited.get(tgid, 0) or gen < wanted_from.get(tgid, 0)) and (tgid, gen) not in needed
 
-        live = self._bpf[b"live"]
-        for e in self._live_entries():
-            if stale(e.tgid, e.gen):
-                with contextlib.suppress(KeyError):
-                    del live[live.Key(e.tgid, e.gen, e.address)]
-        sites = self._bpf[b"sites"]
-        for key in list(sites.keys()):
-            if stale(key.tgid, key.gen):
-                with contextlib.suppress(KeyError):
-                    del sites[key]
+        # Stacks first: one stored after this read is not looked at; one stored before it has its
+        # record (made in the same program run, microseconds later) in the reads below.
+        stacks, _, _ = dump_map(self._bpf[b"stacks"])
+        keys, values, _ = dump_map(self._bpf[b"live"])
+        referenced = self._drop_stale(b"live", LIVE_KEY, stale, ((key, value[2]) for key, value in
+                                                               zip(LIVE_KEY.iter_unpack(keys), LIVE_VALUE.iter_unpack(values))))
+        keys, _, _ = dump_map(self._bpf[b"sites"])
+        referenced |= self._drop_stale(b"sites", SITE_KEY, stale, ((key, key[2]) for key in SITE_KEY.iter_unpack(keys)))
+        unreferenced = [key for (key,) in struct.iter_unpack("<Q", stacks) if key not in referenced]
+        for key in unreferenced:
+            self._stack_cache.pop(key, None)
+        delete_keys(self._bpf[b"stacks"], struct.pack(f"<{len(unreferenced)}Q", *unreferenced))
+
+    def _drop_stale(self, name: bytes, key_format: struct.Struct, stale, records) -> set[int]:
+        """Deletes the records of a table whose (tgid, generation) is stale; records: (key, its
+        stack key). Returns the stack keys of the records that stay."""
+        gone, kept = [], set()
+        for key, stack_key in records:
+            if stale(key[0], key[1]):
+                gone.append(key_format.pack(*key))
+            else:
+                kept.add(stack_key)
+        delete_keys(self._bpf[name], b"".join(gone))
+        return kept
 
     def close(self) -> None:
         """Detaches every probe and frees the maps; safe to call twice."""

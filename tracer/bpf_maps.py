@@ -10,6 +10,16 @@ from bcc.libbcc import lib
 
 
 CHUNK = 4096   # entries asked for per BPF_MAP_LOOKUP_BATCH: memory follows what the map holds, not its size
+_scratches: dict[tuple[int, int], ct.Array] = {}
+
+
+def _scratch(size: int, which: int) -> ct.Array:
+    """A buffer of size bytes for a batch read, made once and reused (reads are made by one
+    thread at a time; which: 0 for keys, 1 for values, which may be of one size)."""
+    key = (size, which)
+    if key not in _scratches:
+        _scratches[key] = ct.create_string_buffer(size)
+    return _scratches[key]
 
 
 def dump_map(table) -> tuple[bytes, bytes, int]:
@@ -21,7 +31,7 @@ def dump_map(table) -> tuple[bytes, bytes, int]:
     key_size, value_size = ct.sizeof(table.Key), ct.sizeof(table.Leaf)
     chunk = min(CHUNK, table.max_entries)
     keys, values = bytearray(), bytearray()
-    key_buffer, value_buffer = ct.create_string_buffer(key_size * chunk), ct.create_string_buffer(value_size * chunk)
+    key_buffer, value_buffer = _scratch(key_size * chunk, 0), _scratch(value_size * chunk, 1)
     token_in, token_out = ct.c_uint32(0), ct.c_uint32(0)
     count = ct.c_uint32(0)
     total, first = 0, True
@@ -38,8 +48,7 @@ def dump_map(table) -> tuple[bytes, bytes, int]:
                 break
             if err == errno.ENOSPC and count.value == 0:   # a hash bucket holds more than a chunk
                 chunk *= 2
-                key_buffer = ct.create_string_buffer(key_size * chunk)
-                value_buffer = ct.create_string_buffer(value_size * chunk)
+                key_buffer, value_buffer = _scratch(key_size * chunk, 0), _scratch(value_size * chunk, 1)
                 continue
             if err in (errno.EINVAL, errno.ENOTSUP, 524) and first:   # 524: ENOTSUPP
                 return _walk_map(table)
@@ -80,3 +89,19 @@ def update_array(table, first: int, values: bytes, count: int) -> None:
     if lib.bpf_update_batch(table.map_fd, keys, buffer, ct.byref(done)) != 0:
         err = ct.get_errno()
         raise OSError(err, f"BPF_MAP_UPDATE_BATCH: {errno.errorcode.get(err, err)}")
+
+
+def delete_keys(table, keys: bytes) -> None:
+    """Deletes packed keys from a hash map: BPF_MAP_DELETE_BATCH; a key already gone (a race
+    with the BPF program) is passed over."""
+    key_size = ct.sizeof(table.Key)
+    at, count = 0, len(keys) // key_size
+    base = ct.cast(ct.c_char_p(keys), ct.c_void_p).value   # the bytes' own buffer: the kernel only reads it
+    while at < count:
+        done = ct.c_uint32(count - at)
+        if lib.bpf_delete_batch(table.map_fd, ct.c_void_p(base + at * key_size), ct.byref(done)) == 0:
+            return
+        err = ct.get_errno()
+        if err != errno.ENOENT:
+            raise OSError(err, f"BPF_MAP_DELETE_BATCH: {errno.errorcode.get(err, err)}")
+        at += done.value + 1   # the key that was not there

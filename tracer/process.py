@@ -29,6 +29,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def printable(text: str) -> str:
     """A target's name (comm, file name, symbol) with its control characters as \\xNN: it may
     carry terminal escape sequences, and reports reach root's terminal."""
+    if text.isascii() and text.isprintable():
+        return text
     return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 

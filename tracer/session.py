@@ -19,6 +19,7 @@ from .bpf_engine import BpfEngine, EngineSettings, TracedProcess
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
 from .module_files import ModuleFiles, allocator_library_of_process, libc_libraries
+from .pacing import poll_pause
 from .process import (alive, library_of_executable, program_loader, read_process, read_target, resolve_executable,
                       unmapped_mappings)
 from .snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, UnreachableReport
@@ -146,13 +147,15 @@ class Trace:
         self._info_read_at = time.monotonic()
         self._exited = False
         self._gens: dict[int, int] = {}       # traced pid -> image generation, as last seen
-        # Exited (or replaced, or left out) since the kernel's tables were last cleaned.
-        # Cleaning walks the live table (about 1 s per million records), so it waits at
-        # least a second and ten times its last duration: at most a tenth of a CPU.
-        self._to_forget: set[int] = set()
-        self._forget_due = False
-        self._forgot_at = 0.0
-        self._forget_pause = 1.0
+        # Processes that exited leave the process tables at once; their records are read in one
+        # go at the next snapshot or sweep (_gone), and dropped by the sweep after (_exited_images).
+        # A sweep walks the live table (about 1 s per million records), so it waits at least a
+        # second and ten times its last duration: at most a tenth of a CPU.
+        self._gone: dict[int, tuple[int, ProcessInfo]] = {}   # pid -> (generation, what is known of it)
+        self._exited_images: dict[int, int] = {}              # pid -> the last generation to drop
+        self._sweep_due = False
+        self._swept_at = 0.0
+        self._sweep_pause = 1.0
         # Children that exited since the last snapshot: their last state, shown once.
         self._departed: list[tuple[ProcessInfo, list, list]] = []
         self._stop_release: StopRelease | None = None   # a launched command, continued if leaktrace dies
@@ -244,18 +247,19 @@ class Trace:
         if gen:
             self.engine.load_tables(info, gen)
 
-    def _departed_info(self, pid: int) -> ProcessInfo:
+    def _departed_info(self, pid: int, known: dict[int, TracedProcess]) -> ProcessInfo:
         """What is known of an exited child, even one that lived and died between two polls:
-        then its name comes from the kernel side and, unless it exec'd, its maps from its parent."""
+        then its name comes from the kernel side and, unless it exec'd, its maps from its parent
+        (known: the kernel side's records, which exited processes leave at once)."""
         info = self._process_info(pid, alive=False)
-        origin = self.engine.origin(pid)
+        origin = known.get(pid)
         if info.maps or origin is None:
             return info
         comm, parent, execed = origin.comm, origin.parent, origin.execed
         while not execed and parent:   # up through ancestors that were never read either
             if parent in self._infos:
                 return dataclasses.replace(self._infos[parent], pid=pid, comm=comm, exited=True)
-            ancestor = self.engine.origin(parent)
+            ancestor = known.get(parent)
             parent, execed = (ancestor.parent, ancestor.execed) if ancestor else (0, True)
         return dataclasses.replace(info, comm=comm, name=comm)
 
@@ -278,6 +282,7 @@ class Trace:
         if self._exited and self.final_snapshot is not None and older_than_ms is None:
             return self.final_snapshot
         older_than_ns = None if older_than_ms is None else older_than_ms * 1_000_000
+        self._read_departed()
         pids = self._traced_pids()
         processes = {pid: self._process_info(pid) for pid in pids}
         groups = self.engine.groups(older_than_ns, set(pids))
@@ -302,44 +307,61 @@ class Trace:
 
     def _track_processes(self) -> None:
         """Copies what new children inherited; leaves out processes outside the selection; takes
-        leave of exited children; drops the records of those and of replaced images."""
+        leave of exited children (out of the process tables at once, their records read at the
+        next snapshot or sweep); sweeps the records of those and of replaced images."""
         if self.engine.settings.follow_forks:
             self.engine.copy_inherited()
-        known = {pid: p for pid, p in self.engine.processes().items() if pid not in self._to_forget}
+        known = self.engine.processes()
         # New images (first seen, or exec'd) that the selection leaves out are not traced further.
         unselected = {pid: p.gen for pid, p in known.items()
                       if not p.ignored and self._gens.get(pid) != p.gen and not self.selection.matches(pid, p)}
         if unselected:
             self.engine.ignore(unselected)
         traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}
-        gone = {pid for pid, p in known.items() if p.exited and pid != self.pid}
-        departed = gone & traced.keys()
-        if departed:   # one read of the kernel's tables for them all
-            groups = self.engine.groups(pids=departed)
-            allocations = self.engine.allocations(departed) if self.final_with_allocations else []
-            for pid in sorted(departed):
-                self._departed.append((self._departed_info(pid), [g for g in groups if g.pid == pid],
-                                       [a for a in allocations if a.pid == pid]))
-        for pid in gone:
+        gone = {pid: p for pid, p in known.items() if p.exited and pid != self.pid}
+        for pid, p in gone.items():
+            if pid in traced:
+                self._gone[pid] = (p.gen, self._departed_info(pid, known))
+            else:   # left out: nothing of it is reported
+                self._exited_images[pid] = p.gen
             self._infos.pop(pid, None)
+        if gone:
+            self.engine.drop_processes(set(gone))
         replaced = any(self._gens.get(pid, p.gen) != p.gen for pid, p in traced.items())
-        self._to_forget |= gone
-        self._forget_due |= bool(gone or replaced or unselected)
+        self._sweep_due |= bool(gone or replaced or unselected)
         new_images = [pid for pid, p in traced.items() if self._gens.get(pid) != p.gen and pid not in gone]
-        self._gens = {pid: p.gen for pid, p in traced.items() if pid not in self._to_forget}
+        self._gens = {pid: p.gen for pid, p in traced.items() if pid not in gone}
         # New images (new processes, or exec'd): read now, in case they are short-lived, and
         # so that their stacks are walked from their modules' tables from now on.
         for pid in new_images:
             self._process_info(pid)
-        if time.monotonic() - self._forgot_at >= self._forget_pause:
-            self._forget()
+        if time.monotonic() - self._swept_at >= self._sweep_pause:
+            self._sweep()
 
-    def _forget(self) -> None:
-        if self._forget_due:
+    def _read_departed(self) -> None:
+        """Reads the records of the processes that exited since this was last done, in one go:
+        they are reported at the next snapshot, and the next sweep may drop them."""
+        if not self._gone:
+            return
+        images = {pid: gen for pid, (gen, _) in self._gone.items()}
+        groups: dict[int, list] = {pid: [] for pid in images}
+        allocations: dict[int, list] = {pid: [] for pid in images}
+        for group in self.engine.groups(images=images):
+            groups[group.pid].append(group)
+        for allocation in self.engine.allocations(images=images) if self.final_with_allocations else ():
+            allocations[allocation.pid].append(allocation)
+        for pid in sorted(images):
+            self._departed.append((self._gone[pid][1], groups[pid], allocations[pid]))
+        self._exited_images.update(images)
+        self._gone = {}
+
+    def _sweep(self) -> None:
+        self._read_departed()
+        if self._sweep_due:
             started = time.monotonic()
-            self.engine.forget(self._to_forget)
-            self._to_forget, self._forget_due, self._forgot_at = set(), False, time.monotonic()
-            self._forget_pause = max(1.0, 10 * (self._forgot_at - started))
+            self.engine.sweep(self._exited_images)
+            self._exited_images, self._sweep_due, self._swept_at = {}, False, time.monotonic()
+            self._sweep_pause = max(1.0, 10 * (self._swept_at - started))
 
     def poll(self) -> bool:
         """Notices stops and exits; returns False once the target is gone."""
@@ -389,22 +411,24 @@ class Trace:
         self._exited = True
         if self.final_snapshot is None:
             self._track_processes()   # children that left since this poll began
-            self._forget()
             self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
+            self._sweep()
         else:   # taken at the exit stop, while the process still existed
-            self._forget()
+            self._sweep()
             processes = dict(self.final_snapshot.processes)
             processes[self.pid] = self._process_info(self.pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
 
-    def wait(self, timeout: float | None = None, tick: float = 0.02) -> bool:
+    def wait(self, timeout: float | None = None) -> bool:
         """Waits for the target to exit; returns False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll():
+        while True:
+            started = time.monotonic()
+            if not self.poll():
+                return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
-            time.sleep(tick)
-        return True
+            time.sleep(poll_pause(time.monotonic() - started))
 
     @property
     def exited(self) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .growth import Growth, GrowthTracker, stack_id
 from .malloc_options import SIZE_MAX
+from .pacing import poll_pause
 from .process_table import process_rows, sort_rows
 from .render_text import ranked_stacks, stack_text
 from .snapshot import Counters, Snapshot
@@ -227,8 +228,7 @@ class _TopView:
         finally:
             curses.noecho()
             curses.curs_set(0)
-            self.screen.timeout(20)
-        return answer.decode(errors="replace")
+            return answer.decode(errors="replace")
 
     def answer(self, key: int) -> bool:
         """Acts on one key; False to quit."""
@@ -275,11 +275,14 @@ class _TopView:
         curses.set_escdelay(25)   # Esc goes back at once, not after curses' default second
         curses.curs_set(0)
         self.screen.keypad(True)
-        self.screen.timeout(20)
         self.refresh_data()
         next_refresh = time.monotonic() + self.state.interval
         self.paint()
-        while self.flags.stop is None and self.trace.poll():
+        while self.flags.stop is None:
+            polled_at = time.monotonic()
+            if not self.trace.poll():
+                break
+            self.screen.timeout(int(poll_pause(time.monotonic() - polled_at) * 1000))
             key = self.screen.getch()
             dirty = False
             if key == curses.KEY_RESIZE:

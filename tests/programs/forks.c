@@ -7,6 +7,7 @@
 // grandchild G: at once frees keep[0] and mallocs 777.
 // exec child E (vfork + exec of this program with "exec"): mallocs 888 only.
 // With "many": one block of 99, then 8 children at once that keep it and exit.
+// With "many_exec": the same, but each child execs this program as "exec" at once.
 //
 // At exit: P: 3x111, 333, 444.   C: 111 x2, 222 inherited; 555, 666 own.
 // G: 111 x2, 222, 555, 666 inherited; 777 own.   E: 888 own.
@@ -45,10 +46,12 @@ int main(int argc, char **argv)
         sink = malloc(888);
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "many") == 0) {
+    if (argc > 1 && (strcmp(argv[1], "many") == 0 || strcmp(argv[1], "many_exec") == 0)) {
         sink = malloc(99);
         for (int i = 0; i < 8; i++)
             if (fork() == 0) {
+                if (strcmp(argv[1], "many_exec") == 0)
+                    execl(argv[0], argv[0], "exec", (char *)NULL);
                 usleep(200000);
                 _exit(0);
             }

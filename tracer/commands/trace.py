@@ -15,6 +15,7 @@ from ..bpf_compile import EngineSettings, compile_ahead, settle
 from ..errors import RuntimeFailure, UsageError
 from ..malloc_options import (DEFAULT_DUMP_PREFIX, SIZE_MAX, MallocDebugConfig, OptionError, check_engine_options,
                               parse_malloc_debug_options)
+from ..pacing import poll_pause
 from ..system import check_system
 from . import ArgumentParser, Command
 
@@ -328,7 +329,11 @@ class TraceCommand(Command):
         """Reports every interval until stopped or the target is gone; True when COUNT reports were made."""
         reports = 0
         next_report = time.monotonic() + args.interval
-        while flags.stop is None and trace.poll():
+        while flags.stop is None:
+            polled_at = time.monotonic()
+            if not trace.poll():
+                break
+            pause = poll_pause(time.monotonic() - polled_at)
             if flags.take_dump():
                 snapshot = TraceCommand.snapshot_or_skip(trace)
                 if snapshot:
@@ -341,7 +346,7 @@ class TraceCommand(Command):
                 if args.count and reports >= args.count:
                     return True
                 next_report += args.interval
-            time.sleep(0.02)
+            time.sleep(max(0.0, min(pause, next_report - time.monotonic())))
         return False
 
     def run(self, args: argparse.Namespace) -> int:
