@@ -213,9 +213,17 @@ __attribute__((constructor)) static void at_start(void)
     ready();
 }
 
+// A program leaktrace started, which leaktrace has stopped tracing (it removed the directory
+// it named in LEAKTRACE_PRELOAD_DIR): what it asked for at exit is no one's any more.
+static int leaktrace_gone(void)
+{
+    const char *directory = getenv("LEAKTRACE_PRELOAD_DIR");
+    return directory && access(directory, F_OK) != 0;
+}
+
 __attribute__((destructor)) static void at_exit(void)
 {
-    if (config.state != 1)
+    if (config.state != 1 || leaktrace_gone())
         return;
     library_enter();
     if (config.free_track)

@@ -186,3 +186,39 @@ def test_attach_to_an_idle_process(program):
     assert result.returncode == 0, result.stderr
     found = reports(result.stdout)
     assert len(found) == 2 and all(sites(report)["keep_some"] == [(4321, 5)] for report in found)
+
+
+def workdirs_of(pid: int) -> list[Path]:
+    return sorted(Path("/tmp").glob(f"leaktrace-preload-{pid}-*"))
+
+
+def test_a_command_that_outlives_its_trace_goes_on_silent(program):
+    """leaktrace stops after one report (COUNT) while its command runs on: the command ends
+    later with no word about leaktrace's dump directory, which is gone, and leaves no file."""
+    tracer = subprocess.Popen(leaktrace_command("-c", f"{program('idle')} 2", "--engine", "preload", "--json",
+                                                "0.3", "1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    out, err = tracer.communicate(timeout=TIMEOUT)   # its pipes close when the command ends too
+    assert tracer.returncode == 0 and len(reports(out)) == 1
+    assert "heap dump" not in err and "leaktrace-preload" not in err, err
+    assert workdirs_of(tracer.pid) == []
+
+
+def test_the_dump_directory_of_a_killed_leaktrace_is_removed_at_the_next_start(program, tmp_path):
+    tracer = subprocess.Popen(leaktrace_command("-c", f"{program('idle')} 60", "--engine", "preload", "3600"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = tracer.stderr.readline()
+    command = int(line.split("' ")[1].split()[0])
+    [left] = workdirs_of(tracer.pid)
+    tracer.kill()
+    tracer.wait()
+    assert left.is_dir()
+    planted = Path("/tmp") / f"leaktrace-preload-{tracer.pid + 1000000}-link"
+    planted.symlink_to(tmp_path)
+    try:
+        assert run_command(["-c", "true", "--engine", "preload"]).returncode == 0
+        assert not left.exists()
+        assert planted.is_symlink() and tmp_path.is_dir()   # not a directory of leaktrace's: left alone
+    finally:
+        planted.unlink()
+        os.kill(command, signal.SIGKILL)

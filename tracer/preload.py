@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from collections import Counter
@@ -42,6 +43,26 @@ MAX_FRAMES = 256               # the library's largest backtrace option
 _RECORD = re.compile(r"z ([01])  sz +(\d{1,20})  num +(\d{1,10})  bt((?: [0-9a-f]{1,16}){0,%d})$" % MAX_FRAMES)
 _MAPS_LINE = re.compile(r"[0-9a-f]{1,16}-[0-9a-f]{1,16} [-rwxps]{4} [0-9a-f]{1,16} [0-9a-f]{1,8}:[0-9a-f]{1,8} \d{1,20}"
                         r"(?: +[^\0\n]{0,4096})?")
+
+
+WORKDIR_PREFIX = "leaktrace-preload-"   # + leaktrace's pid + "-" + random: the dump directory of a launch
+
+
+def remove_stale_workdirs() -> None:
+    """Removes the dump directories that leaktraces which died without cleaning up left behind
+    (each is named with its leaktrace's pid): ours only, real directories only."""
+    top = tempfile.gettempdir()
+    for name in os.listdir(top):
+        owner = name.removeprefix(WORKDIR_PREFIX).split("-", 1)[0]
+        if not name.startswith(WORKDIR_PREFIX) or not owner.isdigit() or alive(int(owner)):
+            continue
+        path = os.path.join(top, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exited: bool = False,
@@ -109,9 +130,11 @@ class PreloadTrace:
             static = False   # a script: the interpreter its #! names loads the library
         if static:
             raise RuntimeFailure(f"{path} is statically linked: LD_PRELOAD cannot load leaktrace's library into it")
-        workdir = tempfile.mkdtemp(prefix="leaktrace-preload-")
+        remove_stale_workdirs()
+        workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         prefix = os.path.join(workdir, "heap")
-        env = dict(os.environ, LD_PRELOAD=preload_library(),
+        # Once the directory is gone (leaktrace stopped first), the library says and writes nothing at exit.
+        env = dict(os.environ, LD_PRELOAD=preload_library(), LEAKTRACE_PRELOAD_DIR=workdir,
                    LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={prefix}")
         frames = parse_malloc_debug_options(options).backtrace_frames
         # The dump directory is ours (mode 0700): its files are read with our own rights.
