@@ -4,6 +4,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <limits.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,7 +34,7 @@ struct config {
     size_t free_track_frames;            // stack depth taken at free
     int track_allocs;           // pointers passed in are checked against the table
     int abort_on_error;
-    char prefix[256];
+    char prefix[PATH_MAX];      // backtrace_dump_prefix (a longer one is refused: no file could have it)
 };
 extern struct config config;
 

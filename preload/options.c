@@ -91,7 +91,7 @@ static void set(const char *name, size_t number, const char *value)
     } else if (!strcmp(name, "backtrace_dump_on_exit")) {
         config.dump_on_exit = 1;
     } else if (!strcmp(name, "backtrace_dump_prefix")) {
-        snprintf(config.prefix, sizeof config.prefix, "%s", *value ? value : DEFAULT_DUMP_PREFIX);
+        snprintf(config.prefix, sizeof config.prefix, "%s", *value ? value : DEFAULT_DUMP_PREFIX);   // fits: checked
     } else if (!strcmp(name, "backtrace_full")) {
         config.backtrace_full = 1;
     } else if (!strcmp(name, "leak_track")) {
@@ -128,6 +128,10 @@ static void set(const char *name, size_t number, const char *value)
 static int apply(const struct option_spec *spec, const char *name, const char *value)
 {
     size_t number = spec->default_number;
+    if (spec->takes == TAKES_TEXT && strlen(value) >= PATH_MAX) {
+        option_error("bad value for option '%s': %s", name, strerror(ENAMETOOLONG));
+        return 0;
+    }
     if (!spec->supported) {
         fprintf(stderr, "%s: option '%s' is not supported by leaktrace's library yet\n",
                 program_invocation_short_name, spec->name);
@@ -149,10 +153,9 @@ static int is_space(char c)
     return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
-// Splits the string as bionic's Config::GetOption does; 0 on the first bad option.
-int parse_options(const char *text)
+// parse_options with buffers each as long as the text.
+static int parse_into(const char *text, char *name, char *value)
 {
-    char name[128], value[256];
     config.max_size = SIZE_MAX;
     snprintf(config.prefix, sizeof config.prefix, "%s", DEFAULT_DUMP_PREFIX);
     const char *p = text;
@@ -163,8 +166,7 @@ int parse_options(const char *text)
             return 1;
         size_t n = 0;
         for (; *p && !is_space(*p) && *p != '='; p++)
-            if (n < sizeof name - 1)
-                name[n++] = *p;
+            name[n++] = *p;
         name[n] = 0;
         while (is_space(*p))
             p++;
@@ -174,8 +176,7 @@ int parse_options(const char *text)
             while (is_space(*p))
                 p++;
             for (; *p && !is_space(*p); p++)
-                if (v < sizeof value - 1)
-                    value[v++] = *p;
+                value[v++] = *p;
         }
         value[v] = 0;
         const struct option_spec *spec = find_option(name);
@@ -186,4 +187,17 @@ int parse_options(const char *text)
         if (!apply(spec, name, value))
             return 0;
     }
+}
+
+// Splits the string as bionic's Config::GetOption does; 0 on the first bad option. Names
+// and values are whole however long (copied into glibc's memory: this library is not
+// ready to record anything while it reads its options).
+int parse_options(const char *text)
+{
+    size_t room = strlen(text) + 1;
+    char *name = __libc_malloc(room), *value = __libc_malloc(room);
+    int good = name && value && parse_into(text, name, value);
+    __libc_free(name);
+    __libc_free(value);
+    return good;
 }

@@ -63,6 +63,9 @@ def test_options_header_is_generated_from_the_python_table():
     # Hostile strings: a number past any integer type, separators C's isspace() does not know.
     "backtrace=" + "9" * 5000, "backtrace\x1cleak_track",
     "backtrace\u00a0leak_track", "backtrace\u2003leak_track", "leak_track\x01", "backtrace\tleak_track\v",
+    # Long names and values are judged whole (a C parser with fixed buffers would cut them).
+    "backtrace=" + "0" * 5000 + "8", "x" * 300, "backtrace=" + "0" * 300 + "300",
+    "backtrace_dump_prefix=/tmp/" + "b" * 300, "backtrace_dump_prefix=/tmp/" + "c" * 5000,
 ])
 def test_both_parsers_accept_and_refuse_the_same_strings(text):
     """The C side (run in a real process) prints exactly what the Python side raises."""

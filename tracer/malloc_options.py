@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 
 PROGRAM_NAME = "leaktrace"
+PATH_MAX = 4096   # a file name's bytes, its end included (Linux)
 SIZE_MAX = 2**64 - 1
 LONG_MAX = 2**63 - 1
 LONG_MIN = -(2**63)
@@ -214,6 +215,8 @@ def parse_malloc_debug_options(text: str) -> MallocDebugConfig:
                     f"{PROGRAM_NAME}: value set for option '{name}' which does not take a value")
             parsed: int | str | None = None
         elif spec.takes == "text":
+            if len(value.encode(errors="surrogateescape")) >= PATH_MAX:   # no file could have such a name
+                raise OptionError(f"{PROGRAM_NAME}: bad value for option '{name}': {os.strerror(errno.ENAMETOOLONG)}")
             parsed = value or spec.default
         elif spec.takes == "int" and not value:
             parsed = spec.default
