@@ -231,3 +231,34 @@ def test_an_output_that_cannot_be_written_exits_3_and_leaves_no_part_of_it(progr
         assert sorted(path.name for path in full.iterdir()) == ["filler"]
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_a_zombie_exits_1_saying_so(probes_left_as_found):
+    """A child that exited and was not reaped has no address space any more."""
+    zombie = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        for engine in ("bpf", "preload"):
+            assert_one_line_error(run_command(["-p", str(zombie.pid), "--engine", engine]), 1,
+                                  f"pid {zombie.pid} has exited (a zombie)")
+    finally:
+        zombie.wait()
+
+
+def test_decode_leak_info_of_truncated_and_random_files(tmp_path):
+    """A buffer cut short: one line, exit 1. Random bytes of whole entries: decoded, each entry
+    no get_malloc_leak_info could have written marked, and counted on stderr."""
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(os.urandom(18 * 8 * 3 + 5))
+    assert_one_line_error(run_command(["decode-leak-info", str(cut), "--backtrace-size", "16"]), 1,
+                          "buffer of 437 bytes is not a whole number of 144-byte entries")
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(os.urandom(18 * 8 * 50))
+    result = run_command(["decode-leak-info", str(noise), "--backtrace-size", "16"])
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert result.stdout.startswith("50 entries, total_memory ")
+    marked = sum("  !" in line for line in result.stdout.splitlines())
+    assert marked >= 45 and f"{marked} entries cannot be real" in result.stderr
