@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "options.h"
 
@@ -190,14 +191,16 @@ static int parse_into(const char *text, char *name, char *value)
 }
 
 // Splits the string as bionic's Config::GetOption does; 0 on the first bad option. Names
-// and values are whole however long (copied into glibc's memory: this library is not
-// ready to record anything while it reads its options).
+// and values are whole however long, read into pages of their own (this library is not
+// ready to record while it reads its options, and a chunk of glibc's heap freed here
+// would be handed to the program with its address left on the stack).
 int parse_options(const char *text)
 {
     size_t room = strlen(text) + 1;
-    char *name = __libc_malloc(room), *value = __libc_malloc(room);
-    int good = name && value && parse_into(text, name, value);
-    __libc_free(name);
-    __libc_free(value);
+    char *name = mmap(NULL, 2 * room, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (name == MAP_FAILED)
+        return 0;
+    int good = parse_into(text, name, name + room);
+    munmap(name, 2 * room);
     return good;
 }
