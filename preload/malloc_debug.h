@@ -43,7 +43,7 @@ int parse_options(const char *text);
 
 // --- the table of live blocks (table.c) ------------------------------------
 
-#define RECORD_ZYGOTE 1u     // allocated before a fork, in the parent
+#define RECORD_INHERITED 1u  // allocated before a fork, in the parent
 #define RECORD_UNTRACED 2u   // made while stacks were switched off: not in leak info (bionic's hash index 0)
 
 struct record {
@@ -58,6 +58,8 @@ void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *fra
 int table_take(uintptr_t pointer, struct record *out);   // 0 if not there
 int table_contains(uintptr_t pointer);
 size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max);
+// Android's zygote bit: made by this process after it was forked from a traced one.
+int record_zygote_bit(const struct record *r);
 struct record *table_snapshot(size_t *count);             // sorted as malloc_debug sorts them
 void free_records(struct record *list, size_t count);
 int same_entry(const struct record *a, const struct record *b);

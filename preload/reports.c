@@ -42,7 +42,7 @@ EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t *i
             ((size_t *)(buffer + (entries - 1) * width))[1]++;
         } else {
             size_t *entry = (size_t *)(buffer + entries++ * width);
-            entry[0] = list[i].size | ((list[i].flags & RECORD_ZYGOTE) ? ZYGOTE_BIT : 0);
+            entry[0] = list[i].size | (record_zygote_bit(&list[i]) ? ZYGOTE_BIT : 0);
             entry[1] = 1;
             memcpy(entry + 2, list[i].frames, list[i].frame_count * sizeof(uintptr_t));
             last = &list[i];
@@ -140,7 +140,7 @@ void write_dump(const char *suffix)
         size_t j = i + 1;
         while (j < count && same_entry(&list[i], &list[j]))
             j++;
-        put(fd, "z %d  sz %8zu  num    %zu  bt", (list[i].flags & RECORD_ZYGOTE) ? 1 : 0, list[i].size, j - i);
+        put(fd, "z %d  sz %8zu  num    %zu  bt", record_zygote_bit(&list[i]), list[i].size, j - i);
         for (uint32_t f = 0; f < list[i].frame_count; f++)
             put(fd, " %lx", (unsigned long)list[i].frames[f]);
         put(fd, "\n");

@@ -110,10 +110,18 @@ size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max)
     return found;
 }
 
+// 1 in a child forked while the library ran (exec starts it at 0 again); read in place too.
+EXPORT int leaktrace_forked;
+
+int record_zygote_bit(const struct record *r)
+{
+    return leaktrace_forked && !(r->flags & RECORD_INHERITED);
+}
+
 static int compare_records(const void *left, const void *right)
 {
     const struct record *a = left, *b = right;
-    uint32_t za = a->flags & RECORD_ZYGOTE, zb = b->flags & RECORD_ZYGOTE;
+    int za = record_zygote_bit(a), zb = record_zygote_bit(b);
     if (za != zb)
         return za ? 1 : -1;                              // z 0 first
     if (a->size != b->size)
@@ -127,7 +135,7 @@ static int compare_records(const void *left, const void *right)
 
 int same_entry(const struct record *a, const struct record *b)
 {
-    return (a->flags & RECORD_ZYGOTE) == (b->flags & RECORD_ZYGOTE) && a->size == b->size &&
+    return record_zygote_bit(a) == record_zygote_bit(b) && a->size == b->size &&
            a->frame_count == b->frame_count &&
            (!a->frame_count || !memcmp(a->frames, b->frames, a->frame_count * sizeof *a->frames));
 }
@@ -168,13 +176,14 @@ void table_before_fork(void)
     pthread_mutex_lock(&leaktrace_table_lock);
 }
 
-// In the child, every block it inherited gets the zygote bit.
+// In the child, every block is one it inherited; those it makes from now on carry the zygote bit.
 void table_after_fork(int child)
 {
     if (child) {
+        leaktrace_forked = 1;
         for (size_t i = 0; i < leaktrace_table_slots; i++)
             if (leaktrace_table[i].pointer > 1)
-                leaktrace_table[i].flags |= RECORD_ZYGOTE;
+                leaktrace_table[i].flags |= RECORD_INHERITED;
         pthread_mutex_init(&leaktrace_table_lock, NULL);
     } else {
         pthread_mutex_unlock(&leaktrace_table_lock);

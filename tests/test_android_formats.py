@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 
 from leaktrace import AllocationGroup, Counters, Frame, ProcessInfo, Snapshot, SymbolizedSnapshot
+from leaktrace.preload import snapshot_from_heap_dump
 from leaktrace.render_heap_dump import render_heap_dump
 from leaktrace.render_leak_info import decode_leak_info, get_malloc_leak_info
 from leaktrace.render_leak_log import render_leak_log
@@ -21,14 +22,15 @@ def ra(pc):
     return pc + 1 if pc + 1 >= 4096 else pc
 
 
-def group(size, pcs=(), count=1, zygote=False):
+def group(size, pcs=(), count=1, inherited=False):
     status = StackStatus.CAPTURED if pcs else StackStatus.FILTERED
-    return AllocationGroup(PID, size, count, tuple(ra(pc) for pc in pcs), status, zygote)
+    return AllocationGroup(PID, size, count, tuple(ra(pc) for pc in pcs), status, inherited)
 
 
-def snapshot(groups=(), depth=16, allocations=None):
-    return Snapshot(0.0, tuple(groups), Counters(), {PID: ProcessInfo(PID, "app", "app", "MAP_DATA\n")}, depth,
-                    allocations)
+def snapshot(groups=(), depth=16, allocations=None, forked=False):
+    """PID's snapshot; forked: PID is a forked child, whose own blocks carry the zygote bit."""
+    info = ProcessInfo(PID, "app", "app", "MAP_DATA\n", forked=forked)
+    return Snapshot(0.0, tuple(groups), Counters(), {PID: info}, depth, allocations)
 
 
 def words(info, abi=64):
@@ -58,8 +60,8 @@ def test_backtrace_same_stack():
 
 def test_backtrace_same_stack_mix_zygote():
     stack = (0xBC000, 0xECD00, 0x12000)
-    info = get_malloc_leak_info(snapshot([group(40, stack, 2, zygote=True), group(40, stack),
-                                          group(100, stack)], depth=4), PID)
+    info = get_malloc_leak_info(snapshot([group(40, stack, 2), group(40, stack, inherited=True),
+                                          group(100, stack, inherited=True)], depth=4, forked=True), PID)
     w = words(info)
     assert [(w[i], w[i + 1]) for i in (0, 6, 12)] == [(100, 1), (40, 1), (0x80000028, 2)]
     assert info.total_memory == 220
@@ -77,9 +79,9 @@ def test_empty_snapshot_gives_zeros():
 
 
 def test_32_bit_abi_and_round_trip():
-    original = [group(300, (0x100, 0x200), 2), group(40, (0x300,), zygote=True), group(7)]
+    original = [group(300, (0x100, 0x200), 2, inherited=True), group(40, (0x300,)), group(7, inherited=True)]
     for abi in (32, 64):
-        info = get_malloc_leak_info(snapshot(original, depth=4), PID, abi=abi)
+        info = get_malloc_leak_info(snapshot(original, depth=4, forked=True), PID, abi=abi)
         assert info.info_size == (4 if abi == 32 else 8) * 6
         decoded = decode_leak_info(info.buffer, 4, abi)
         assert [(e.zygote, e.size, e.num_allocations, e.frames) for e in decoded] == [
@@ -101,14 +103,14 @@ def test_interleaved_pointers_stay_split_as_upstream():
                                                                 ((0x10, 0x20), 1)]
 
 
-def dump(groups, depth, frames=None, full=False):
-    return render_heap_dump(SymbolizedSnapshot(snapshot(groups, depth), frames or {}), PID, "", full)
+def dump(groups, depth, frames=None, full=False, forked=False):
+    return render_heap_dump(SymbolizedSnapshot(snapshot(groups, depth, forked=forked), frames or {}), PID, "", full)
 
 
 def test_heap_dump_backtrace_dump_on_signal():
-    text = dump([group(100, (0x100, 0x200), zygote=True), group(40, (0x300, 0x400), zygote=True),
-                 group(200, (0x500, 0x600), zygote=True), group(10, (0xA000, 0xB000)),
-                 group(50, (0xA100, 0xB200)), group(5, (0xA300, 0xB300))], 4)
+    text = dump([group(100, (0x100, 0x200)), group(40, (0x300, 0x400)), group(200, (0x500, 0x600)),
+                 group(10, (0xA000, 0xB000), inherited=True), group(50, (0xA100, 0xB200), inherited=True),
+                 group(5, (0xA300, 0xB300), inherited=True)], 4, forked=True)
     assert text == """Android Native Heap Dump v1.2
 
 Build fingerprint: ''
@@ -192,3 +194,14 @@ def test_leak_log_unknown_frames_and_min_max():
                           "Backtrace at time of allocation:",
                           "          #00  pc 0000000000005000  <unknown>"]
     assert sum(line == "Backtrace at time of allocation:" for line in lines) == 2
+
+
+def test_heap_dump_read_back_keeps_inherited_and_own_blocks_of_a_child():
+    """z 0 in a forked child's dump is what it inherited, z 1 what it made; a dump with no z 1 is
+    of a process that was not forked (or made nothing since)."""
+    child = [group(300, (0x100,), 2, inherited=True), group(40, (0x300,))]
+    read = snapshot_from_heap_dump(dump(child, 4, forked=True).replace("MAP_DATA\n", ""), PID, "app", 0.0)
+    assert read.processes[PID].forked
+    assert sorted((g.size, g.count, g.inherited) for g in read.groups) == [(40, 1, False), (300, 2, True)]
+    plain = snapshot_from_heap_dump(dump([group(300, (0x100,), 2)], 4).replace("MAP_DATA\n", ""), PID, "app", 0.0)
+    assert not plain.processes[PID].forked and not plain.groups[0].inherited

@@ -1,4 +1,4 @@
-"""-f: children are traced with the blocks they inherit, and marked as Android's zygote bit.
+"""-f: children are traced with the blocks they inherit; in Android outputs their own blocks carry the zygote bit.
 
 tests/programs/forks.c makes a parent, a child, a grandchild (forked before the
 child's copy exists) and a vfork+exec child, with known blocks in each.
@@ -37,7 +37,11 @@ def departures(stdout: str) -> dict[str, int]:
 def test_each_process_keeps_what_it_inherited(program):
     result = run_command(["-c", str(program("forks")), "-f", "--json", "0.05"])
     assert result.returncode == 0, result.stderr
-    assert sorted(departures(result.stdout)) == sorted(FAMILY)
+    pids = departures(result.stdout)
+    assert sorted(pids) == sorted(FAMILY)
+    forked = {process["pid"]: process["forked"] for report in reports(result.stdout) for process in report["processes"]}
+    assert {name: forked[pid] for name, pid in pids.items()} == \
+        {"parent": False, "child": True, "grandchild": True, "exec child": False}
     counters = reports(result.stdout)[-1]["counters"]
     assert (counters["allocations"], counters["frees"]) == (10, 5)
     losses = {name: value for name, value in counters.items()
@@ -96,22 +100,22 @@ def test_zygote_bit_in_buffer_dump_and_leak_log(program, tmp_path):
 
     entries = decode_leak_info((tmp_path / f"leak.bin.{child}").read_bytes(), 16)
     assert [(e.zygote, e.size, e.num_allocations) for e in entries] == \
-        [(False, 666, 1), (False, 555, 1), (True, 222, 1), (True, 111, 2)]
+        [(False, 222, 1), (False, 111, 2), (True, 666, 1), (True, 555, 1)]   # inherited z 0, own z 1
     parent_entries = decode_leak_info(buffer_file.read_bytes(), 16)
     assert sorted((e.size, e.num_allocations) for e in parent_entries) == [(111, 3), (333, 1), (444, 1)]
     assert not any(e.zygote for e in parent_entries)
 
     dump = (tmp_path / f"heap.{child}.exit.txt").read_text()
     records = [line.split("  bt ")[0] for line in dump.splitlines() if line.startswith("z ")]
-    assert records == ["z 0  sz      666  num    1", "z 0  sz      555  num    1",
-                       "z 1  sz      222  num    1", "z 1  sz      111  num    2"]
+    assert records == ["z 0  sz      222  num    1", "z 0  sz      111  num    2",
+                       "z 1  sz      666  num    1", "z 1  sz      555  num    1"]
     assert "Total memory: 1665\n" in dump
 
     grandchild_log = [line for line in result.stderr.splitlines()
                       if re.match(r"\+\+\+ forks leaked block of size \d+ at 0x[0-9a-f]+ \(leak \d of 6\)", line)]
     assert len(grandchild_log) == 6, result.stderr
     sizes = [int(line.split()[6]) for line in grandchild_log]
-    assert sizes == [777, 666, 555, 222, 111, 111]   # zygote 0 first, then size descending
+    assert sizes == [666, 555, 222, 111, 111, 777]   # zygote 0 (inherited) first, then size descending
 
 
 def test_exited_children_leave_nothing_in_the_maps(program):

@@ -103,7 +103,7 @@ def test_preload_lib_path_leak_track_and_in_process_helper(tmp_path):
     assert any(" leaked block of size 77777 at 0x" in line for line in leaks)
 
 
-def test_fork_gives_the_child_its_parents_blocks_with_the_zygote_bit(program, tmp_path):
+def test_fork_child_marks_its_own_blocks_with_the_zygote_bit(program, tmp_path):
     """tests/programs/fork_exit.c under the library: each process's exit dump (v1.2)."""
     prefix = tmp_path / "heap"
     result = run_with_library([str(program("fork_exit"))],
@@ -114,7 +114,7 @@ def test_fork_gives_the_child_its_parents_blocks_with_the_zygote_bit(program, tm
         records = [line.split("  bt")[0] for line in path.read_text().splitlines() if line.startswith("z ")]
         family.append(sorted(" ".join(record.split()) for record in records))
     assert sorted(family) == [["z 0 sz 100 num 1"] * 2,                      # the parent (two call sites)
-                              ["z 0 sz 200 num 1", "z 1 sz 100 num 1"]]      # the child: one inherited block
+                              ["z 0 sz 100 num 1", "z 1 sz 200 num 1"]]      # the child: inherited z 0, own z 1
 
 
 def test_attach_to_a_process_started_with_the_library(program, tmp_path):

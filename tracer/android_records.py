@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cmp_to_key
 
-from .snapshot import Snapshot
+from .snapshot import ProcessInfo, Snapshot
 
 
 @dataclass(frozen=True)
 class LeakRecord:
-    zygote: bool
+    zygote: bool                 # made in a forked child, by the child (ProcessInfo.zygote_bit)
     size: int
     frames: tuple[int, ...]      # pcs as malloc_debug stores them: inside the call instruction
     num_allocations: int = 1
@@ -70,11 +70,12 @@ def _compare(a: LeakRecord, b: LeakRecord) -> int:
 
 def sorted_records(snapshot: Snapshot, pid: int) -> list[LeakRecord]:
     """One record per live pointer (or per group without pointers), in upstream's order."""
+    zygote_bit = (snapshot.processes.get(pid) or ProcessInfo(pid)).zygote_bit
     if snapshot.allocations is not None:
-        records = [LeakRecord(a.inherited, a.size, android_pcs(a.stack), 1, a.address, a.stack)
+        records = [LeakRecord(zygote_bit(a.inherited), a.size, android_pcs(a.stack), 1, a.address, a.stack)
                    for a in snapshot.allocations if a.pid == pid]
     else:
-        records = [LeakRecord(g.inherited, g.size, android_pcs(g.stack), g.count, 0, g.stack)
+        records = [LeakRecord(zygote_bit(g.inherited), g.size, android_pcs(g.stack), g.count, 0, g.stack)
                    for g in snapshot.groups if g.pid == pid]
     return sorted(records, key=cmp_to_key(_compare))
 

@@ -30,7 +30,7 @@ TABLE_TRIES = 100      # stops of the process to find its table unlocked (a lock
 SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20   # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
 # struct record of preload/malloc_debug.h: pointer, size, flags, frame_count, frames.
 RECORD = struct.Struct("<QQIIQ")
-RECORD_ZYGOTE = 1   # the flag bit of a block allocated before a fork
+RECORD_INHERITED = 1   # the flag bit of a block allocated before a fork, in the parent
 T = TypeVar("T")
 
 
@@ -61,7 +61,8 @@ def library_base(maps: list[Mapping], library: str) -> int | None:
 @functools.lru_cache(maxsize=1)
 def _table_symbols() -> dict[str, int]:
     symbols = ElfFile(preload_library()).dynamic_objects
-    return {name: symbols[name] for name in ("leaktrace_table", "leaktrace_table_slots", "leaktrace_table_lock")}
+    return {name: symbols[name] for name in ("leaktrace_table", "leaktrace_table_slots", "leaktrace_table_lock",
+                                             "leaktrace_forked")}
 
 
 def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
@@ -108,6 +109,7 @@ class CopiedTable:
     slots: int
     records: list[tuple[int, int, int, int, int]]   # live ones: pointer, size, flags, frame count, frames at
     spans: list[tuple[int, bytes]]                  # (start, bytes) of the memory holding the frames, sorted
+    forked: bool                                    # the library's leaktrace_forked
 
     @property
     def occupied(self) -> tuple[int, int]:
@@ -138,7 +140,7 @@ class CopiedTable:
             if stack is None:
                 stack = stacks[pcs] = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
             allocations.append(LiveAllocation(self.pid, pointer, size, stack, stack_status(stack),
-                                              bool(flags & RECORD_ZYGOTE)))
+                                              bool(flags & RECORD_INHERITED)))
         return allocations
 
 
@@ -160,7 +162,8 @@ def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) 
             raise DamagedTable(f"the library's table in pid {pid} is damaged: a record of {size} bytes at "
                                f"{pointer:#x} with {frame_count} frames at {frames_at:#x}")
     spans = _read_spans(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
-    return CopiedTable(pid, maps, table, slots, live, spans)
+    forked = read(addresses["leaktrace_forked"], 4) not in (b"\0\0\0\0", b"")
+    return CopiedTable(pid, maps, table, slots, live, spans, forked)
 
 
 def _read_spans(read, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
@@ -224,6 +227,5 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Cred
     tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
     groups = tuple(AllocationGroup(pid, size, count, stack, status, inherited)
                    for (size, stack, status, inherited), count in tally.items())
-    return Snapshot(time.time(), groups, Counters(), {pid: ProcessInfo(pid, comm, comm, maps, credentials=credentials)},
-                    backtrace_frames,
-                    tuple(allocations))
+    info = ProcessInfo(pid, comm, comm, maps, credentials=credentials, forked=table.forked)
+    return Snapshot(time.time(), groups, Counters(), {pid: info}, backtrace_frames, tuple(allocations))

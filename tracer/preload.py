@@ -89,13 +89,16 @@ def snapshot_from_heap_dump(text: str, pid: int, comm: str, taken_at: float, exi
         if int(size) >= 1 << 64 or int(count) >= 1 << 32:
             raise ValueError(f"record out of range {line[:80]!r}")
         counts[int(size), return_addresses(tuple(int(pc, 16) for pc in frames.split())), zygote == "1"] += int(count)
-    groups = [AllocationGroup(pid, size, count, stack, stack_status(stack), zygote)
+    # z 1: made by a forked child since its fork; a dump has no other sign of a fork, so a child
+    # that has made nothing since shows its inherited blocks as its own.
+    forked = any(zygote for _, _, zygote in counts)
+    groups = [AllocationGroup(pid, size, count, stack, stack_status(stack), forked and not zygote)
               for (size, stack, zygote), count in counts.items()]
     maps = maps.removesuffix("END\n")
     for line in maps.splitlines():
         if not _MAPS_LINE.fullmatch(line):
             raise ValueError(f"damaged MAPS line {line[:80]!r}")
-    info = ProcessInfo(pid, comm, comm, maps, exited, credentials)
+    info = ProcessInfo(pid, comm, comm, maps, exited, credentials, forked=forked)
     return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, int(found.group(1)))
 
 

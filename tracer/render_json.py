@@ -26,7 +26,8 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
         # False when allocations (or traced processes' blocks) are missing from the live figures.
         "complete": snap.counters.incompleteness() is None,
         "interval": growth.interval,
-        "processes": [{"pid": p.pid, "comm": p.comm, "exited": p.exited, "live_bytes": live.get(p.pid, 0),
+        "processes": [{"pid": p.pid, "comm": p.comm, "exited": p.exited, "forked": p.forked,
+                       "live_bytes": live.get(p.pid, 0),
                        "live_allocations": counts.get(p.pid, 0),
                        "growth_bytes": growth.of_process(p.pid).delta_bytes,
                        "growth_bytes_per_s": growth.of_process(p.pid).rate}

@@ -1,7 +1,7 @@
 """get_malloc_leak_info's buffer: encode a snapshot, decode a buffer.
 
-Entry layout (README_api.md): size_t size (bit 31: inherited through fork, Android's
-zygote bit), size_t num_allocations, then backtrace_size pcs, zero-padded; words are
+Entry layout (README_api.md): size_t size (bit 31, Android's zygote bit: made by a process
+forked from a traced one, after the fork), size_t num_allocations, then backtrace_size pcs, zero-padded; words are
 8 bytes for the 64-bit ABI and 4 for the 32-bit one, little-endian.
 """
 from __future__ import annotations

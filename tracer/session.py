@@ -144,6 +144,7 @@ class Trace:
         self.final_snapshot: Snapshot | None = None
         self.exit_status: int | None = None
         self._infos: dict[int, ProcessInfo] = {pid: info} if info is not None else {}
+        self._forked: set[int] = set()   # forked from a traced process, same image (ProcessInfo.forked)
         self._info_read_at = time.monotonic()
         self._exited = False
         self._gens: dict[int, int] = {}       # traced pid -> image generation, as last seen
@@ -231,8 +232,8 @@ class Trace:
             info = read_process(pid)
             if info is not None and info.maps:
                 earlier = self._infos.get(pid)
-                if earlier is not None:
-                    info = dataclasses.replace(info, unmapped=unmapped_mappings(earlier, info.maps))
+                info = dataclasses.replace(info, forked=pid in self._forked,
+                                           unmapped=unmapped_mappings(earlier, info.maps) if earlier is not None else "")
                 self._infos[pid] = info
                 self._load_tables(info)
                 return info
@@ -256,12 +257,13 @@ class Trace:
         if info.maps or origin is None:
             return info
         comm, parent, execed = origin.comm, origin.parent, origin.execed
+        forked = bool(parent) and not execed
         while not execed and parent:   # up through ancestors that were never read either
             if parent in self._infos:
-                return dataclasses.replace(self._infos[parent], pid=pid, comm=comm, exited=True)
+                return dataclasses.replace(self._infos[parent], pid=pid, comm=comm, exited=True, forked=forked)
             ancestor = known.get(parent)
             parent, execed = (ancestor.parent, ancestor.execed) if ancestor else (0, True)
-        return dataclasses.replace(info, comm=comm, name=comm)
+        return dataclasses.replace(info, comm=comm, name=comm, forked=forked)
 
     def _refresh_infos(self) -> None:
         """Keeps recent maps of every traced process, to symbolize one that dies without warning."""
@@ -331,6 +333,7 @@ class Trace:
         self._sweep_due |= bool(gone or replaced or unselected)
         new_images = [pid for pid, p in traced.items() if self._gens.get(pid) != p.gen and pid not in gone]
         self._gens = {pid: p.gen for pid, p in traced.items() if pid not in gone}
+        self._forked = {pid for pid, p in traced.items() if p.parent and not p.execed}
         # New images (new processes, or exec'd): read now, in case they are short-lived, and
         # so that their stacks are walked from their modules' tables from now on.
         for pid in new_images:

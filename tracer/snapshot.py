@@ -25,7 +25,7 @@ class AllocationGroup:
     count: int
     stack: tuple[int, ...] = ()   # return addresses, innermost first
     stack_status: StackStatus = StackStatus.CAPTURED
-    inherited: bool = False      # allocated by the parent before fork (Android's zygote bit)
+    inherited: bool = False      # allocated by the parent before fork (see ProcessInfo.forked)
 
     @property
     def bytes(self) -> int:
@@ -41,7 +41,7 @@ class LiveAllocation:
     size: int
     stack: tuple[int, ...] = ()
     stack_status: StackStatus = StackStatus.CAPTURED
-    inherited: bool = False      # allocated by the parent before fork (Android's zygote bit)
+    inherited: bool = False      # allocated by the parent before fork (see ProcessInfo.forked)
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,13 @@ class ProcessInfo:
     # Executable mappings of this image that are gone from maps (a dlclose'd library), in
     # maps' form: frames recorded while they were mapped are symbolized from them.
     unmapped: str = ""
+    # Forked from a traced process, with its image: as in an app forked from Android's zygote,
+    # the blocks it made itself carry the zygote bit (z 1) and those it inherited do not.
+    forked: bool = False
+
+    def zygote_bit(self, inherited: bool) -> bool:
+        """Android's zygote bit of one of this process's blocks."""
+        return self.forked and not inherited
 
 
 UNREACHABLE_LIMIT = 100      # leaks listed by a reachability check, as libmemunreachable's default

@@ -178,7 +178,7 @@ class TraceCommand(Command):
         parser.add_argument("--limit", type=_bounded_int(0), metavar="N",
                             help="--unreachable: leaks shown (default 100)")
         parser.add_argument("-f", "--follow-forks", action="store_true",
-                            help="trace child processes too, with the blocks they inherit (zygote bit); "
+                            help="trace child processes too, with the blocks they inherit (their own carry the zygote bit); "
                                  "the probes then trap in every process that uses the library")
         parser.add_argument("-v", "--verbose", action="store_true",
                             help="say where each probe went and why (stderr)")
