@@ -136,7 +136,7 @@ static void log_stack_here(void)
 {
     uintptr_t frames[MAX_FRAMES];
     log_line("Backtrace at time of failure:");
-    log_backtrace(frames, take_stack(frames, config.frames ? config.frames : 16));
+    log_backtrace(NULL, frames, take_stack(frames, config.frames ? config.frames : 16));
 }
 
 // bionic's PointerData::LogFreeBacktrace: the free that put this block in free_track.
@@ -147,7 +147,7 @@ static void log_original_free(const void *pointer)
         const struct freed_block *f = &freed[(freed_head + i) % config.free_track];
         if (f->pointer == pointer && f->frame_count) {
             log_line("Backtrace of original free:");
-            log_backtrace(f->frames, f->frame_count);
+            log_backtrace(NULL, f->frames, f->frame_count);
             break;
         }
     }
@@ -242,7 +242,7 @@ static void verify_freed(const struct freed_block *f)
     log_differences(f->pointer, bytes, FILL_FREE_VALUE, 0);
     if (f->frame_count) {
         log_line("Backtrace at time of free:");
-        log_backtrace(f->frames, f->frame_count);
+        log_backtrace(NULL, f->frames, f->frame_count);
     }
     error_end();
 }

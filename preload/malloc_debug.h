@@ -71,9 +71,23 @@ void table_after_fork(int child);
 void find_own_code(void);
 size_t take_stack(uintptr_t *frames, size_t max);        // the caller's stack, this library left out
 uintptr_t *copy_frames(const uintptr_t *frames, size_t count);
-void log_backtrace(const uintptr_t *frames, size_t count);
+// One line per frame, as malloc_debug's backtrace_string; names NULL: looked up for this call alone.
+struct frame_names;
+void log_backtrace(struct frame_names *names, const uintptr_t *frames, size_t count);
 void write_all(int fd, const char *text, size_t length);   // retried on EINTR and short writes
 void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// --- names of frames for the library's reports (frame_names.c) ------------
+
+struct frame_name {
+    const char *module;      // the path /proc/self/maps gives; NULL outside every mapping
+    uintptr_t rel_pc;        // the pc as an address of the module's file; the pc itself if unknown
+    const char *function;    // NULL if unknown
+    uintptr_t offset;        // into the function
+};
+struct frame_names *frame_names_open(void);   // for one report (NULL: names unknown)
+void frame_name(struct frame_names *names, uintptr_t pc, struct frame_name *out);
+void frame_names_close(struct frame_names *names);
 
 // --- blocks and the allocator-side options (blocks.c) ----------------------
 

@@ -2,7 +2,6 @@
 // leak_track log, in malloc_debug's order, words and layout.
 #include "malloc_debug.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -84,32 +83,14 @@ static void put(int fd, const char *fmt, ...)
 }
 
 // backtrace_full's line: {"module" rel_pc "function" offset} per frame.
-static void put_bt_info(int fd, const struct record *r)
+static void put_bt_info(int fd, struct frame_names *names, const struct record *r)
 {
-    static char *(*demangle)(const char *, char *, size_t *, int *);
-    static int looked_up;
-    if (!looked_up) {
-        demangle = (char *(*)(const char *, char *, size_t *, int *))dlsym(RTLD_DEFAULT, "__cxa_demangle");
-        looked_up = 1;
-    }
     put(fd, "  bt_info");
     for (uint32_t f = 0; f < r->frame_count; f++) {
-        Dl_info where;
-        uintptr_t pc = r->frames[f];
-        if (!dladdr((void *)pc, &where) || !where.dli_fname) {
-            put(fd, " {\"\" %lx \"\" 0}", (unsigned long)pc);
-            continue;
-        }
-        unsigned long rel_pc = (unsigned long)(pc - (uintptr_t)where.dli_fbase);
-        if (!where.dli_sname) {
-            put(fd, " {\"%s\" %lx \"\" 0}", where.dli_fname, rel_pc);
-            continue;
-        }
-        int status = -1;
-        char *readable = demangle ? demangle(where.dli_sname, NULL, NULL, &status) : NULL;
-        put(fd, " {\"%s\" %lx \"%s\" %lx}", where.dli_fname, rel_pc, status == 0 ? readable : where.dli_sname,
-            (unsigned long)(pc - (uintptr_t)where.dli_saddr));
-        free(readable);
+        struct frame_name frame;
+        frame_name(names, r->frames[f], &frame);
+        put(fd, " {\"%s\" %lx \"%s\" %lx}", frame.module ? frame.module : "", (unsigned long)frame.rel_pc,
+            frame.function ? frame.function : "", (unsigned long)frame.offset);
     }
     put(fd, "\n");
 }
@@ -136,6 +117,7 @@ void write_dump(const char *suffix)
     put(fd, "Android Native Heap Dump v1.2\n\nBuild fingerprint: '%s/%s/%s'\n\n", name.sysname, name.release,
         name.machine);
     put(fd, "Total memory: %zu\nAllocation records: %zu\nBacktrace size: %zu\n\n", total, entries, config.frames);
+    struct frame_names *names = config.backtrace_full && count ? frame_names_open() : NULL;
     for (size_t i = 0; i < count;) {
         size_t j = i + 1;
         while (j < count && same_entry(&list[i], &list[j]))
@@ -145,9 +127,10 @@ void write_dump(const char *suffix)
             put(fd, " %lx", (unsigned long)list[i].frames[f]);
         put(fd, "\n");
         if (config.backtrace_full && list[i].frame_count)
-            put_bt_info(fd, &list[i]);
+            put_bt_info(fd, names, &list[i]);
         i = j;
     }
+    frame_names_close(names);
     free_records(list, count);
     put(fd, "MAPS\n");
     int maps = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
@@ -171,13 +154,15 @@ void log_leaks(void)
 {
     size_t count;
     struct record *list = table_snapshot(&count);
+    struct frame_names *names = count ? frame_names_open() : NULL;
     for (size_t i = 0; i < count; i++) {
         log_line("+++ %s leaked block of size %zu at 0x%lx (leak %zu of %zu)", program_invocation_short_name,
                  list[i].size, (unsigned long)list[i].pointer, i + 1, count);
         if (list[i].frame_count) {
             log_line("Backtrace at time of allocation:");
-            log_backtrace(list[i].frames, list[i].frame_count);
+            log_backtrace(names, list[i].frames, list[i].frame_count);
         }
     }
+    frame_names_close(names);
     free_records(list, count);
 }

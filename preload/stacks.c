@@ -1,7 +1,6 @@
 // Stacks with libgcc's DWARF unwinder (no frame pointers needed), and their lines in the log.
 #include "malloc_debug.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <stdarg.h>
@@ -96,18 +95,18 @@ void log_line(const char *fmt, ...)
 }
 
 // Frames as malloc_debug logs them: module-relative pc, module, symbol+offset.
-void log_backtrace(const uintptr_t *frames, size_t count)
+void log_backtrace(struct frame_names *names, const uintptr_t *frames, size_t count)
 {
+    struct frame_names *own = names ? NULL : frame_names_open();
     for (size_t i = 0; i < count; i++) {
-        Dl_info where;
-        uintptr_t pc = frames[i];
-        if (!dladdr((void *)pc, &where) || !where.dli_fname)
-            log_line("          #%02zu  pc %016lx  <unknown>", i, (unsigned long)pc);
-        else if (where.dli_sname)
-            log_line("          #%02zu  pc %016lx  %s (%s+%lu)", i, (unsigned long)(pc - (uintptr_t)where.dli_fbase),
-                     where.dli_fname, where.dli_sname, (unsigned long)(pc - (uintptr_t)where.dli_saddr));
+        struct frame_name frame;
+        frame_name(names ? names : own, frames[i], &frame);
+        const char *module = frame.module && *frame.module ? frame.module : "<unknown>";
+        if (frame.function)
+            log_line("          #%02zu  pc %016lx  %s (%s+%lu)", i, (unsigned long)frame.rel_pc, module,
+                     frame.function, (unsigned long)frame.offset);
         else
-            log_line("          #%02zu  pc %016lx  %s", i, (unsigned long)(pc - (uintptr_t)where.dli_fbase),
-                     where.dli_fname);
+            log_line("          #%02zu  pc %016lx  %s", i, (unsigned long)frame.rel_pc, module);
     }
+    frame_names_close(own);
 }

@@ -8,7 +8,11 @@ import subprocess
 from collections import Counter
 
 from conftest import PROGRAMS
-from helpers import final_report, run_command, run_with_library, sites
+from helpers import final_report, library_env, run_command, run_with_library, sites
+from leaktrace import Symbolizer
+from leaktrace.preload import snapshot_from_heap_dump
+from leaktrace.render_heap_dump import render_heap_dump
+from leaktrace.snapshot import Credentials
 
 
 def exit_dump_records(path) -> list[tuple[int, int, int]]:
@@ -93,3 +97,24 @@ def test_backtrace_full_dump_names_module_and_function(program, tmp_path):
     named = {function for info in infos for _, _, function, _ in re.findall(r'\{"([^"]*)" (\w+) "([^"]*)" (\w+)\}',
                                                                            info)}
     assert {"site_a", "site_b", "site_c", "site_d", "main"} <= named
+
+
+def test_library_names_frames_as_leaktrace_does(program, tmp_path):
+    """Started as ./sites and built without -rdynamic (its functions are in .symtab only): the
+    library's bt_info lines name each frame as leaktrace does from the same dump (the path
+    MAPS shows, the file's address, local functions and main), and so does its leak log."""
+    built = program("sites")
+    result = subprocess.run([f"./{built.name}"], cwd=built.parent, capture_output=True, text=True, timeout=60,
+                            env=library_env(f"backtrace=4 backtrace_full backtrace_dump_on_exit leak_track "
+                                            f"backtrace_dump_prefix={tmp_path}/d"))
+    assert result.returncode == 0, result.stderr
+    (path,) = tmp_path.glob("d.*.exit.txt")
+    text, pid = path.read_text(), int(path.name.split(".")[1])
+    library_lines = [line for line in text.splitlines() if line.startswith("  bt_info")]
+    snapshot = snapshot_from_heap_dump(text, pid, built.name, 0.0, credentials=Credentials(0, 0))
+    rendered = render_heap_dump(Symbolizer(line_info=False).symbolize(snapshot), pid, backtrace_full=True)
+    assert library_lines == [line for line in rendered.splitlines() if line.startswith("  bt_info")]
+    frames = [frame for line in library_lines for frame in re.findall(r'\{"([^"]*)" \w+ "([^"]*)" \w+\}', line)]
+    assert {function for module, function in frames if module == str(built)} == \
+        {"site_a", "site_b", "site_c", "site_d", "main"}
+    assert re.search(rf"^          #01  pc [0-9a-f]{{16}}  {re.escape(str(built))} \(main\+\d+\)$", result.stderr, re.M)
