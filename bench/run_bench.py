@@ -51,7 +51,8 @@ def ns_per_call(output: str) -> float:
 
 
 def run(argv: list[str]) -> float:
-    """Runs a workload (maybe under a tracer) until it prints its timing line."""
+    """Runs a workload (maybe under a tracer) until it prints its timing line. A tracer that
+    failed (did not attach, died) is an error, never a figure."""
     tool = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = []
     for line in tool.stdout:
@@ -60,7 +61,10 @@ def run(argv: list[str]) -> float:
             break
     # memleak keeps running after its command exits: stop it once the timing is in.
     tool.send_signal(signal.SIGINT)
-    tool.communicate(timeout=300)
+    _, errors = tool.communicate(timeout=300)
+    failed = tool.returncode not in (0, 130, -signal.SIGINT) or "Traceback" in errors or "Failed to attach" in errors
+    if failed or ("memleak" in argv[0] and not any(line.startswith("Attaching to pid") for line in seen)):
+        raise RuntimeError(f"{' '.join(argv)} failed (exit status {tool.returncode}): {errors[-2000:]}")
     return ns_per_call("".join(seen))
 
 

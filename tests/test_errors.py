@@ -17,6 +17,8 @@ import pytest
 from conftest import leaktrace_command
 from helpers import run_command
 from leaktrace.bpf_compile import first_error_line
+from leaktrace.bpf_engine import place_probes
+from leaktrace.elf import ElfFile
 
 SYS_BPF = 321
 BPF_LINK_CREATE = 28
@@ -199,6 +201,29 @@ def test_without_kernel_headers_exits_1(program, probes_left_as_found):
     finally:
         target.kill()
         target.wait()
+
+
+def test_another_tools_uprobe_on_malloc_is_named(program, probes_left_as_found):
+    """A uprobe on libc's malloc with a reference counter (perf's uprobe PMU, as bcc's Python
+    attach_uprobe makes them): the kernel refuses leaktrace's link on that instruction, and
+    leaktrace says why in one line, naming the function; nothing of it stays attached."""
+    idle = subprocess.Popen([str(program("idle")), "30"])
+    holder = None
+    try:
+        libc = next(line.split()[-1] for line in open("/proc/self/maps") if "/libc.so" in line)   # idle's too
+        elf = ElfFile(libc)
+        offset = elf.vaddr_to_file_offset(place_probes(elf, elf.dynamic_functions)["malloc"].address)
+        holder = subprocess.Popen([str(program("refctr_uprobe")), libc, hex(offset), "0x10"],
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "ready\n"
+        result = run_command(["-p", str(idle.pid), "1", "1"])
+        assert_one_line_error(result, 1, f"cannot attach uprobes to {libc}: another tool's uprobe is on malloc "
+                                         f"(file offset {offset:#x}) with reference counter 0x10 (ours: 0)")
+    finally:
+        for process in (idle, holder):
+            if process:
+                process.kill()
+                process.wait()
 
 
 def test_a_refused_program_is_named_by_the_verifiers_verdict():

@@ -6,6 +6,7 @@ import ctypes as ct
 import dataclasses
 import errno
 import os
+import re
 import struct
 import time
 from collections import Counter as Tally
@@ -22,7 +23,7 @@ from .module_files import ModuleFiles
 from .process import Mapping, parse_maps, printable, read_process
 from .snapshot import AllocationGroup, Counters, LiveAllocation, ProcessInfo, StackStatus
 from .unwind_tables import FileTable, TableCache, UnwindTables
-from .uprobe_links import attach_uprobes
+from .uprobe_links import attach_uprobes, reference_counter_conflicts
 
 if TYPE_CHECKING:
     from .probe_placement import Placement
@@ -60,6 +61,23 @@ COUNTER_FIELDS = ("allocations", "frees", "live_map_full", "site_map_full", "sta
                   "stack_collisions", "pending_lost", "stale_calls",
                   "unknown_frees", "internal_frees", "missed_frees", "nested_calls",
                   "unfollowed_children", "inheritance_lost", "stacks_truncated")
+
+
+def _why_refused(error: OSError, library: ElfFile, offsets: list[int]) -> str:
+    """Why the kernel refused a uprobe_multi link, as far as can be known."""
+    if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+        return error.strerror
+    if tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2]) < (6, 6):
+        return f"{error.strerror} (uprobe_multi links need Linux 6.6 or later)"
+    conflicts = reference_counter_conflicts(os.stat(library.descriptor).st_ino, offsets)
+    if not conflicts:
+        return error.strerror
+    offset, counter = min(conflicts.items())
+    symbol = library.function_at(library.file_offset_to_vaddr(offset) or 0)
+    where = f"{symbol.name if symbol else 'the function'} (file offset {offset:#x})"
+    return (f"another tool's uprobe is on {where} with reference counter {counter:#x} (ours: 0), and the "
+            f"kernel refuses a second reference counter on one instruction; stop that tool and run leaktrace "
+            f"again (bcc 0.26's Python attach_uprobe passes an uninitialised one: bcc issue 5236)")
 
 
 class TracedProcess(NamedTuple):
@@ -156,8 +174,7 @@ class BpfEngine:
         except OSError as e:
             if self.target and not os.path.exists(f"/proc/{self.target}"):
                 raise RuntimeFailure(f"pid {self.target} exited before the probes were attached") from None
-            hint = " (uprobe_multi links need Linux 6.6 or later)" if e.errno in (errno.EINVAL, errno.EOPNOTSUPP) else ""
-            raise RuntimeFailure(f"cannot attach uprobes to {library.path}: {e.strerror}{hint}") from None
+            raise RuntimeFailure(f"cannot attach uprobes to {library.path}: {_why_refused(e, library, offsets)}") from None
 
     def _placements(self, elf: ElfFile) -> tuple[dict[str, int], dict[str, Placement]]:
         """The library's allocator functions (name -> entry) and where each one's probe goes."""

@@ -7,7 +7,9 @@ period of its own (17 probes took 1.4 s to detach here); a link waits once for a
 from __future__ import annotations
 
 import ctypes as ct
+import errno
 import os
+import re
 
 from .system import bpf
 
@@ -37,3 +39,37 @@ def attach_uprobes(prog_fd: int, path: str, offsets: list[int], cookies: list[in
                            cookies=ct.addressof(cookie_array), cnt=count,
                            multi_flags=BPF_F_UPROBE_MULTI_RETURN if returns else 0, pid=pid)
     return bpf(BPF_LINK_CREATE, attr)
+
+
+_MISMATCH = re.compile(r"ref_ctr_offset mismatch\. inode: 0x([0-9a-f]+) offset: 0x([0-9a-f]+) "
+                       r"ref_ctr_offset\(old\): 0x([0-9a-f]+)")
+
+
+def reference_counter_conflicts(inode: int, offsets: list[int]) -> dict[int, int]:
+    """File offset -> the other probe's reference counter, for each of these offsets of the file
+    with this inode where the kernel log says an existing uprobe refused ours (the kernel keeps
+    one uprobe per instruction, and its reference counter must match): {} if none, or if the
+    log cannot be read."""
+    wanted, found = set(offsets), {}
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                break          # the end of the log
+            except OSError as e:
+                if e.errno == errno.EPIPE:
+                    continue   # records overwritten while reading: go on from the oldest kept
+                break
+            if not record:
+                break
+            seen = _MISMATCH.search(record)
+            if seen and int(seen.group(1), 16) == inode and int(seen.group(2), 16) in wanted:
+                found[int(seen.group(2), 16)] = int(seen.group(3), 16)
+    finally:
+        os.close(fd)
+    return found
