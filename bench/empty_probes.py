@@ -8,6 +8,7 @@ The probes are attached as the command starts, and its output is passed through.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -36,6 +37,7 @@ def main() -> None:
     bpf = BPF(text=EMPTY)
     program = bpf.load_func(b"empty", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
     workload = subprocess.Popen(sys.argv[1:])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the bench's stop: the workload ends by itself
     # The links filter by the workload's pid, which its exec keeps.
     links = [attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid),
              attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid, returns=True),

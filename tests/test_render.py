@@ -85,7 +85,7 @@ def test_json_carries_every_group_and_frame():
     report = json.loads(out)
     assert report["live_bytes"] == 79 and report["live_allocations"] == 4
     assert report["counters"]["unknown_frees"] == 2
-    assert report["processes"] == [{"pid": 10, "comm": "server", "exited": False, "live_bytes": 79,
+    assert report["processes"] == [{"pid": 10, "comm": "server", "exited": False, "forked": False, "live_bytes": 79,
                                     "live_allocations": 4, "growth_bytes": 0, "growth_bytes_per_s": 0.0}]
     first, second = report["groups"]
     assert first == {"pid": 10, "size": 24, "count": 3, "bytes": 72, "stack_status": "captured",

@@ -5,6 +5,7 @@ import bisect
 import mmap
 import os
 import struct
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -254,3 +255,25 @@ class ElfFile:
     @property
     def has_debug_lines(self) -> bool:
         return ".debug_line" in self.section_names()
+
+    @property
+    def has_symtab(self) -> bool:
+        """Local symbols (static functions, main) are here: the file was not stripped."""
+        return ".symtab" in self.section_names()
+
+    @cached_property
+    def debuglink(self) -> tuple[str, int] | None:
+        """.gnu_debuglink: the separate debug file's name and its CRC-32."""
+        section = next((s for s in self._sections if s[0] == ".gnu_debuglink"), None)
+        if section is None:
+            return None
+        _, _, offset, size, _, _ = section
+        data = bytes(self._data[offset:offset + size])
+        name, _, _ = data.partition(b"\0")
+        crc_at = (len(name) + 1 + 3) // 4 * 4
+        if not name or crc_at + 4 > len(data):
+            return None
+        return name.decode("utf-8", "replace"), struct.unpack_from("<I", data, crc_at)[0]
+
+    def crc32(self) -> int:
+        return zlib.crc32(self._data)

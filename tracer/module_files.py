@@ -35,11 +35,42 @@ def _candidate_paths(process: ProcessInfo, mapping: Mapping) -> tuple[str, ...]:
             f"/proc/{process.pid}/root{mapping.path}", mapping.path)
 
 
+DEBUG_ROOT = "/usr/lib/debug"   # where distributions install separate debug files
+
+
 class ModuleFiles:
     """ELF files of mapped modules, by file identity (device, inode, mtime, size)."""
 
     def __init__(self):
         self._files: dict[tuple, ElfFile | None] = {}
+        self._debug_files: dict[tuple, ElfFile | None] = {}   # a module's identity -> its debug file
+
+    def debug_file(self, process: ProcessInfo, elf: ElfFile) -> ElfFile | None:
+        """A module's separate debug file (symbols and lines a stripped module lacks): by its
+        build-id under /usr/lib/debug/.build-id, else by its .gnu_debuglink beside it, in .debug/
+        beside it or under /usr/lib/debug; opened with the process's rights, and taken only if it
+        is of the same build (build-id, or the link's CRC-32). None if there is none."""
+        if elf.identity in self._debug_files:
+            return self._debug_files[elf.identity]
+        found = None
+        candidates = []
+        if elf.build_id and len(elf.build_id) > 2:
+            candidates.append(((f"{DEBUG_ROOT}/.build-id/{elf.build_id[:2]}/{elf.build_id[2:]}.debug",),
+                               lambda debug: debug.build_id == elf.build_id))
+        link = elf.debuglink
+        if link and "/" not in link[0] and link[0] not in (".", ".."):   # a name, never a path
+            name, crc = link
+            directory = os.path.dirname(elf.path)
+            candidates.append(((f"{directory}/{name}", f"{directory}/.debug/{name}", f"{DEBUG_ROOT}{directory}/{name}"),
+                               lambda debug: debug.crc32() == crc))
+        for paths, same_build in candidates:
+            (fd,) = open_modules(process.credentials, [paths])
+            debug = self._file(paths[0], fd) if fd is not None else None
+            if debug is not None and debug is not elf and same_build(debug):
+                found = debug
+                break
+        self._debug_files[elf.identity] = found
+        return found
 
     def open(self, process: ProcessInfo, mappings: Iterable[Mapping]) -> dict[int, ElfFile | None]:
         """Mapping start -> its ELF file; None for a mapping of no file, of a file that is not

@@ -2,7 +2,8 @@
 
 Works from the maps text a snapshot carries, so a process that has exited
 since is symbolized as it was. Function names come from the module's own
-symbol tables; file:line from addr2line where the module has line tables.
+symbol tables, or its separate debug file's where it was stripped; file:line from
+addr2line on whichever of the two has line tables.
 Module files are opened with the process's own rights (module_files.py).
 """
 from __future__ import annotations
@@ -58,6 +59,7 @@ class _AddressSpace:
         self.mappings = sorted(parse_maps(maps_text), key=lambda m: m.start)
         self.starts = [m.start for m in self.mappings]
         self.modules: dict[int, ElfFile | None] = {}   # mapping start -> its file, once opened
+        self.debug: dict[int, ElfFile | None] = {}     # mapping start -> its file's separate debug file
 
     @classmethod
     def of(cls, process: ProcessInfo) -> "_AddressSpace":
@@ -95,7 +97,11 @@ class Symbolizer:
         """Opens the files of the mappings these addresses fall in, that are not open yet: in one go."""
         missing = {m.start: m for m in map(space.find, addresses) if m and m.start not in space.modules}
         if missing:
-            space.modules.update(self._modules.open(process, missing.values()))
+            opened = self._modules.open(process, missing.values())
+            space.modules.update(opened)
+            for start, elf in opened.items():
+                stripped = elf is not None and not (elf.has_symtab and elf.has_debug_lines)
+                space.debug[start] = self._modules.debug_file(process, elf) if stripped else None
 
     def _frame(self, space: _AddressSpace, address: int) -> tuple[Frame, LineKey | None]:
         """The frame without file:line, and the (module, vaddr) to ask addr2line about."""
@@ -109,9 +115,15 @@ class Symbolizer:
         vaddr = elf.file_offset_to_vaddr(file_offset) if elf else None
         if vaddr is None:
             return Frame(address, offset=file_offset, module=mapping.path), None
-        # A return address follows its call; look up the call instruction itself.
-        line_key = (elf, vaddr - 1) if self.line_info and elf.has_debug_lines else None
+        # A return address follows its call; look up the call instruction itself. A separate
+        # debug file (same build, same addresses) serves what the module was stripped of.
+        debug = space.debug.get(mapping.start)
+        lines_from = elf if elf.has_debug_lines else debug if debug and debug.has_debug_lines else None
+        line_key = (lines_from, vaddr - 1) if self.line_info and lines_from else None
         symbol = elf.function_at(vaddr - 1)
+        if debug and not elf.has_symtab:   # the module's exported name wins at the same address
+            local = debug.function_at(vaddr - 1)
+            symbol = local if local and (symbol is None or local.value != symbol.value) else symbol
         if symbol is None:
             return Frame(address, offset=vaddr, module=mapping.path, module_offset=vaddr), line_key
         return Frame(address, symbol.name, vaddr - symbol.value, mapping.path, module_offset=vaddr), line_key

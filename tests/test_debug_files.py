@@ -1,0 +1,48 @@
+"""Symbols and lines from separate debug files: by build-id (Debian's libc6-dbg, for libc),
+and by .gnu_debuglink (a stripped program whose debug file lies beside it)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from helpers import final_report, run_command
+
+
+def frames_of(report: dict) -> list[list[tuple[str | None, str | None, int | None]]]:
+    return [[(frame["function"], frame["file"], frame["line"]) for frame in group["frames"]]
+            for group in report["groups"]]
+
+
+def stripped_with_debug_file(program, tmp_path, name: str = "sites"):
+    """The program stripped of .symtab and DWARF, its debug file beside it, named by a debuglink."""
+    built = tmp_path / name
+    shutil.copy(program(name), built)
+    debug = tmp_path / f"{name}.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(built), str(debug)], check=True)
+    subprocess.run(["objcopy", "--strip-all", f"--add-gnu-debuglink={debug}", str(built)], check=True)
+    return built, debug
+
+
+def test_stripped_program_and_libc_are_named_from_their_debug_files(program, tmp_path):
+    built, _ = stripped_with_debug_file(program, tmp_path)
+    report = final_report(run_command(["-c", str(built), "--json"]))
+    stacks = frames_of(report)
+    assert sorted(stack[0][0] for stack in stacks) == ["site_a", "site_b", "site_c", "site_d"]
+    for stack in stacks:
+        function, file, line = stack[0]
+        assert file.endswith("tests/programs/sites.c") and line in (7, 8, 9, 10)
+        assert stack[1][0] == "main" and stack[1][1].endswith("sites.c")
+        # libc6-dbg, found by libc's build-id: the static function that calls main, with its line.
+        assert stack[2][0] == "__libc_start_call_main" and stack[2][1].endswith("libc-start.c") and stack[2][2] > 0
+        assert stack[3][0] == "__libc_start_main"   # the exported name, over the debug file's aliases
+
+
+def test_a_debug_file_of_another_build_is_not_used(program, tmp_path):
+    """The debuglink's CRC-32 must match: a debug file of another build under the same name is ignored."""
+    built, debug = stripped_with_debug_file(program, tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(program("sites", "-O1"), other / "sites")
+    subprocess.run(["objcopy", "--only-keep-debug", str(other / "sites"), str(debug)], check=True)
+    report = final_report(run_command(["-c", str(built), "--json"]))
+    assert all(stack[0][0] is None and stack[0][1] is None for stack in frames_of(report))
