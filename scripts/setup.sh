@@ -14,7 +14,7 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg "linux-headers-$arch")
+packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go "linux-headers-$arch")
 
 missing=()
 for p in "${packages[@]}"; do

@@ -13,7 +13,7 @@ _EXPORTS = {
     "MallocDebugConfig": "malloc_options", "OptionError": "malloc_options",
     "parse_malloc_debug_options": "malloc_options",
     "render_json": "render_json", "snapshot_to_dict": "render_json",
-    "render_text": "render_text",
+    "render_text": "render_text", "render_pprof": "render_pprof", "render_folded": "render_folded",
     "Trace": "session",
     "AllocationGroup": "snapshot", "Counters": "snapshot", "ProcessInfo": "snapshot", "Snapshot": "snapshot",
     "StackStatus": "snapshot",

@@ -28,6 +28,7 @@ class Frame:
     file: str | None = None
     line: int | None = None
     module_offset: int | None = None   # the address as a virtual address of the module's ELF
+    build_id: str | None = None        # the module's GNU build-id, in hexadecimal
 
     def describe(self) -> str:
         module = os.path.basename(self.module) if self.module else None
@@ -114,7 +115,7 @@ class Symbolizer:
         file_offset = address - mapping.start + mapping.offset
         vaddr = elf.file_offset_to_vaddr(file_offset) if elf else None
         if vaddr is None:
-            return Frame(address, offset=file_offset, module=mapping.path), None
+            return Frame(address, offset=file_offset, module=mapping.path, build_id=elf.build_id if elf else None), None
         # A return address follows its call; look up the call instruction itself. A separate
         # debug file (same build, same addresses) serves what the module was stripped of.
         debug = space.debug.get(mapping.start)
@@ -125,8 +126,10 @@ class Symbolizer:
             local = debug.function_at(vaddr - 1)
             symbol = local if local and (symbol is None or local.value != symbol.value) else symbol
         if symbol is None:
-            return Frame(address, offset=vaddr, module=mapping.path, module_offset=vaddr), line_key
-        return Frame(address, symbol.name, vaddr - symbol.value, mapping.path, module_offset=vaddr), line_key
+            return Frame(address, offset=vaddr, module=mapping.path, module_offset=vaddr,
+                         build_id=elf.build_id), line_key
+        return Frame(address, symbol.name, vaddr - symbol.value, mapping.path, module_offset=vaddr,
+                     build_id=elf.build_id), line_key
 
     def _lookup_lines(self, wanted: dict[ElfFile, set[int]]) -> None:
         for elf, vaddrs in wanted.items():
@@ -181,7 +184,7 @@ class Symbolizer:
             # Names come from the target's files: printable, so that no report carries its escapes.
             frames[key] = Frame(frame.address, function and printable(function), frame.offset,
                                 frame.module and printable(frame.module), file and printable(file), line,
-                                frame.module_offset)
+                                frame.module_offset, frame.build_id)
         # Processes come and go (systemwide): keep the maps of those still in view.
         self._spaces = {pid: space for pid, space in self._spaces.items() if pid in snapshot.processes}
         return SymbolizedSnapshot(snapshot, frames)

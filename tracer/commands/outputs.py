@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 
 from ..atomic_write import write_atomically
 from ..errors import RuntimeFailure
 from ..growth import GrowthTracker
 from ..malloc_options import DEFAULT_DUMP_PREFIX
+from ..render_folded import render_folded
 from ..render_heap_dump import render_heap_dump
 from ..render_json import render_json
 from ..render_leak_info import get_malloc_leak_info
 from ..render_leak_log import render_leak_log
+from ..render_pprof import render_pprof
 from ..render_process_report import render_process_report
 from ..render_text import render_text
 from ..render_unreachable import render_unreachable
@@ -52,11 +55,14 @@ class Outputs:
     min_bytes: int = 0                    # systemwide: processes holding less are left out of the report
     growth_intervals: int = 3             # rises in a row that flag a stack as a likely leak
     contents: bool = False                # unreachable leaks with their first bytes
+    pprof: str | None = None              # gzip'd pprof profile, rewritten each report
+    folded: str | None = None             # collapsed stacks, rewritten each report
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
         self.growth = GrowthTracker(self.growth_intervals)
         self.unwritten = 0                    # output files that could not be written (exit status 3)
+        self.started_at = time.time()
 
     def exit_status(self) -> int:
         """0, or UNWRITTEN_OUTPUT once an output file could not be written (the trace itself ran)."""
@@ -93,6 +99,10 @@ class Outputs:
             text += f"unreachable memory of pid {snapshot.unreachable.pid}:\n"
             text += render_unreachable(symbolized, snapshot.unreachable, self.contents)
         write_fully(sys.stdout, text)
+        if self.pprof:
+            self._write(self.pprof, render_pprof(symbolized, snapshot.taken_at - self.started_at), "pprof profile")
+        if self.folded:
+            self._write(self.folded, render_folded(symbolized).encode(), "folded stacks")
         for index, (pid, process) in enumerate(snapshot.processes.items()):
             if self.leak_info:
                 info = get_malloc_leak_info(snapshot, pid)

@@ -1,0 +1,40 @@
+"""Collapsed ("folded") stacks, as flamegraph.pl, inferno and speedscope read them: one
+line per stack, frames root first joined by ';', then a space and the live bytes.
+
+Each stack's root is its process, `comm (pid)`; a block a child inherited through fork
+sits under `[inherited]`, and one without a stack under `[filtered]` or `[lost]`.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from .snapshot import StackStatus
+from .symbolize import Frame, SymbolizedSnapshot
+
+
+def frame_label(frame: Frame) -> str:
+    """A frame's name in one token of a folded line (no ';', which separates frames)."""
+    if frame.function:
+        label = frame.function
+    elif frame.module:
+        label = f"{os.path.basename(frame.module)}+{frame.offset:#x}"
+    else:
+        label = f"{frame.address:#x}"
+    return label.replace(";", ":")
+
+
+def render_folded(symbolized: SymbolizedSnapshot) -> str:
+    snapshot = symbolized.snapshot
+    totals: Counter[tuple[str, ...]] = Counter()
+    for group in snapshot.groups:
+        process = snapshot.processes.get(group.pid)
+        path = [f"{(process.comm if process else '') or '?'} ({group.pid})".replace(";", ":")]
+        if group.inherited:
+            path.append("[inherited]")
+        if group.stack_status == StackStatus.CAPTURED:
+            path += [frame_label(frame) for frame in reversed(symbolized.stack_of(group))]
+        else:
+            path.append(f"[{group.stack_status.value}]")
+        totals[tuple(path)] += group.bytes
+    return "".join(f"{';'.join(path)} {total}\n" for path, total in sorted(totals.items()) if total)
