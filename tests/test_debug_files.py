@@ -2,6 +2,8 @@
 and by .gnu_debuglink (a stripped program whose debug file lies beside it)."""
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 
@@ -46,3 +48,21 @@ def test_a_debug_file_of_another_build_is_not_used(program, tmp_path):
     subprocess.run(["objcopy", "--only-keep-debug", str(other / "sites"), str(debug)], check=True)
     report = final_report(run_command(["-c", str(built), "--json"]))
     assert all(stack[0][0] is None and stack[0][1] is None for stack in frames_of(report))
+
+
+def test_inlined_function_is_a_frame_of_its_own(program, tmp_path):
+    """-O2 -g, a static inline helper that calls malloc: its frame is shown, marked inlined,
+    between malloc's caller and the function it was inlined into, in JSON, text and pprof."""
+    built = program("inlined", "-O2")
+    report = final_report(run_command(["-c", str(built), "--json"]))
+    (group,) = report["groups"]
+    assert (group["size"], group["count"]) == (48, 8)
+    frames = [(f["function"], f["inlined"], (f["file"] or "").rsplit("/", 1)[-1], f["line"]) for f in group["frames"]]
+    assert frames[:3] == [("make_block", True, "inlined.c", 8), ("site", False, "inlined.c", 13),
+                          ("main", False, "inlined.c", 19)]
+    pprof = tmp_path / "inlined.pb.gz"
+    text = run_command(["-c", str(built), "--pprof", str(pprof)]).stdout
+    assert "make_block (inlined) /" in text and "site+0x" in text
+    traces = subprocess.run([shutil.which("go") or "/usr/bin/go", "tool", "pprof", "-traces", str(pprof)],
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+    assert re.search(r"make_block \(inline\)\n\s+site\n\s+main\n", traces.stdout), traces.stdout + traces.stderr

@@ -90,7 +90,7 @@ def test_json_carries_every_group_and_frame():
     first, second = report["groups"]
     assert first == {"pid": 10, "size": 24, "count": 3, "bytes": 72, "stack_status": "captured",
                      "inherited": False, "likely_leak_bytes_per_s": None, "frames": [{"address": 0x1010, "function": "make_node", "offset": 0x10,
-                                 "module": "/opt/app/bin/server", "file": "node.c", "line": 42},
+                                 "module": "/opt/app/bin/server", "file": "node.c", "line": 42, "inlined": False},
                                 {"address": 0x2020, "function": "main", "offset": 0x20,
-                                 "module": "/opt/app/bin/server", "file": "main.c", "line": 7}]}
+                                 "module": "/opt/app/bin/server", "file": "main.c", "line": 7, "inlined": False}]}
     assert second["stack_status"] == "filtered" and second["frames"] == []

@@ -56,7 +56,7 @@ def unreachable_to_dict(symbolized: SymbolizedSnapshot, report: UnreachableRepor
 
 def frame_to_dict(f) -> dict:
     return {"address": f.address, "function": f.function, "offset": f.offset, "module": f.module,
-            "file": f.file, "line": f.line}
+            "file": f.file, "line": f.line, "inlined": f.inlined}
 
 
 def render_json(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) -> str:

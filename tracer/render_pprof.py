@@ -128,28 +128,35 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
             profile.mapping.add(id=mapping_ids[key], memory_start=mapping.start, memory_limit=mapping.end,
                                 file_offset=mapping.offset, filename=string(mapping.path),
                                 build_id=string(frame.build_id), has_functions=bool(frame.function),
-                                has_filenames=bool(frame.file), has_line_numbers=bool(frame.line))
+                                has_filenames=bool(frame.file), has_line_numbers=bool(frame.line),
+                                has_inline_frames=bool(frame.line))
         return mapping_ids[key]
 
-    def location_id(pid: int, frame: Frame) -> int:
-        key = (pid, frame.address)
+    def function_id(frame: Frame) -> int:
+        named = (frame.function or "", frame.file or "")
+        if named not in function_ids:
+            function_ids[named] = len(function_ids) + 1
+            profile.function.add(id=function_ids[named], name=string(frame.function),
+                                 system_name=string(frame.function), filename=string(frame.file))
+        return function_ids[named]
+
+    def location_id(pid: int, address: int) -> int:
+        """One location per return address; its lines list the functions inlined there first."""
+        key = (pid, address)
         if key not in location_ids:
             location_ids[key] = len(location_ids) + 1
-            location = profile.location.add(id=location_ids[key], mapping_id=mapping_id(pid, frame),
-                                             address=frame.address)
-            if frame.function:
-                named = (frame.function, frame.file or "")
-                if named not in function_ids:
-                    function_ids[named] = len(function_ids) + 1
-                    profile.function.add(id=function_ids[named], name=string(frame.function),
-                                         system_name=string(frame.function), filename=string(frame.file))
-                location.line.add(function_id=function_ids[named], line=frame.line or 0)
+            frames = symbolized.frames_at(pid, address)
+            location = profile.location.add(id=location_ids[key], mapping_id=mapping_id(pid, frames[-1]),
+                                             address=address)
+            for frame in frames:
+                if frame.function:
+                    location.line.add(function_id=function_id(frame), line=frame.line or 0)
         return location_ids[key]
 
     for group in sorted(snapshot.groups, key=lambda g: (g.pid, -g.bytes, g.size, g.stack)):
         sample = profile.sample.add(value=[group.count, group.bytes])
         if group.stack_status == StackStatus.CAPTURED:
-            sample.location_id.extend(location_id(group.pid, frame) for frame in symbolized.stack_of(group))
+            sample.location_id.extend(location_id(group.pid, address) for address in group.stack)
         process = snapshot.processes.get(group.pid)
         sample.label.add(key=string("pid"), num=group.pid)
         sample.label.add(key=string("comm"), str=string(process.comm if process else ""))

@@ -9,9 +9,10 @@ Module files are opened with the process's own rights (module_files.py).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .elf import ElfFile
 from .module_files import ModuleFiles
@@ -29,10 +30,13 @@ class Frame:
     line: int | None = None
     module_offset: int | None = None   # the address as a virtual address of the module's ELF
     build_id: str | None = None        # the module's GNU build-id, in hexadecimal
+    inlined: bool = False              # a function inlined at this address into the next frame's
 
     def describe(self) -> str:
         module = os.path.basename(self.module) if self.module else None
-        if self.function:
+        if self.inlined:
+            text = f"{self.function} (inlined)"
+        elif self.function:
             text = f"{self.function}+{self.offset:#x}"
             text += f" ({module})" if module else ""
         elif module:
@@ -47,10 +51,18 @@ class Frame:
 @dataclass(frozen=True)
 class SymbolizedSnapshot:
     snapshot: Snapshot
-    frames: dict[tuple[int, int], Frame]   # (pid, address) -> frame
+    frames: dict[tuple[int, int], Frame]   # (pid, address) -> the frame of the function the address is in
+    # (pid, address) -> the functions inlined there, innermost first (each inlined into the next,
+    # the last into frames[pid, address]'s function); absent where none are.
+    inlined: dict[tuple[int, int], tuple[Frame, ...]] = field(default_factory=dict)
+
+    def frames_at(self, pid: int, address: int) -> list[Frame]:
+        """The frames one return address stands for: inlined ones first, then its function's."""
+        return [*self.inlined.get((pid, address), ()), self.frames[pid, address]]
 
     def stack_of(self, group: AllocationGroup) -> list[Frame]:
-        return [self.frames[group.pid, address] for address in group.stack]
+        """Every frame of a stack, innermost first, inlined ones included."""
+        return [frame for address in group.stack for frame in self.frames_at(group.pid, address)]
 
 
 class _AddressSpace:
@@ -77,13 +89,21 @@ class _AddressSpace:
 LineKey = tuple[ElfFile, int]   # a module and a virtual address in it
 
 
+def _location(function: str, place: str) -> tuple[str | None, str | None, int | None]:
+    """addr2line's answer for one function at an address: (function, file, line), None where unknown."""
+    file, _, line = place.split(" (discriminator")[0].rpartition(":")
+    known = file and file != "??" and line.isdigit() and line != "0"
+    return (None if function == "??" else function, file if known else None, int(line) if known else None)
+
+
 class Symbolizer:
     """Caches ELF files and line lookups across snapshots; reuse one per trace."""
 
     def __init__(self, line_info: bool = True):
         self.line_info = line_info
         self._modules = ModuleFiles()
-        self._lines: dict[tuple[tuple, int], tuple[str | None, int | None]] = {}   # (identity, vaddr) ->
+        # (identity, vaddr) -> (function, file, line) of each function there, innermost (inlined) first
+        self._lines: dict[tuple[tuple, int], tuple[tuple[str | None, str | None, int | None], ...]] = {}
         self._demangled: dict[str, str] = {}
         self._spaces: dict[int, tuple[tuple[str, str], _AddressSpace]] = {}
 
@@ -137,14 +157,22 @@ class Symbolizer:
             if not todo:
                 continue
             # addr2line reads the file opened with the target's rights, not whatever the path names by then.
-            answers = subprocess.run(["addr2line", "-e", elf.descriptor, *(f"{v:#x}" for v in todo)],
+            # -a starts each address's answer with the address; -i -f give a (function, file:line)
+            # pair per function there, inlined ones first.
+            answers = subprocess.run(["addr2line", "-a", "-i", "-f", "-e", elf.descriptor, *(f"{v:#x}" for v in todo)],
                                      capture_output=True, text=True, check=False,
                                      pass_fds=(elf.fd,)).stdout.splitlines()
-            for vaddr, answer in zip(todo, answers + [""] * (len(todo) - len(answers))):
-                location = answer.split(" (discriminator")[0]
-                file, _, line = location.rpartition(":")
-                known = file and file != "??" and line.isdigit() and line != "0"
-                self._lines[elf.identity, vaddr] = (file, int(line)) if known else (None, None)
+            found: dict[int, list[tuple[str | None, str | None, int | None]]] = {}
+            current: list | None = None
+            for i, answer in enumerate(answers):
+                if answer.startswith("0x") and (i == 0 or current is None or len(current) % 2 == 0):
+                    current = found.setdefault(int(answer, 16), [])
+                elif current is not None:
+                    current.append(answer)
+            for vaddr in todo:
+                lines = found.get(vaddr, [])
+                self._lines[elf.identity, vaddr] = tuple(_location(function, place)
+                                                         for function, place in zip(lines[::2], lines[1::2]))
 
     def _demangle(self, names: set[str]) -> None:
         todo = sorted(n for n in names if n.startswith("_Z") and n not in self._demangled)
@@ -175,16 +203,27 @@ class Symbolizer:
             if line_key:
                 lines.setdefault(line_key[0], set()).add(line_key[1])
         self._lookup_lines(lines)
-        self._demangle({frame.function for frame, _ in partial.values() if frame.function})
-        frames = {}
-        for key, (frame, line_key) in partial.items():
-            file, line = self._lines.get((line_key[0].identity, line_key[1]), (None, None)) if line_key \
-                else (None, None)
-            function = self._demangled.get(frame.function, frame.function) if frame.function else None
-            # Names come from the target's files: printable, so that no report carries its escapes.
-            frames[key] = Frame(frame.address, function and printable(function), frame.offset,
-                                frame.module and printable(frame.module), file and printable(file), line,
-                                frame.module_offset, frame.build_id)
+        chains = {key: self._lines.get((line_key[0].identity, line_key[1]), ()) if line_key else ()
+                  for key, (_, line_key) in partial.items()}
+        self._demangle({frame.function for frame, _ in partial.values() if frame.function} |
+                       {function for chain in chains.values() for function, _, _ in chain[:-1] if function})
+        frames, inlined = {}, {}
+        for key, (frame, _) in partial.items():
+            chain = chains[key]
+            # The last of the chain is the function the address is in; those before were inlined into it.
+            file, line = chain[-1][1:] if chain else (None, None)
+            frames[key] = self._printable(dataclasses.replace(frame, file=file, line=line))
+            if len(chain) > 1:
+                inlined[key] = tuple(self._printable(Frame(frame.address, function, 0, frame.module, file, line,
+                                                           frame.module_offset, frame.build_id, inlined=True))
+                                     for function, file, line in chain[:-1])
         # Processes come and go (systemwide): keep the maps of those still in view.
         self._spaces = {pid: space for pid, space in self._spaces.items() if pid in snapshot.processes}
-        return SymbolizedSnapshot(snapshot, frames)
+        return SymbolizedSnapshot(snapshot, frames, inlined)
+
+    def _printable(self, frame: Frame) -> Frame:
+        """Names come from the target's files: printable, so that no report carries their escapes."""
+        function = self._demangled.get(frame.function, frame.function) if frame.function else None
+        return dataclasses.replace(frame, function=function and printable(function),
+                                   module=frame.module and printable(frame.module),
+                                   file=frame.file and printable(frame.file))
