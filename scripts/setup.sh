@@ -3,6 +3,8 @@
 #   - bcc (Debian's python3-bpfcc), C and C++ toolchains, binutils (readelf: unwind tables) and what the tests use (bpftool: what BPF programs are left)
 #   - kernel headers for bcc: the running kernel's, or the distro's default linked in
 #   - tracefs at /sys/kernel/tracing
+#   - the HTML page's flame graph library (npm: d3, d3-flame-graph) in tracer/web/
+#   - for the tests: libc6-dbg, golang-go (go tool pprof), llvm (llvm-symbolizer), chromium (the HTML page)
 #   - .venv (with system site packages, for bcc) holding leaktrace in editable mode
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,8 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go "linux-headers-$arch")
+packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go llvm chromium "linux-headers-$arch")
+command -v npm >/dev/null 2>&1 || packages+=(npm)   # a machine's own Node.js is kept where it has one
 
 missing=()
 for p in "${packages[@]}"; do
@@ -50,6 +53,19 @@ fi
 
 if [ ! -e /sys/kernel/tracing/uprobe_events ]; then
     mount -t tracefs nodev /sys/kernel/tracing
+fi
+
+# The HTML page's flame graph (d3-flame-graph on d3, from the npm registry), inlined into every page.
+web=tracer/web
+if [ ! -f "$web/d3-flamegraph.umd.min.js" ]; then
+    build=$(mktemp -d)
+    npm install --prefix "$build" --no-audit --no-fund --silent d3@7.9.2 d3-flame-graph@5.0.0
+    mkdir -p "$web"
+    cp "$build/node_modules/d3/dist/d3.min.js" "$build/node_modules/d3-flame-graph/dist/d3-flamegraph.umd.min.js" \
+       "$build/node_modules/d3-flame-graph/dist/d3-flamegraph.css" "$web/"
+    cp "$build/node_modules/d3/LICENSE" "$web/d3.LICENSE"
+    cp "$build/node_modules/d3-flame-graph/LICENSE" "$web/d3-flame-graph.LICENSE"
+    rm -rf "$build"
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -35,7 +35,7 @@ def test_stripped_program_and_libc_are_named_from_their_debug_files(program, tmp
         assert file.endswith("tests/programs/sites.c") and line in (7, 8, 9, 10)
         assert stack[1][0] == "main" and stack[1][1].endswith("sites.c")
         # libc6-dbg, found by libc's build-id: the static function that calls main, with its line.
-        assert stack[2][0] == "__libc_start_call_main" and stack[2][1].endswith("libc-start.c") and stack[2][2] > 0
+        assert stack[2][0] == "__libc_start_call_main" and stack[2][1].endswith("libc_start_call_main.h") and stack[2][2] > 0
         assert stack[3][0] == "__libc_start_main"   # the exported name, over the debug file's aliases
 
 

@@ -28,8 +28,11 @@ def both_engines(*args: str) -> tuple[dict, dict]:
 
 
 def without_libc_internals(report: dict) -> dict:
-    """Per call site, leaving out what the C runtime allocates for itself (the same in both)."""
-    return {name: groups for name, groups in sites(report).items() if not name.startswith(("_IO_", "0x"))}
+    """Per call site, leaving out what the C runtime (libc, ld.so) allocates for itself."""
+    def runtime(group: dict) -> bool:
+        module = os.path.basename(group["frames"][0]["module"] or "") if group["frames"] else ""
+        return module.startswith(("libc.so", "ld-linux"))
+    return sites({**report, "groups": [g for g in report["groups"] if not runtime(g)]})
 
 
 @pytest.mark.parametrize("args", [

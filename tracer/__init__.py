@@ -14,6 +14,7 @@ _EXPORTS = {
     "parse_malloc_debug_options": "malloc_options",
     "render_json": "render_json", "snapshot_to_dict": "render_json",
     "render_text": "render_text", "render_pprof": "render_pprof", "render_folded": "render_folded",
+    "render_html": "render_html",
     "Trace": "session",
     "AllocationGroup": "snapshot", "Counters": "snapshot", "ProcessInfo": "snapshot", "Snapshot": "snapshot",
     "StackStatus": "snapshot",

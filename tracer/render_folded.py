@@ -2,7 +2,8 @@
 line per stack, frames root first joined by ';', then a space and the live bytes.
 
 Each stack's root is its process, `comm (pid)`; a block a child inherited through fork
-sits under `[inherited]`, and one without a stack under `[filtered]` or `[lost]`.
+sits under `[inherited]`, and one without a stack under `[filtered]` or `[lost]`; an
+inlined function is a frame of its own, `name (inlined)`.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .symbolize import Frame, SymbolizedSnapshot
 def frame_label(frame: Frame) -> str:
     """A frame's name in one token of a folded line (no ';', which separates frames)."""
     if frame.function:
-        label = frame.function
+        label = frame.function + (" (inlined)" if frame.inlined else "")
     elif frame.module:
         label = f"{os.path.basename(frame.module)}+{frame.offset:#x}"
     else:

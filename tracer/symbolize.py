@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 
@@ -90,10 +91,35 @@ LineKey = tuple[ElfFile, int]   # a module and a virtual address in it
 
 
 def _location(function: str, place: str) -> tuple[str | None, str | None, int | None]:
-    """addr2line's answer for one function at an address: (function, file, line), None where unknown."""
+    """A symbolizer's answer for one function at an address (file:line): (function, file, line), None where unknown."""
     file, _, line = place.split(" (discriminator")[0].rpartition(":")
     known = file and file != "??" and line.isdigit() and line != "0"
     return (None if function == "??" else function, file if known else None, int(line) if known else None)
+
+
+def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> list[tuple[tuple[str | None, str | None, int | None], ...]]:
+    """Per address, (function, file, line) of each function there, inlined ones first. The file
+    read is the one opened with the target's rights, not whatever its path names by then.
+    llvm-symbolizer where installed (binutils' addr2line names the wrong file for 7% of libc's
+    addresses: bench/symbolizer_bench.py), else addr2line."""
+    if shutil.which("llvm-symbolizer"):
+        out = subprocess.run(["llvm-symbolizer", "--inlining", "--demangle", f"--obj={elf.descriptor}"],
+                             input="".join(f"{v:#x}\n" for v in vaddrs), capture_output=True, text=True,
+                             check=False, pass_fds=(elf.fd,)).stdout
+        blocks = [block.splitlines() for block in out.split("\n\n")][:len(vaddrs)]
+        # Each answer is file:line:column; the column goes.
+        return [tuple(_location(f, p.rsplit(":", 1)[0]) for f, p in zip(block[::2], block[1::2])) for block in blocks]
+    # -a starts each address's answer with the address; -i -f give a (function, file:line) pair per function.
+    out = subprocess.run(["addr2line", "-a", "-i", "-f", "-e", elf.descriptor, *(f"{v:#x}" for v in vaddrs)],
+                         capture_output=True, text=True, check=False, pass_fds=(elf.fd,)).stdout
+    found: dict[int, list[str]] = {}
+    current: list[str] | None = None
+    for answer in out.splitlines():
+        if answer.startswith("0x") and (current is None or len(current) % 2 == 0):
+            current = found.setdefault(int(answer, 16), [])
+        elif current is not None:
+            current.append(answer)
+    return [tuple(_location(f, p) for f, p in zip(found.get(v, [])[::2], found.get(v, [])[1::2])) for v in vaddrs]
 
 
 class Symbolizer:
@@ -154,25 +180,10 @@ class Symbolizer:
     def _lookup_lines(self, wanted: dict[ElfFile, set[int]]) -> None:
         for elf, vaddrs in wanted.items():
             todo = sorted(v for v in vaddrs if (elf.identity, v) not in self._lines)
-            if not todo:
-                continue
-            # addr2line reads the file opened with the target's rights, not whatever the path names by then.
-            # -a starts each address's answer with the address; -i -f give a (function, file:line)
-            # pair per function there, inlined ones first.
-            answers = subprocess.run(["addr2line", "-a", "-i", "-f", "-e", elf.descriptor, *(f"{v:#x}" for v in todo)],
-                                     capture_output=True, text=True, check=False,
-                                     pass_fds=(elf.fd,)).stdout.splitlines()
-            found: dict[int, list[tuple[str | None, str | None, int | None]]] = {}
-            current: list | None = None
-            for i, answer in enumerate(answers):
-                if answer.startswith("0x") and (i == 0 or current is None or len(current) % 2 == 0):
-                    current = found.setdefault(int(answer, 16), [])
-                elif current is not None:
-                    current.append(answer)
-            for vaddr in todo:
-                lines = found.get(vaddr, [])
-                self._lines[elf.identity, vaddr] = tuple(_location(function, place)
-                                                         for function, place in zip(lines[::2], lines[1::2]))
+            if todo:
+                chains = _inline_chains(elf, todo)
+                for vaddr, chain in zip(todo, chains + [()] * (len(todo) - len(chains))):
+                    self._lines[elf.identity, vaddr] = chain
 
     def _demangle(self, names: set[str]) -> None:
         todo = sorted(n for n in names if n.startswith("_Z") and n not in self._demangled)

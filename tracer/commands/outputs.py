@@ -12,6 +12,7 @@ from ..growth import GrowthTracker
 from ..malloc_options import DEFAULT_DUMP_PREFIX
 from ..render_folded import render_folded
 from ..render_heap_dump import render_heap_dump
+from ..render_html import render_html
 from ..render_json import render_json
 from ..render_leak_info import get_malloc_leak_info
 from ..render_leak_log import render_leak_log
@@ -57,6 +58,7 @@ class Outputs:
     contents: bool = False                # unreachable leaks with their first bytes
     pprof: str | None = None              # gzip'd pprof profile, rewritten each report
     folded: str | None = None             # collapsed stacks, rewritten each report
+    html: str | None = None               # the HTML page with its flame graph, rewritten each report
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
@@ -103,6 +105,8 @@ class Outputs:
             self._write(self.pprof, render_pprof(symbolized, snapshot.taken_at - self.started_at), "pprof profile")
         if self.folded:
             self._write(self.folded, render_folded(symbolized).encode(), "folded stacks")
+        if self.html:
+            self._write(self.html, render_html(symbolized, growth).encode(), "HTML page")
         for index, (pid, process) in enumerate(snapshot.processes.items()):
             if self.leak_info:
                 info = get_malloc_leak_info(snapshot, pid)

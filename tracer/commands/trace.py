@@ -163,6 +163,8 @@ class TraceCommand(Command):
                             help="write each report as a gzip'd pprof profile (go tool pprof, Pyroscope, Parca)")
         parser.add_argument("--folded", metavar="FILE",
                             help="write each report as collapsed stacks (flamegraph.pl, inferno, speedscope)")
+        parser.add_argument("--html", metavar="FILE",
+                            help="write each report as one self-contained HTML page with a flame graph")
         parser.add_argument("--heap-dump", metavar="PREFIX",
                             help="write an Android v1.2 heap dump to PREFIX.PID.txt at each report and on SIGUSR2")
         parser.add_argument("--heap-dump-on-exit", action="store_true",
@@ -210,7 +212,7 @@ class TraceCommand(Command):
         # The renderers load here, once the probes are live: they are not on the start-up path.
         from .outputs import Outputs
         return Outputs(json=args.json, top=args.top or (5 if args.all else 10), leak_info=args.leak_info,
-                       pprof=args.pprof, folded=args.folded,
+                       pprof=args.pprof, folded=args.folded, html=args.html,
                        dump_prefix=args.heap_dump or config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX),
                        dump_each_report=args.heap_dump is not None,
                        dump_on_exit=args.heap_dump_on_exit or "backtrace_dump_on_exit" in config.options,
