@@ -3,7 +3,7 @@
 clang holds no GIL, so whatever the caller does meanwhile (importing the rest of
 leaktrace, reading and disassembling libraries) costs no start-up time. The CLI starts
 the compile as soon as its arguments are known (`compile_ahead`); the engine then
-takes that compile if it was made for its flags, or starts its own (`compiling`).
+takes that compile if it was made for its flags, or starts its own (`claim_or_start_compile`).
 Until a compile ends, fds 1 and 2 are its log: nothing may print meanwhile.
 """
 from __future__ import annotations
@@ -165,7 +165,7 @@ def settle() -> None:
         ahead.discard()
 
 
-def compiling(settings: EngineSettings, target: int) -> Compiling:
+def claim_or_start_compile(settings: EngineSettings, target: int) -> Compiling:
     """The compile started ahead for these flags, or a new one."""
     global _ahead
     cflags = program_cflags(settings, target)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from bcc.libbcc import lib
 
-from .bpf_compile import EngineSettings, bcc_output, compiling
+from .bpf_compile import EngineSettings, bcc_output, claim_or_start_compile
 from .bpf_maps import delete_keys, dump_map, gc_paused, update_array
 from .elf import ElfError, ElfFile
 from .errors import RuntimeFailure
@@ -222,7 +222,7 @@ class BpfEngine:
         """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
         # clang runs without the GIL: the libraries are read and disassembled meanwhile
         # (nothing there prints: fds 1 and 2 are the compile's log until it ends).
-        compile_job = compiling(self.settings, self.target)
+        compile_job = claim_or_start_compile(self.settings, self.target)
         attached = self.target and not self.arm_on_exec
         target_maps = read_process(self.target) if attached else None
         try:

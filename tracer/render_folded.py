@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from .snapshot import StackStatus
+from .snapshot import AllocationGroup, StackStatus
 from .symbolize import Frame, SymbolizedSnapshot
 
 
@@ -25,17 +25,22 @@ def frame_label(frame: Frame) -> str:
     return label.replace(";", ":")
 
 
+def stack_path(symbolized: SymbolizedSnapshot, group: AllocationGroup) -> list[str]:
+    """A group's stack as names, root first: its process, [inherited], then its frames (or
+    [filtered] / [lost])."""
+    process = symbolized.snapshot.processes.get(group.pid)
+    path = [f"{(process.comm if process else '') or '?'} ({group.pid})".replace(";", ":")]
+    if group.inherited:
+        path.append("[inherited]")
+    if group.stack_status == StackStatus.CAPTURED:
+        path += [frame_label(frame) for frame in reversed(symbolized.stack_of(group))]
+    else:
+        path.append(f"[{group.stack_status.value}]")
+    return path
+
+
 def render_folded(symbolized: SymbolizedSnapshot) -> str:
-    snapshot = symbolized.snapshot
     totals: Counter[tuple[str, ...]] = Counter()
-    for group in snapshot.groups:
-        process = snapshot.processes.get(group.pid)
-        path = [f"{(process.comm if process else '') or '?'} ({group.pid})".replace(";", ":")]
-        if group.inherited:
-            path.append("[inherited]")
-        if group.stack_status == StackStatus.CAPTURED:
-            path += [frame_label(frame) for frame in reversed(symbolized.stack_of(group))]
-        else:
-            path.append(f"[{group.stack_status.value}]")
-        totals[tuple(path)] += group.bytes
+    for group in symbolized.snapshot.groups:
+        totals[tuple(stack_path(symbolized, group))] += group.bytes
     return "".join(f"{';'.join(path)} {total}\n" for path, total in sorted(totals.items()) if total)

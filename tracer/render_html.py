@@ -14,9 +14,8 @@ from pathlib import Path
 
 from .errors import RuntimeFailure
 from .growth import Growth, stack_id
-from .render_folded import frame_label
+from .render_folded import stack_path
 from .render_text import ranked_stacks
-from .snapshot import StackStatus
 from .symbolize import SymbolizedSnapshot
 
 WEB = Path(__file__).parent / "web"
@@ -38,16 +37,8 @@ def flame_tree(symbolized: SymbolizedSnapshot) -> dict:
     snapshot = symbolized.snapshot
     root: dict = {"name": "all", "value": 0, "count": 0, "sizes": {}, "children": {}}
     for group in snapshot.groups:
-        process = snapshot.processes.get(group.pid)
-        path = [f"{(process.comm if process else '') or '?'} ({group.pid})"]
-        if group.inherited:
-            path.append("[inherited]")
-        if group.stack_status == StackStatus.CAPTURED:
-            path += [frame_label(frame) for frame in reversed(symbolized.stack_of(group))]
-        else:
-            path.append(f"[{group.stack_status.value}]")
         node = root
-        for name in [None, *path]:
+        for name in [None, *stack_path(symbolized, group)]:
             if name is not None:
                 node = node["children"].setdefault(name, {"name": name, "value": 0, "count": 0, "sizes": {},
                                                           "children": {}})
