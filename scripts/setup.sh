@@ -4,7 +4,7 @@
 #   - kernel headers for bcc: the running kernel's, or the distro's default linked in
 #   - tracefs at /sys/kernel/tracing
 #   - the HTML page's flame graph library (npm: d3, d3-flame-graph) in tracer/web/
-#   - for the tests: libc6-dbg, golang-go (go tool pprof), llvm (llvm-symbolizer), chromium (the HTML page)
+#   - llvm (llvm-symbolizer), debuginfod (its client; its server for a test); for the tests: libc6-dbg, golang-go (go tool pprof), chromium (the HTML page)
 #   - .venv (with system site packages, for bcc) holding leaktrace in editable mode
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go llvm chromium "linux-headers-$arch")
+packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go llvm chromium debuginfod "linux-headers-$arch")
 command -v npm >/dev/null 2>&1 || packages+=(npm)   # a machine's own Node.js is kept where it has one
 
 missing=()

@@ -1,13 +1,17 @@
 """Symbols and lines from separate debug files: by build-id (Debian's libc6-dbg, for libc),
-and by .gnu_debuglink (a stripped program whose debug file lies beside it)."""
+by .gnu_debuglink (a stripped program whose debug file lies beside it), from a debuginfod
+server; and inlined functions as frames of their own."""
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import socket
 import subprocess
+import time
 
 from helpers import final_report, run_command
+from leaktrace.elf import ElfFile
 
 
 def frames_of(report: dict) -> list[list[tuple[str | None, str | None, int | None]]]:
@@ -66,3 +70,36 @@ def test_inlined_function_is_a_frame_of_its_own(program, tmp_path):
     traces = subprocess.run([shutil.which("go") or "/usr/bin/go", "tool", "pprof", "-traces", str(pprof)],
                             capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)})
     assert re.search(r"make_block \(inline\)\n\s+site\n\s+main\n", traces.stdout), traces.stdout + traces.stderr
+
+
+def test_debug_file_from_a_debuginfod_server(program, tmp_path):
+    """A stripped program whose debug file only a debuginfod server has (elfutils' debuginfod on
+    loopback, indexing a folder): with DEBUGINFOD_URLS set, its functions and lines are named."""
+    served = tmp_path / "served"
+    served.mkdir()
+    built, debug = stripped_with_debug_file(program, tmp_path)
+    subprocess.run(["objcopy", "--remove-section=.gnu_debuglink", str(built)], check=True)
+    debug.rename(served / debug.name)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(["debuginfod", "-F", str(served), "-p", str(port), "-d", str(tmp_path / "index.sqlite"),
+                               "-t", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "DEBUGINFOD_URLS": f"http://127.0.0.1:{port}", "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    try:
+        build_id = ElfFile(str(built)).build_id
+        deadline = time.monotonic() + 60
+        while subprocess.run(["debuginfod-find", "debuginfo", build_id], env={**env, "DEBUGINFOD_CACHE_PATH":
+                             str(tmp_path / "probe-cache")}, capture_output=True).returncode != 0:
+            assert time.monotonic() < deadline, "debuginfod did not index the folder"
+            shutil.rmtree(tmp_path / "probe-cache", ignore_errors=True)
+            time.sleep(0.5)
+        unset = {name: value for name, value in os.environ.items() if name != "DEBUGINFOD_URLS"}
+        without = final_report(run_command(["-c", str(built), "--json"], env=unset))
+        assert all(stack[0][0] is None for stack in frames_of(without))
+        report = final_report(run_command(["-c", str(built), "--json"], env=env))
+        assert sorted(stack[0][0] for stack in frames_of(report)) == ["site_a", "site_b", "site_c", "site_d"]
+        assert all(stack[0][1].endswith("sites.c") for stack in frames_of(report))
+    finally:
+        server.kill()
+        server.wait()

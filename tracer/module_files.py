@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from collections.abc import Iterable
 
 from .elf import ElfError, ElfFile
@@ -36,6 +37,22 @@ def _candidate_paths(process: ProcessInfo, mapping: Mapping) -> tuple[str, ...]:
 
 
 DEBUG_ROOT = "/usr/lib/debug"   # where distributions install separate debug files
+DEBUGINFOD_TIMEOUT = 90         # seconds for one debug file from a debuginfod server
+
+
+def _from_debuginfod(build_id: str) -> ElfFile | None:
+    """The debug file of this build from the debuginfod servers DEBUGINFOD_URLS names, through
+    elfutils' debuginfod-find (which caches what it fetches, as its client library does);
+    None when none is configured or none has it. The file is leaktrace's own download."""
+    if not os.environ.get("DEBUGINFOD_URLS") or not re.fullmatch(r"[0-9a-f]{2,128}", build_id):
+        return None
+    try:
+        fetched = subprocess.run(["debuginfod-find", "debuginfo", build_id], capture_output=True, text=True,
+                                 timeout=DEBUGINFOD_TIMEOUT, check=False)
+        debug = ElfFile(fetched.stdout.strip()) if fetched.returncode == 0 and fetched.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired, ElfError):
+        return None
+    return debug if debug is not None and debug.build_id == build_id else None
 
 
 class ModuleFiles:
@@ -49,7 +66,8 @@ class ModuleFiles:
         """A module's separate debug file (symbols and lines a stripped module lacks): by its
         build-id under /usr/lib/debug/.build-id, else by its .gnu_debuglink beside it, in .debug/
         beside it or under /usr/lib/debug; opened with the process's rights, and taken only if it
-        is of the same build (build-id, or the link's CRC-32). None if there is none."""
+        is of the same build (build-id, or the link's CRC-32); else from debuginfod when
+        DEBUGINFOD_URLS is set. None if there is none."""
         if elf.identity in self._debug_files:
             return self._debug_files[elf.identity]
         found = None
@@ -69,6 +87,8 @@ class ModuleFiles:
             if debug is not None and debug is not elf and same_build(debug):
                 found = debug
                 break
+        if found is None and elf.build_id:
+            found = _from_debuginfod(elf.build_id)
         self._debug_files[elf.identity] = found
         return found
 
