@@ -55,3 +55,13 @@ def test_the_engine_takes_the_compile_started_ahead(program):
     finally:
         target.kill()
         target.wait()
+
+
+def test_renderer_names_are_the_functions_after_their_modules_are_imported():
+    """`from leaktrace import render_json` is the function, even once leaktrace.render_json (the
+    module) has been imported, as the CLI's own imports do."""
+    import importlib
+    import leaktrace
+    for name in ("render_text", "render_json", "render_pprof", "render_folded", "render_html"):
+        module = importlib.import_module(f"leaktrace.{name}")
+        assert getattr(leaktrace, name) is getattr(module, name) and callable(getattr(leaktrace, name))

@@ -4,6 +4,8 @@ Data flows one way: a source (BpfEngine through Trace) produces a Snapshot,
 a Symbolizer turns it into a SymbolizedSnapshot, and renderers format it.
 """
 import importlib
+import sys
+import types
 
 # Name -> the module that defines it, imported on first use: the CLI would otherwise
 # load every renderer before bcc's compile could start (start-up is timed to probes live).
@@ -34,3 +36,16 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Package(types.ModuleType):
+    """Importing a module named as the function it exports (render_text) must not make the
+    package's name for that function the module (the import system sets it on the package)."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
