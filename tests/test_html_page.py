@@ -68,3 +68,16 @@ def test_html_of_the_demo_for_the_readme(tmp_path):
     assert 'name="render_response"' in dom and 'name="cache_insert"' in dom
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     chromium(page, f"--screenshot={ARTIFACTS / 'demo-flamegraph.png'}")
+
+
+def test_html_lists_unreachable_leaks_with_what_they_hold():
+    """The unreachable section: each leak, its size, and the bytes reachable only through it."""
+    from leaktrace import Counters, ProcessInfo, Snapshot, SymbolizedSnapshot
+    from leaktrace.render_html import render_html
+    from leaktrace.snapshot import UnreachableLeak, UnreachableReport
+    leak = UnreachableLeak(7, 0x5000, 32, 2, 64)
+    report = UnreachableReport(7, (leak,), 1, 3, 96, 10, 500, True, 0.001, 0.001, 0)
+    snapshot = Snapshot(0.0, (), Counters(), {7: ProcessInfo(7, "chain")}, unreachable=report)
+    page = render_html(SymbolizedSnapshot(snapshot, {}))
+    assert "<h2>Unreachable memory of pid 7</h2><p>96 bytes in 3 unreachable allocations</p>" in page
+    assert "<td>32</td><td>1</td><td>0x5000</td><td>64 bytes in 2</td><td>no stack</td>" in page

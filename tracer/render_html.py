@@ -99,11 +99,12 @@ def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title
     if snapshot.unreachable:
         report = snapshot.unreachable
         rows = [[leak.size, leak.similar_count + 1, f"{leak.address:#x}",
+                 f"{leak.referenced_size} bytes in {leak.referenced_count}",
                  (symbolized.frames_at(leak.pid, leak.stack[0])[0].describe() if leak.stack else "no stack")]
                 for leak in report.leaks]
         parts.append(f"<h2>Unreachable memory of pid {report.pid}</h2><p>{report.leak_bytes} bytes in "
                      f"{report.num_leaks} unreachable allocations</p>"
-                     + _table(["size", "blocks", "first at", "allocated at"], rows))
+                     + _table(["size", "blocks", "first at", "referencing (only through it)", "allocated at"], rows))
     licences = "\n".join(_asset(name) for name in LICENCES)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
