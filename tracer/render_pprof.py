@@ -9,15 +9,13 @@ types) and encoded by the protobuf library.
 """
 from __future__ import annotations
 
-import bisect
 import gzip
 from functools import cache
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from .process import Mapping, parse_maps
 from .snapshot import StackStatus
-from .symbolize import Frame, SymbolizedSnapshot
+from .symbolize import AddressSpace, Frame, SymbolizedSnapshot
 
 _T = descriptor_pb2.FieldDescriptorProto
 _INT64, _UINT64, _STRING, _BOOL = _T.TYPE_INT64, _T.TYPE_UINT64, _T.TYPE_STRING, _T.TYPE_BOOL
@@ -81,22 +79,6 @@ class _Strings:
         return self.index[text]
 
 
-class _Spaces:
-    """Each process's file mappings, searchable by address."""
-
-    def __init__(self, snapshot):
-        self.mappings: dict[int, tuple[list[int], list[Mapping]]] = {}
-        for pid, process in snapshot.processes.items():
-            text = process.maps + ("\n" + process.unmapped if process.unmapped else "")
-            found = sorted(parse_maps(text), key=lambda m: m.start)
-            self.mappings[pid] = ([m.start for m in found], found)
-
-    def find(self, pid: int, address: int) -> Mapping | None:
-        starts, found = self.mappings.get(pid, ([], []))
-        i = bisect.bisect_right(starts, address) - 1
-        return found[i] if i >= 0 and address < found[i].end else None
-
-
 def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> bytes:
     """The snapshot as a gzip'd pprof profile."""
     snapshot = symbolized.snapshot
@@ -113,13 +95,13 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
             "drops: " + ", ".join(f"{name} {value}" for name, value in snapshot.counters.losses().items())]:
         profile.comment.append(string(comment))
 
-    spaces = _Spaces(snapshot)
+    spaces = {pid: AddressSpace.of(process) for pid, process in snapshot.processes.items()}
     mapping_ids: dict[tuple[int, int], int] = {}
     function_ids: dict[tuple[str, str], int] = {}
     location_ids: dict[tuple[int, int], int] = {}
 
     def mapping_id(pid: int, frame: Frame) -> int:
-        mapping = spaces.find(pid, frame.address)
+        mapping = spaces[pid].find(frame.address) if pid in spaces else None
         if mapping is None:
             return 0
         key = (pid, mapping.start)

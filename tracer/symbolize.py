@@ -66,7 +66,7 @@ class SymbolizedSnapshot:
         return [frame for address in group.stack for frame in self.frames_at(group.pid, address)]
 
 
-class _AddressSpace:
+class AddressSpace:
     """One process's mappings, searchable by address, and the files of those looked at so far."""
 
     def __init__(self, maps_text: str):
@@ -76,7 +76,7 @@ class _AddressSpace:
         self.debug: dict[int, ElfFile | None] = {}     # mapping start -> its file's separate debug file
 
     @classmethod
-    def of(cls, process: ProcessInfo) -> "_AddressSpace":
+    def of(cls, process: ProcessInfo) -> "AddressSpace":
         """The process's maps, and the mappings unmapped since where no mapping is now."""
         return cls(process.maps + ("\n" + process.unmapped if process.unmapped else ""))
 
@@ -131,16 +131,16 @@ class Symbolizer:
         # (identity, vaddr) -> (function, file, line) of each function there, innermost (inlined) first
         self._lines: dict[tuple[tuple, int], tuple[tuple[str | None, str | None, int | None], ...]] = {}
         self._demangled: dict[str, str] = {}
-        self._spaces: dict[int, tuple[tuple[str, str], _AddressSpace]] = {}
+        self._spaces: dict[int, tuple[tuple[str, str], AddressSpace]] = {}
 
-    def _space(self, process: ProcessInfo) -> _AddressSpace:
+    def _space(self, process: ProcessInfo) -> AddressSpace:
         cached = self._spaces.get(process.pid)
         if cached is None or cached[0] != (process.maps, process.unmapped):
-            cached = ((process.maps, process.unmapped), _AddressSpace.of(process))
+            cached = ((process.maps, process.unmapped), AddressSpace.of(process))
             self._spaces[process.pid] = cached
         return cached[1]
 
-    def _open_modules(self, process: ProcessInfo, space: _AddressSpace, addresses: set[int]) -> None:
+    def _open_modules(self, process: ProcessInfo, space: AddressSpace, addresses: set[int]) -> None:
         """Opens the files of the mappings these addresses fall in, that are not open yet: in one go."""
         missing = {m.start: m for m in map(space.find, addresses) if m and m.start not in space.modules}
         if missing:
@@ -150,7 +150,7 @@ class Symbolizer:
                 stripped = elf is not None and not (elf.has_symtab and elf.has_debug_lines)
                 space.debug[start] = self._modules.debug_file(process, elf) if stripped else None
 
-    def _frame(self, space: _AddressSpace, address: int) -> tuple[Frame, LineKey | None]:
+    def _frame(self, space: AddressSpace, address: int) -> tuple[Frame, LineKey | None]:
         """The frame without file:line, and the (module, vaddr) to ask addr2line about."""
         mapping = space.find(address)
         if mapping is None:
