@@ -138,46 +138,51 @@ static int within(const struct module *m, uint64_t offset, uint64_t size)
     return offset <= m->image_size && size <= m->image_size - offset;
 }
 
-// The defined functions of .dynsym and .symtab, one per address.
+// Counts the defined functions of .dynsym, then of .symtab, and stores them in out when it is
+// given (their order of appearance settles ties between aliases).
+static size_t collect_functions(const struct module *m, struct function *out)
+{
+    static const uint32_t tables[] = {SHT_DYNSYM, SHT_SYMTAB};
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)m->image;
+    const Elf64_Shdr *sections = (const Elf64_Shdr *)(m->image + eh->e_shoff);
+    size_t count = 0;
+    for (size_t t = 0; t < sizeof tables / sizeof *tables; t++) {
+        for (size_t s = 0; s < eh->e_shnum; s++) {
+            const Elf64_Shdr *table = &sections[s];
+            if (table->sh_type != tables[t] || table->sh_entsize != sizeof(Elf64_Sym) ||
+                table->sh_link >= eh->e_shnum || !within(m, table->sh_offset, table->sh_size))
+                continue;
+            const Elf64_Shdr *strings = &sections[table->sh_link];
+            const char *text = (const char *)m->image + strings->sh_offset;
+            if (!strings->sh_size || !within(m, strings->sh_offset, strings->sh_size) || text[strings->sh_size - 1])
+                continue;   // names must end inside their table
+            const Elf64_Sym *symbols = (const Elf64_Sym *)(m->image + table->sh_offset);
+            for (size_t i = 0; i < table->sh_size / sizeof(Elf64_Sym); i++) {
+                const Elf64_Sym *sym = &symbols[i];
+                int kind = ELF64_ST_TYPE(sym->st_info);
+                if ((kind != STT_FUNC && kind != STT_GNU_IFUNC) || sym->st_shndx == SHN_UNDEF || !sym->st_value ||
+                    sym->st_name >= strings->sh_size)
+                    continue;
+                if (out)
+                    out[count] = (struct function){sym->st_value, sym->st_size, text + sym->st_name, NULL,
+                                                   (uint32_t)count};
+                count++;
+            }
+        }
+    }
+    return count;
+}
+
+// The defined functions of .dynsym and .symtab, sorted, one per address.
 static void read_functions(struct frame_names *names, struct module *m)
 {
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)m->image;
     if (!within(m, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr)) || eh->e_shentsize != sizeof(Elf64_Shdr))
         return;
-    const Elf64_Shdr *sections = (const Elf64_Shdr *)(m->image + eh->e_shoff);
-    size_t total = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        uint32_t order = 0;
-        for (uint32_t type = SHT_DYNSYM; ; type = SHT_SYMTAB) {
-            for (size_t s = 0; s < eh->e_shnum; s++) {
-                const Elf64_Shdr *table = &sections[s];
-                if (table->sh_type != type || table->sh_entsize != sizeof(Elf64_Sym) || table->sh_link >= eh->e_shnum ||
-                    !within(m, table->sh_offset, table->sh_size))
-                    continue;
-                const Elf64_Shdr *strings = &sections[table->sh_link];
-                if (!within(m, strings->sh_offset, strings->sh_size) || !strings->sh_size)
-                    continue;
-                const char *text = (const char *)m->image + strings->sh_offset;
-                const Elf64_Sym *symbols = (const Elf64_Sym *)(m->image + table->sh_offset);
-                for (size_t i = 0; i < table->sh_size / sizeof(Elf64_Sym); i++) {
-                    const Elf64_Sym *sym = &symbols[i];
-                    int kind = ELF64_ST_TYPE(sym->st_info);
-                    if ((kind != STT_FUNC && kind != STT_GNU_IFUNC) || sym->st_shndx == SHN_UNDEF || !sym->st_value ||
-                        sym->st_name >= strings->sh_size || text[strings->sh_size - 1])
-                        continue;
-                    if (pass == 1)
-                        m->functions[m->count++] = (struct function){sym->st_value, sym->st_size,
-                                                                     text + sym->st_name, NULL, order};
-                    order++;
-                    total += pass == 0;
-                }
-            }
-            if (type == SHT_SYMTAB)
-                break;
-        }
-        if (pass == 0 && !(m->functions = take(names, (total + 1) * sizeof *m->functions)))
-            return;
-    }
+    size_t total = collect_functions(m, NULL);
+    if (!(m->functions = take(names, (total + 1) * sizeof *m->functions)))
+        return;
+    m->count = collect_functions(m, m->functions);
     qsort(m->functions, m->count, sizeof *m->functions, compare_functions);
     size_t kept = 0;
     for (size_t i = 0; i < m->count; i++)

@@ -91,6 +91,11 @@ class TracedProcess(NamedTuple):
     comm: str                    # as of its fork, exec or first allocator call
     uid: int
 
+    @property
+    def forked(self) -> bool:
+        """Forked from a traced process and running the image it inherited (ProcessInfo.forked)."""
+        return bool(self.parent) and not self.execed
+
 
 class LiveEntry(NamedTuple):
     """One record of the live map: a block, or the tombstone of an inherited one."""

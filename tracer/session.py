@@ -256,8 +256,7 @@ class Trace:
         origin = known.get(pid)
         if info.maps or origin is None:
             return info
-        comm, parent, execed = origin.comm, origin.parent, origin.execed
-        forked = bool(parent) and not execed
+        comm, parent, execed, forked = origin.comm, origin.parent, origin.execed, origin.forked
         while not execed and parent:   # up through ancestors that were never read either
             if parent in self._infos:
                 return dataclasses.replace(self._infos[parent], pid=pid, comm=comm, exited=True, forked=forked)
@@ -333,7 +332,7 @@ class Trace:
         self._sweep_due |= bool(gone or replaced or unselected)
         new_images = [pid for pid, p in traced.items() if self._gens.get(pid) != p.gen and pid not in gone]
         self._gens = {pid: p.gen for pid, p in traced.items() if pid not in gone}
-        self._forked = {pid for pid, p in traced.items() if p.parent and not p.execed}
+        self._forked = {pid for pid, p in traced.items() if p.forked}
         # New images (new processes, or exec'd): read now, in case they are short-lived, and
         # so that their stacks are walked from their modules' tables from now on.
         for pid in new_images:

@@ -97,8 +97,8 @@ def _location(function: str, place: str) -> tuple[str | None, str | None, int | 
     return (None if function == "??" else function, file if known else None, int(line) if known else None)
 
 
-def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> list[tuple[tuple[str | None, str | None, int | None], ...]]:
-    """Per address, (function, file, line) of each function there, inlined ones first. The file
+def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> dict[int, tuple[tuple[str | None, str | None, int | None], ...]]:
+    """Address -> (function, file, line) of each function there, inlined ones first. The file
     read is the one opened with the target's rights, not whatever its path names by then.
     llvm-symbolizer where installed (binutils' addr2line names the wrong file for 7% of libc's
     addresses: bench/symbolizer_bench.py), else addr2line."""
@@ -106,9 +106,10 @@ def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> list[tuple[tuple[str | No
         out = subprocess.run(["llvm-symbolizer", "--inlining", "--demangle", f"--obj={elf.descriptor}"],
                              input="".join(f"{v:#x}\n" for v in vaddrs), capture_output=True, text=True,
                              check=False, pass_fds=(elf.fd,)).stdout
-        blocks = [block.splitlines() for block in out.split("\n\n")][:len(vaddrs)]
+        blocks = [block.splitlines() for block in out.split("\n\n")]
         # Each answer is file:line:column; the column goes.
-        return [tuple(_location(f, p.rsplit(":", 1)[0]) for f, p in zip(block[::2], block[1::2])) for block in blocks]
+        return {v: tuple(_location(f, p.rsplit(":", 1)[0]) for f, p in zip(block[::2], block[1::2]))
+                for v, block in zip(vaddrs, blocks)}
     # -a starts each address's answer with the address; -i -f give a (function, file:line) pair per function.
     out = subprocess.run(["addr2line", "-a", "-i", "-f", "-e", elf.descriptor, *(f"{v:#x}" for v in vaddrs)],
                          capture_output=True, text=True, check=False, pass_fds=(elf.fd,)).stdout
@@ -119,7 +120,7 @@ def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> list[tuple[tuple[str | No
             current = found.setdefault(int(answer, 16), [])
         elif current is not None:
             current.append(answer)
-    return [tuple(_location(f, p) for f, p in zip(found.get(v, [])[::2], found.get(v, [])[1::2])) for v in vaddrs]
+    return {v: tuple(_location(f, p) for f, p in zip(answer[::2], answer[1::2])) for v, answer in found.items()}
 
 
 class Symbolizer:
@@ -180,10 +181,9 @@ class Symbolizer:
     def _lookup_lines(self, wanted: dict[ElfFile, set[int]]) -> None:
         for elf, vaddrs in wanted.items():
             todo = sorted(v for v in vaddrs if (elf.identity, v) not in self._lines)
-            if todo:
-                chains = _inline_chains(elf, todo)
-                for vaddr, chain in zip(todo, chains + [()] * (len(todo) - len(chains))):
-                    self._lines[elf.identity, vaddr] = chain
+            chains = _inline_chains(elf, todo) if todo else {}
+            for vaddr in todo:
+                self._lines[elf.identity, vaddr] = chains.get(vaddr, ())
 
     def _demangle(self, names: set[str]) -> None:
         todo = sorted(n for n in names if n.startswith("_Z") and n not in self._demangled)
