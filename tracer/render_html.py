@@ -14,8 +14,9 @@ from pathlib import Path
 
 from .errors import RuntimeFailure
 from .growth import Growth, stack_id
+from .process_table import process_rows
 from .render_folded import stack_path
-from .render_text import ranked_stacks
+from .render_text import ranked_stacks, rate_text
 from .symbolize import SymbolizedSnapshot
 
 WEB = Path(__file__).parent / "web"
@@ -79,21 +80,17 @@ def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title
         head.append(f"<p class='warning'>{html.escape(warning)}</p>")
     parts = ["<h2>Drop counters</h2>" + _table(["counter", "value"], [[n, v] for n, v in counters.losses().items()])]
     if len(snapshot.processes) > 1:
-        live: dict[int, list[int]] = {}
-        for group in snapshot.groups:
-            figures = live.setdefault(group.pid, [0, 0])
-            figures[0] += group.bytes
-            figures[1] += group.count
-        rows = [[p.pid, p.comm, *live.get(p.pid, [0, 0]), "exited" if p.exited else ""]
-                for p in sorted(snapshot.processes.values(), key=lambda p: -live.get(p.pid, [0])[0])]
-        parts.append("<h2>Processes</h2>" + _table(["pid", "comm", "live bytes", "live blocks", ""], rows))
+        rows = [[r.pid, r.comm, r.live_bytes, r.live_allocations, rate_text(r.growth_rate), r.top_site,
+                 "exited" if r.exited else ""] for r in process_rows(symbolized, growth)]
+        parts.append("<h2>Processes</h2>" + _table(["pid", "comm", "live bytes", "live blocks", "growth",
+                                                    "largest stack's caller", ""], rows))
     if growth.likely_leaks:
         rows = []
         for groups in ranked_stacks(snapshot.groups):
             rate = growth.likely_leaks.get(stack_id(groups[0]))
             if rate is not None:
                 frames = symbolized.stack_of(groups[0])
-                rows.append([groups[0].pid, f"{rate:+.0f} B/s", sum(g.bytes for g in groups),
+                rows.append([groups[0].pid, rate_text(rate), sum(g.bytes for g in groups),
                              frames[0].describe() if frames else groups[0].stack_status.value])
         parts.append("<h2>Likely leaks (growing)</h2>" + _table(["pid", "growth", "live bytes", "allocated at"], rows))
     if snapshot.unreachable:
