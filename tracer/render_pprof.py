@@ -14,6 +14,7 @@ from functools import cache
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from .render_text import drops_text
 from .snapshot import StackStatus
 from .symbolize import AddressSpace, Frame, SymbolizedSnapshot
 
@@ -90,9 +91,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
     profile.period_type.type, profile.period_type.unit, profile.period = string("space"), string("bytes"), 1
     profile.time_nanos = int(snapshot.taken_at * 1e9)
     profile.duration_nanos = int(duration_s * 1e9)
-    warning = snapshot.counters.incompleteness()
-    for comment in ([warning] if warning else []) + [
-            "drops: " + ", ".join(f"{name} {value}" for name, value in snapshot.counters.losses().items())]:
+    for comment in drops_text(snapshot.counters).splitlines():   # the text report's lines
         profile.comment.append(string(comment))
 
     spaces = {pid: AddressSpace.of(process) for pid, process in snapshot.processes.items()}
