@@ -16,6 +16,7 @@ import subprocess
 import time
 
 from leaktrace.elf import ElfFile
+from leaktrace.symbolize import addr2line_answers, llvm_symbolizer_answers
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
@@ -39,24 +40,14 @@ def _place(location: str) -> tuple[str, str]:
 
 
 def parse_pairs(text: str, addresses: list[int]) -> dict[int, tuple]:
-    """-a style output (address line, then function/location pairs): per address, the
-    (file, line) of every frame, inlined ones first."""
-    found: dict[int, list] = {}
-    current, pending = None, []
-    for line in text.splitlines():
-        if line.startswith("0x") and len(pending) % 2 == 0:
-            current, pending = found.setdefault(int(line, 16), []), []
-        elif current is not None:
-            pending.append(line)
-            if len(pending) % 2 == 0:
-                current.append(_place(pending[-1]))
-    return {address: tuple(places) for address, places in found.items()}
+    """(eu-)addr2line's answers: per address, the (file, line) of every frame, inlined ones first."""
+    return {address: tuple(_place(place) for _, place in pairs) for address, pairs in addr2line_answers(text).items()}
 
 
 def parse_llvm(text: str, addresses: list[int]) -> dict[int, tuple]:
-    """llvm-symbolizer's blocks (function, file:line:column per frame, a blank line after each address)."""
-    blocks = [block.splitlines() for block in text.strip().split("\n\n")]
-    return {address: tuple(_place(location) for location in block[1::2]) for address, block in zip(addresses, blocks)}
+    """llvm-symbolizer's answers, the same way."""
+    return {address: tuple(_place(place) for _, place in pairs)
+            for address, pairs in llvm_symbolizer_answers(text, addresses).items()}
 
 
 def run(tool: list[str], stdin: str | None = None) -> tuple[float, str]:
@@ -88,12 +79,12 @@ def main() -> None:
             answers[name] = parse(out, addresses)
     print(f"{len(addresses)} distinct addresses in libc's debug file; {args.rounds} rounds, interleaved")
     names = list(tools)
-    print(f"{'':30}{'seconds (median)':>18}" + "".join(f"{'same file:line as ' + other.split()[0]:>32}"
+    print(f"{'':30}{'seconds (median)':>18}" + "".join(f"{'same file:line as ' + other.split()[0]:>34}"
                                                        for other in names))
     for name in names:
         agreement = [sum(answers[name].get(a) == answers[other].get(a) for a in addresses) / len(addresses)
                      for other in names]
-        print(f"{name:30}{statistics.median(times[name]):18.3f}" + "".join(f"{share:32.1%}" for share in agreement))
+        print(f"{name:30}{statistics.median(times[name]):18.3f}" + "".join(f"{share:34.1%}" for share in agreement))
 
 if __name__ == "__main__":
     main()

@@ -97,6 +97,26 @@ def _location(function: str, place: str) -> tuple[str | None, str | None, int | 
     return (None if function == "??" else function, file if known else None, int(line) if known else None)
 
 
+def addr2line_answers(out: str) -> dict[int, list[tuple[str, str]]]:
+    """`addr2line -a -i -f` output (each address, then a function and a file:line per function
+    there, inlined ones first; eu-addr2line's too): address -> its (function, place) pairs."""
+    found: dict[int, list[str]] = {}
+    current: list[str] | None = None
+    for answer in out.splitlines():
+        if answer.startswith("0x") and (current is None or len(current) % 2 == 0):
+            current = found.setdefault(int(answer, 16), [])
+        elif current is not None:
+            current.append(answer)
+    return {address: list(zip(lines[::2], lines[1::2])) for address, lines in found.items()}
+
+
+def llvm_symbolizer_answers(out: str, vaddrs: list[int]) -> dict[int, list[tuple[str, str]]]:
+    """`llvm-symbolizer --inlining` output for vaddrs (a block per address, in order, of a function
+    and a file:line:column per function there): address -> its (function, place) pairs."""
+    blocks = [block.splitlines() for block in out.split("\n\n")]
+    return {v: list(zip(block[::2], block[1::2])) for v, block in zip(vaddrs, blocks)}
+
+
 def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> dict[int, tuple[tuple[str | None, str | None, int | None], ...]]:
     """Address -> (function, file, line) of each function there, inlined ones first. The file
     read is the one opened with the target's rights, not whatever its path names by then.
@@ -106,21 +126,12 @@ def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> dict[int, tuple[tuple[str
         out = subprocess.run(["llvm-symbolizer", "--inlining", "--demangle", f"--obj={elf.descriptor}"],
                              input="".join(f"{v:#x}\n" for v in vaddrs), capture_output=True, text=True,
                              check=False, pass_fds=(elf.fd,)).stdout
-        blocks = [block.splitlines() for block in out.split("\n\n")]
-        # Each answer is file:line:column; the column goes.
-        return {v: tuple(_location(f, p.rsplit(":", 1)[0]) for f, p in zip(block[::2], block[1::2]))
-                for v, block in zip(vaddrs, blocks)}
-    # -a starts each address's answer with the address; -i -f give a (function, file:line) pair per function.
+        answers = llvm_symbolizer_answers(out, vaddrs)
+        # Each place is file:line:column; the column goes.
+        return {v: tuple(_location(f, p.rsplit(":", 1)[0]) for f, p in pairs) for v, pairs in answers.items()}
     out = subprocess.run(["addr2line", "-a", "-i", "-f", "-e", elf.descriptor, *(f"{v:#x}" for v in vaddrs)],
                          capture_output=True, text=True, check=False, pass_fds=(elf.fd,)).stdout
-    found: dict[int, list[str]] = {}
-    current: list[str] | None = None
-    for answer in out.splitlines():
-        if answer.startswith("0x") and (current is None or len(current) % 2 == 0):
-            current = found.setdefault(int(answer, 16), [])
-        elif current is not None:
-            current.append(answer)
-    return {v: tuple(_location(f, p) for f, p in zip(answer[::2], answer[1::2])) for v, answer in found.items()}
+    return {v: tuple(_location(f, p) for f, p in pairs) for v, pairs in addr2line_answers(out).items()}
 
 
 class Symbolizer:
