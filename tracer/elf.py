@@ -4,6 +4,7 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -11,10 +12,10 @@ from functools import cached_property
 
 from .target_files import open_regular
 
-PT_LOAD, PT_INTERP, PT_NOTE = 1, 3, 4
+PT_LOAD, PT_INTERP, PT_NOTE, PT_TLS = 1, 3, 4, 7
 NT_GNU_BUILD_ID = 3
 SHT_SYMTAB, SHT_DYNSYM, SHT_GNU_HASH = 2, 11, 0x6FFFFFF6
-STT_OBJECT, STT_FUNC, STT_GNU_IFUNC = 1, 2, 10
+STT_OBJECT, STT_FUNC, STT_TLS, STT_GNU_IFUNC = 1, 2, 6, 10
 SHN_UNDEF = 0
 
 
@@ -200,6 +201,18 @@ class ElfFile:
     def dynamic_objects(self) -> dict[str, int]:
         """Exported variable name -> address (link-time virtual address)."""
         return {sym.name.split("@")[0]: sym.value for sym, _ in self._symbols_of(SHT_DYNSYM, (STT_OBJECT,))}
+
+    @cached_property
+    def variables(self) -> dict[str, int]:
+        """Every variable of either symbol table (locals too, as a debug file has them) -> its
+        link-time address, or for a thread-local one its offset in the module's TLS block."""
+        return {sym.name.split("@")[0]: sym.value
+                for table in (SHT_SYMTAB, SHT_DYNSYM) for sym, _ in self._symbols_of(table, (STT_OBJECT, STT_TLS))}
+
+    def read_file_bytes(self, pattern: bytes) -> bytes | None:
+        """The first match of a regular expression over the whole file (a version string)."""
+        found = re.search(pattern, self._data)
+        return found.group(0) if found else None
 
     @cached_property
     def _function_index(self) -> tuple[list[int], list[Symbol]]:

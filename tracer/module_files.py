@@ -149,7 +149,8 @@ def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles) -> 
     return (others or candidates)[0]
 
 
-_LIBC_NAME = re.compile(r"/(libc\.so[.\d]*|libc-[\d.]+\.so|ld-musl-[^/]*\.so[.\d]*)$")
+GLIBC_NAME = re.compile(r"/(libc\.so[.\d]*|libc-[\d.]+\.so)$")
+_LIBC_NAME = re.compile(rf"{GLIBC_NAME.pattern}|/ld-musl-[^/]*\.so[.\d]*$")
 
 
 def libc_libraries(modules: ModuleFiles) -> tuple[ElfFile, ...]:

@@ -17,6 +17,7 @@ from .growth import Growth, stack_id
 from .process_table import process_rows
 from .render_folded import stack_path
 from .render_text import ranked_stacks, rate_text
+from .snapshot import StackStatus
 from .symbolize import SymbolizedSnapshot
 
 WEB = Path(__file__).parent / "web"
@@ -97,7 +98,8 @@ def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title
         report = snapshot.unreachable
         rows = [[leak.size, leak.similar_count + 1, f"{leak.address:#x}",
                  f"{leak.referenced_size} bytes in {leak.referenced_count}",
-                 (symbolized.frames_at(leak.pid, leak.stack[0])[0].describe() if leak.stack else "no stack")]
+                 (symbolized.frames_at(leak.pid, leak.stack[0])[0].describe() if leak.stack
+                  else "before the trace" if leak.stack_status == StackStatus.BEFORE_TRACE else "no stack")]
                 for leak in report.leaks]
         parts.append(f"<h2>Unreachable memory of pid {report.pid}</h2><p>{report.leak_bytes} bytes in "
                      f"{report.num_leaks} unreachable allocations</p>"

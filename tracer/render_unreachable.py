@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .render_leak_log import backtrace_lines
 from .symbolize import SymbolizedSnapshot
-from .snapshot import CONTENTS_LENGTH, UnreachableLeak, UnreachableReport
+from .snapshot import CONTENTS_LENGTH, StackStatus, UnreachableLeak, UnreachableReport
 
 ABI = "x86_64"
 
@@ -43,6 +43,8 @@ def _leak_lines(symbolized: SymbolizedSnapshot, leak: UnreachableLeak, contents:
         lines += _hexdump(leak.address, leak.contents[:shown])
     if leak.stack:
         lines += backtrace_lines(symbolized, leak.pid, leak.stack)
+    elif leak.stack_status == StackStatus.BEFORE_TRACE:
+        lines.append("   allocated before the trace: no stack, and the size is glibc's usable size")
     return lines
 
 
@@ -56,9 +58,15 @@ def render_unreachable(symbolized: SymbolizedSnapshot, report: UnreachableReport
                  f"the process stood still {report.pause_seconds * 1000:.1f} ms, the sweep took "
                  f"{report.sweep_seconds * 1000:.1f} ms"
                  + (f"; {report.unreadable_pages} unreadable pages read as zeros" if report.unreadable_pages else ""))
+    if report.heap_walk:
+        lines.append(f"  {report.heap_walk}")
+    if report.before_trace:
+        lines.append(f"  {report.before_trace} of the allocations judged have no stack: the heap walk found them, "
+                     "the trace had not seen them")
+    lines += [f"  heap walk incomplete: {problem}" for problem in report.walk_problems]
     if not report.complete:
-        lines.append("  blocks allocated before the trace began are not known: they were not judged, and the "
-                     "heap around the known ones counted as roots")
+        lines.append("  blocks allocated before the trace began are not all known: those not found were not judged, "
+                     "and the heap around the known ones counted as roots")
     if report.reported > len(report.leaks):
         lines.append(f"  {len(report.leaks)} of {report.reported} leaks shown (--limit)")
     if report.leaks:

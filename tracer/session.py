@@ -304,7 +304,11 @@ class Trace:
         if self._exited:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
         from .unreachable import find_unreachable   # numpy: 50 ms of start-up, only for this
-        return find_unreachable(self.pid, self.engine.allocations({self.pid}), complete=self.is_child, limit=limit)
+        info = read_process(self.pid)
+        if info is None:
+            raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
+        return find_unreachable(info, self.engine.allocations({self.pid}), complete=self.is_child, limit=limit,
+                                allocator=self.engine.library_paths[0])
 
     def _track_processes(self) -> None:
         """Copies what new children inherited; leaves out processes outside the selection; takes

@@ -14,6 +14,7 @@ class StackStatus(str, enum.Enum):
     CAPTURED = "captured"   # frames present
     FILTERED = "filtered"   # size outside the backtrace size range: counted, no stack
     LOST = "lost"           # wanted, but dropped (see the loss counters)
+    BEFORE_TRACE = "before_trace"   # found by the heap walk, made before the trace: sized by its usable size
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,16 @@ class UnreachableLeak:
         return self.size + self.referenced_size + self.similar_size + self.similar_referenced_size
 
 
+def request_range(usable: int, page: int = 4096) -> tuple[int, int]:
+    """The request sizes glibc may serve with a block of this usable size: a heap chunk's usable
+    size is 8 more than a multiple of 16, and up to 31 bytes more than the request (a chunk is
+    not split for a remainder under 32 bytes); an mmapped chunk's is a multiple of 16 (whole
+    pages less its header: a page of requests)."""
+    if usable % 16 == 0:
+        return max(1, usable - page - 7), usable - 8
+    return (1 if usable <= 40 else usable - 31), usable   # the smallest chunk serves requests from 1
+
+
 @dataclass(frozen=True)
 class UnreachableReport:
     pid: int
@@ -162,15 +173,20 @@ class UnreachableReport:
     pause_seconds: float                 # how long the process stood still
     sweep_seconds: float
     unreadable_pages: int                # read as zeros (PROT_NONE, or vanished)
+    heap_walk: str = ""                  # how the heap walk went (or why there was none); "" without one
+    before_trace: int = 0                # blocks judged that the walk found and the trace had not seen
+    walk_problems: tuple[str, ...] = ()  # each stopped part of the walk: the verdicts are then partial
 
     def seed_options(self) -> str:
         """malloc_debug options that take stacks for exactly the unreachable sizes' range."""
-        sizes = sorted({leak.size for leak in self.leaks})
-        if not sizes:
+        ranges = [request_range(leak.size) if leak.stack_status == StackStatus.BEFORE_TRACE else (leak.size, leak.size)
+                  for leak in self.leaks]
+        if not ranges:
             return ""
-        if sizes[0] == sizes[-1]:
-            return f"backtrace_size={sizes[0]}"
-        return f"backtrace_min_size={sizes[0]} backtrace_max_size={sizes[-1]}"
+        low, high = min(low for low, _ in ranges), max(high for _, high in ranges)
+        if low == high:
+            return f"backtrace_size={low}"
+        return f"backtrace_min_size={low} backtrace_max_size={high}"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Unreachable memory, as libmemunreachable finds it, for a Linux process.
 
 The allocations come from leaktrace's own live table, with their sizes and
-stacks. The process is frozen for a moment (tracer/freeze.py) while its
+stacks; for a process traced since it was attached (not launched), from the walk of
+its glibc heap too (tracer/glibc_heap.py), so that blocks made before the trace are
+judged as well, without a stack and sized by their usable size. The process is frozen for a moment (tracer/freeze.py) while its
 registers and writable memory are copied; the copy is then swept offline
 (tracer/heap_graph.py) and the unreachable allocations are folded into leaks
 (tracer/leak_folding.py) and merged by backtrace, as upstream does.
@@ -11,21 +13,26 @@ each ELF file, anonymous memory, TLS), each thread's stack from its stack
 pointer (less the 128-byte red zone) up, and every thread's registers. A mapping
 that holds known allocations (the heap) is scanned only inside them, unless the
 set of allocations is incomplete (a trace attached to a running process does
-not know the blocks made before it): then the rest of the heap counts as roots
-too, so that those blocks keep alive what they point to.
+not know the blocks made before it, and no heap walk found them): then the rest of
+the heap counts as roots too, so that those blocks keep alive what they point to.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from .freeze import FrozenImage, freeze_and_copy
+from .glibc_heap import HeapWalk, HeapWalkRefused, walk_heap
 from .heap_graph import MemoryRegion, build_graph
 from .leak_folding import fold_leaks
-from .process import Mapping
-from .snapshot import CONTENTS_LENGTH, UNREACHABLE_LIMIT, LiveAllocation, UnreachableLeak, UnreachableReport
+from .module_files import GLIBC_NAME, ModuleFiles, allocator_library_of_process
+from .process import Mapping, read_target
+from .snapshot import (CONTENTS_LENGTH, UNREACHABLE_LIMIT, LiveAllocation, ProcessInfo, StackStatus, UnreachableLeak,
+                       UnreachableReport)
 
 RED_ZONE = 128            # x86-64 ABI: below the stack pointer, still the function's
 
@@ -83,20 +90,94 @@ def _merge_by_backtrace(leaks: list[UnreachableLeak]) -> list[UnreachableLeak]:
     return merged
 
 
-def find_unreachable(pid: int, allocations: list[LiveAllocation], complete: bool,
-                     limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
-    """Freezes pid, copies what the check needs, lets it go, and sweeps the copy."""
-    return sweep_image(freeze_and_copy(pid, scanned_mapping), allocations, complete, limit)
+def find_unreachable(process: ProcessInfo, allocations: list[LiveAllocation], complete: bool,
+                     limit: int = UNREACHABLE_LIMIT, allocator: str = "") -> UnreachableReport:
+    """Freezes the process, copies what the check needs, lets it go, and sweeps the copy. When
+    the allocations are incomplete and the allocator (its library's path) is glibc's, the
+    blocks of the heap the trace did not see are judged too."""
+    image = freeze_and_copy(process.pid, scanned_mapping)
+    if complete:
+        return sweep_image(image, allocations, complete, limit)
+    try:
+        if not GLIBC_NAME.search(allocator):
+            raise HeapWalkRefused(f"pid {process.pid} allocates with {allocator}: the heap walk is glibc's")
+        walk = walk_heap(process, image)
+    except HeapWalkRefused as e:
+        return dataclasses.replace(sweep_image(image, allocations, complete, limit), heap_walk=f"no heap walk: {e}")
+    return _sweep_walked(image, allocations, walk, limit)
+
+
+def _sweep_walked(image: FrozenImage, allocations: list[LiveAllocation], walk: HeapWalk,
+                  limit: int) -> UnreachableReport:
+    """The check over every block the walk found: the trace's record where it has one (its size
+    and stack), else a block made before the trace. A traced allocation the walk did not find was
+    freed while its record was read, unless the walk is incomplete: then it is judged too."""
+    traced = {a.address: a for a in allocations if a.pid == image.pid}
+    begins, sizes = walk.addresses, walk.usable.copy()
+    wanted = np.array(sorted(traced), dtype=np.uint64)
+    at = np.minimum(np.searchsorted(begins, wanted), max(len(begins) - 1, 0))
+    found = begins[at] == wanted if len(begins) else np.zeros(len(wanted), dtype=bool)
+    if not walk.complete and not found.all():
+        begins = np.concatenate([begins, wanted[~found]])
+        sizes = np.concatenate([sizes, np.zeros(int((~found).sum()), dtype=np.uint64)])
+        order = np.argsort(begins, kind="stable")
+        begins, sizes = begins[order], sizes[order]
+        at, found = np.searchsorted(begins, wanted), np.ones(len(wanted), dtype=bool)
+    records = {int(i): traced[int(address)] for i, address in zip(at[found], wanted[found])}
+    for i, record in records.items():
+        sizes[i] = record.size
+
+    def allocation_at(i: int) -> LiveAllocation:
+        return records.get(i) or LiveAllocation(image.pid, int(begins[i]), int(sizes[i]), (), StackStatus.BEFORE_TRACE)
+    report = _sweep_blocks(image, begins, sizes, allocation_at, walk.complete, limit, walk.allocator_state)
+    return dataclasses.replace(report, heap_walk=heap_walk_line(walk), walk_problems=walk.problems,
+                               before_trace=len(begins) - len(records))
+
+
+@dataclass(frozen=True)
+class HeapReport:
+    """A process's heap as one walk found it, with no probe attached."""
+
+    process: ProcessInfo
+    walk: HeapWalk
+    pause_seconds: float                     # how long the process stood still
+    unreachable: UnreachableReport | None    # when asked for: every block judged, none with a stack
+
+
+def examine_heap(pid: int, unreachable: bool = False, limit: int = UNREACHABLE_LIMIT) -> HeapReport:
+    """Freezes pid, copies its writable memory, lets it go, and walks its glibc heap (and with
+    unreachable, sweeps it); raises HeapWalkRefused where its allocator is not glibc's."""
+    process = read_target(pid)
+    allocator = allocator_library_of_process(process, ModuleFiles())
+    if not GLIBC_NAME.search(allocator.path):
+        raise HeapWalkRefused(f"pid {pid} allocates with {allocator.path}: the heap walk is glibc's")
+    image = freeze_and_copy(pid, scanned_mapping)
+    walk = walk_heap(process, image)
+    report = _sweep_walked(image, [], walk, limit) if unreachable else None
+    return HeapReport(process, walk, image.pause_seconds, report)
+
+
+def heap_walk_line(walk: HeapWalk) -> str:
+    return (f"heap walk (glibc {walk.glibc}): {len(walk.addresses)} blocks in use in {len(walk.arenas)} "
+            f"arena{'' if len(walk.arenas) == 1 else 's'} and {int(walk.mmapped.sum())} mmapped chunks, "
+            f"walked in {walk.walk_seconds * 1000:.1f} ms; {walk.method}")
 
 
 def sweep_image(image: FrozenImage, allocations: list[LiveAllocation], complete: bool,
                 limit: int = UNREACHABLE_LIMIT, excluded: tuple[tuple[int, int], ...] = ()) -> UnreachableReport:
     """The check on a frozen copy; excluded ranges are never roots (the tracer's own records
     of the blocks, when they live in the process)."""
-    pid = image.pid
-    ordered = sorted((a for a in allocations if a.pid == pid), key=lambda a: a.address)
+    ordered = sorted((a for a in allocations if a.pid == image.pid), key=lambda a: a.address)
     begins = np.array([a.address for a in ordered], dtype=np.uint64)
     sizes = np.array([a.size for a in ordered], dtype=np.uint64)
+    return _sweep_blocks(image, begins, sizes, ordered.__getitem__, complete, limit, excluded)
+
+
+def _sweep_blocks(image: FrozenImage, begins: np.ndarray, sizes: np.ndarray,
+                  allocation_at: Callable[[int], LiveAllocation], complete: bool, limit: int,
+                  excluded: tuple[tuple[int, int], ...]) -> UnreachableReport:
+    """The check over blocks given as arrays (begins ascending); allocation_at(i) is asked only
+    for the unreachable ones."""
     started = time.monotonic()
     registers = [value for regs in image.registers.values() for value in regs]
     graph = build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
@@ -104,13 +185,15 @@ def sweep_image(image: FrozenImage, allocations: list[LiveAllocation], complete:
     lost = np.flatnonzero(~reachable).tolist()
     among_lost = ~reachable[graph.sources] & ~reachable[graph.targets]
     edges = list(zip(graph.sources[among_lost].tolist(), graph.targets[among_lost].tolist()))
-    folded = fold_leaks(lost, {i: ordered[i].size for i in lost}, edges)
-    leaks = [UnreachableLeak(pid, ordered[f.node].address, ordered[f.node].size, f.referenced_count,
-                             f.referenced_size, ordered[f.node].stack, ordered[f.node].stack_status,
-                             image.read(ordered[f.node].address, min(ordered[f.node].size, CONTENTS_LENGTH)))
-             for f in folded]
+    lost_sizes = sizes[lost].tolist()
+    folded = fold_leaks(lost, dict(zip(lost, lost_sizes)), edges)
+    leaks = []
+    for f in folded:
+        block = allocation_at(f.node)
+        leaks.append(UnreachableLeak(image.pid, block.address, block.size, f.referenced_count, f.referenced_size,
+                                     block.stack, block.stack_status,
+                                     image.read(block.address, min(block.size, CONTENTS_LENGTH))))
     leaks = sorted(_merge_by_backtrace(leaks), key=lambda leak: -leak.total_size)
-    return UnreachableReport(pid, tuple(leaks[:limit]), len(leaks), len(lost),
-                             sum(ordered[i].size for i in lost), len(ordered), int(sizes.sum()), complete,
-                             image.pause_seconds, time.monotonic() - started, image.unreadable_pages)
-
+    return UnreachableReport(image.pid, tuple(leaks[:limit]), len(leaks), len(lost), sum(lost_sizes), len(begins),
+                             int(sizes.sum()), complete, image.pause_seconds, time.monotonic() - started,
+                             image.unreadable_pages)

@@ -35,6 +35,7 @@ class Command:
 REGISTRY = {
     "trace": ("trace", "TraceCommand"),
     "decode-leak-info": ("decode_leak_info", "DecodeLeakInfoCommand"),
+    "heap": ("heap", "HeapCommand"),
 }
 
 
