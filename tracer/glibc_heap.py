@@ -325,19 +325,27 @@ def _heap_mappings(maps: list[Mapping], address: int) -> Mapping | None:
 
 def _mmapped_chunks(memory: _Memory, maps: list[Mapping], skip: list[tuple[int, int]], page: int,
                     found: list[tuple[int, int]]) -> None:
-    """Chunks at the start of anonymous writable mappings (and right after each other where
-    the kernel merged them): prev_size 0, flags IS_MMAPPED alone, a size of whole pages."""
+    """Chunks at page starts of anonymous writable mappings (the kernel merges a chunk's mapping
+    with its neighbours): prev_size 0, the IS_MMAPPED flag alone, a size of whole pages that
+    ends inside the mapping; page starts inside a chunk already found are its data."""
     for mapping in maps:
         if mapping.path or any(low < mapping.end and mapping.start < high for low, high in skip):
             continue
-        at = mapping.start
-        while at + HEADER <= mapping.end:
-            prev_size, size_field = memory.words(at, 2)
-            size = size_field & ~7
-            if prev_size or size_field & 7 != IS_MMAPPED or not size or size % page or at + size > mapping.end:
-                break
-            found.append((at, size))
-            at += size
+        region = memory.region(mapping.start)
+        if region is None or (mapping.end - mapping.start) % page:
+            continue
+        base, _, words = region
+        pages = words[(mapping.start - base) >> 3:(mapping.end - base) >> 3].reshape(-1, page // 8)
+        prev_sizes, size_fields = pages[:, 0], pages[:, 1]
+        sizes = size_fields & np.uint64(~7 & 0xFFFFFFFFFFFFFFFF)
+        headers = np.flatnonzero((prev_sizes == 0) & (size_fields & np.uint64(7) == IS_MMAPPED) & (sizes > 0)
+                                 & (sizes % np.uint64(page) == 0))
+        taken_to = 0
+        for index, size in zip(headers.tolist(), sizes[headers].tolist()):
+            at = mapping.start + index * page
+            if at >= taken_to and at + size <= mapping.end:
+                found.append((at, size))
+                taken_to = at + size
 
 
 def walk_heap(process: ProcessInfo, image: FrozenImage, modules: ModuleFiles | None = None,
@@ -363,6 +371,8 @@ def walk_heap(process: ProcessInfo, image: FrozenImage, modules: ModuleFiles | N
             raise HeapWalkRefused(f"pid {process.pid}'s main_arena was not found (no [heap], or no symbols and no "
                                   "malloc_state of the expected shape in libc's data)")
     mp = libc.bias + libc.symbols["mp_"] if "mp_" in libc.symbols else None
+    if not memory.word(main_arena + ARENA_NEXT) or not memory.word(main_arena + ARENA_TOP):
+        raise HeapWalkRefused(f"pid {process.pid} has not set up glibc's malloc yet (or main_arena was misread)")
 
     # The arena ring, from main_arena.
     arenas = [main_arena]

@@ -78,8 +78,12 @@ __attribute__((noinline)) static void fill_free_lists(void) {
 
 static pthread_barrier_t both_done;   /* both threads live at once: each has an arena of its own */
 
-__attribute__((noinline)) static void *thread_work(void *unused) {
-    (void)unused;
+__attribute__((noinline)) static void scrub_stack(void) {
+    volatile char room[16384];
+    memset((char *)room, 0, sizeof room);
+}
+
+__attribute__((noinline)) static void thread_blocks(void) {
     for (int i = 0; i < 8; i++) {
         void *block = malloc(104);
         if (i % 3 == 0)
@@ -92,13 +96,15 @@ __attribute__((noinline)) static void *thread_work(void *unused) {
         freed[i] = malloc(136);
     for (int i = 0; i < 4; i++)
         free(freed[i]);
-    pthread_barrier_wait(&both_done);
-    return NULL;
 }
 
-__attribute__((noinline)) static void scrub_stack(void) {
-    volatile char room[16384];
-    memset((char *)room, 0, sizeof room);
+/* No pointer to a block stays in the thread's stack, which glibc keeps cached after it exits. */
+__attribute__((noinline)) static void *thread_work(void *unused) {
+    (void)unused;
+    thread_blocks();
+    scrub_stack();
+    pthread_barrier_wait(&both_done);
+    return NULL;
 }
 
 int main(int argc, char **argv) {
