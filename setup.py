@@ -1,15 +1,17 @@
-"""Builds the LD_PRELOAD library (preload/*.c) with the package; the rest of the
+"""Builds the LD_PRELOAD library (src/leaktrace/sources/preload/native/*.c) with the package; the rest of the
 package is described in pyproject.toml. The library is an ordinary shared object
 that setuptools builds as an extension module, so that pip install builds it."""
 from glob import glob
 
 from setuptools import Extension, setup
 
+NATIVE = "src/leaktrace/sources/preload/native"
+
 setup(ext_modules=[Extension(
-    "leaktrace._malloc_debug",
-    sources=sorted(glob("preload/*.c")),
-    depends=sorted(glob("preload/*.h")),
-    include_dirs=["preload"],
+    "leaktrace.sources.preload._malloc_debug",
+    sources=sorted(glob(f"{NATIVE}/*.c")),
+    depends=sorted(glob(f"{NATIVE}/*.h")),
+    include_dirs=[NATIVE],
     libraries=["gcc_s", "dl", "pthread"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
 )])

@@ -23,7 +23,7 @@ static void *loop(void *arg)
         void *p = malloc(sizes[i & 3]);
         state = state * 6364136223846793005ULL + 1442695040888963407ULL;
         if ((long)((state >> 33) % 1000) < permille)
-            continue;   /* leaked */
+            continue; /* leaked */
         free(ring[i & 63]);
         ring[i & 63] = p;
     }
@@ -35,7 +35,7 @@ static void *loop(void *arg)
 __attribute__((noinline)) static void *descend(long below, void *arg)
 {
     void *result = below > 0 ? descend(below - 1, arg) : loop(arg);
-    __asm__ volatile("" ::: "memory");   /* no tail call: every level keeps its frame */
+    __asm__ volatile("" ::: "memory"); /* no tail call: every level keeps its frame */
     return result;
 }
 

@@ -7,6 +7,7 @@ its drop counters. Run as root from the repo:
 
     .venv/bin/python bench/churn_bench.py [--seconds 30] [--parallel 4] [--interval 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,7 @@ def churn(binary: Path, seconds: float, parallel: int) -> float:
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS   # utime + stime
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 def rss_mib(pid: int) -> float:
@@ -53,18 +54,23 @@ def main() -> None:
         binary = Path(out) / "churn"
         subprocess.run(["gcc", "-O2", "-o", str(binary), str(HERE / "churn.c")], check=True)
         untraced = churn(binary, args.seconds, args.parallel)
-        trace = subprocess.Popen([sys.executable, "-m", "leaktrace.cli", "--all", str(args.interval), "--json"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        trace = subprocess.Popen(
+            [sys.executable, "-m", "leaktrace.cli", "--all", str(args.interval), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert "probes live" in trace.stderr.readline()
         reports: list[tuple[float, dict]] = []
-        reader = threading.Thread(target=lambda: reports.extend((time.monotonic(), json.loads(line))
-                                                                for line in trace.stdout), daemon=True)
+        reader = threading.Thread(
+            target=lambda: reports.extend((time.monotonic(), json.loads(line)) for line in trace.stdout), daemon=True
+        )
         reader.start()
         started, cpu_before = time.monotonic(), cpu_seconds(trace.pid)
         traced = churn(binary, args.seconds, args.parallel)
         busy = (cpu_seconds(trace.pid) - cpu_before) / (time.monotonic() - started)
         rss = rss_mib(trace.pid)
-        time.sleep(args.interval)   # one report after the churn
+        time.sleep(args.interval)  # one report after the churn
         stopping = time.monotonic()
         trace.send_signal(signal.SIGTERM)
         trace.wait(timeout=600)
@@ -73,15 +79,24 @@ def main() -> None:
     times = [started] + [at for at, _ in reports]
     gap = max(b - a for a, b in zip(times, times[1:])) if len(times) > 1 else float("nan")
     last = reports[-1][1] if reports else {}
-    drops = {name: value for name, value in last.get("counters", {}).items()
-             if value and name not in ("allocations", "frees")}
-    print(f"churn: {untraced:.0f} processes/s untraced, {traced:.0f} under leaktrace --all "
-          f"({args.parallel} at a time, {args.seconds:g} s)")
-    print(f"leaktrace: {busy * 100:.0f}% of a core during the churn, RSS {rss:.0f} MiB, "
-          f"{len(reports)} reports, largest gap {gap:.1f} s (interval {args.interval:g} s), "
-          f"SIGTERM to exit {stop_s:.2f} s")
-    print(f"last report: {last.get('live_allocations')} live allocations in {len(last.get('processes', []))} "
-          f"processes; allocations {last.get('counters', {}).get('allocations')}; drops {drops}")
+    drops = {
+        name: value
+        for name, value in last.get("counters", {}).items()
+        if value and name not in ("allocations", "frees")
+    }
+    print(
+        f"churn: {untraced:.0f} processes/s untraced, {traced:.0f} under leaktrace --all "
+        f"({args.parallel} at a time, {args.seconds:g} s)"
+    )
+    print(
+        f"leaktrace: {busy * 100:.0f}% of a core during the churn, RSS {rss:.0f} MiB, "
+        f"{len(reports)} reports, largest gap {gap:.1f} s (interval {args.interval:g} s), "
+        f"SIGTERM to exit {stop_s:.2f} s"
+    )
+    print(
+        f"last report: {last.get('live_allocations')} live allocations in {len(last.get('processes', []))} "
+        f"processes; allocations {last.get('counters', {}).get('allocations')}; drops {drops}"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ what the traps alone cost, the floor under any per-call uprobe tracer. Run as ro
 
 The probes are attached as the command starts, and its output is passed through.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,10 @@ import sys
 
 from bcc import BPF
 
-from leaktrace.bpf_engine import file_offsets, place_probes
-from leaktrace.elf import ElfFile
-from leaktrace.process import library_of_executable, resolve_executable
-from leaktrace.uprobe_links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
+from leaktrace.platform.elf import ElfFile
+from leaktrace.platform.process import library_of_executable, resolve_executable
+from leaktrace.sources.bpf.engine import file_offsets, place_probes
+from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
 
 EMPTY = b"int empty(void *ctx) { return 0; }"
 
@@ -37,11 +38,13 @@ def main() -> None:
     bpf = BPF(text=EMPTY)
     program = bpf.load_func(b"empty", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
     workload = subprocess.Popen(sys.argv[1:])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the bench's stop: the workload ends by itself
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench's stop: the workload ends by itself
     # The links filter by the workload's pid, which its exec keeps.
-    links = [attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid),
-             attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid, returns=True),
-             attach_uprobes(program, library, [free], [0], workload.pid)]
+    links = [
+        attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid),
+        attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid, returns=True),
+        attach_uprobes(program, library, [free], [0], workload.pid),
+    ]
     status = workload.wait()
     for link in links:
         os.close(link)

@@ -10,6 +10,7 @@ medians; run as root from the repo:
 
     .venv/bin/python bench/fork_bench.py [--rounds 3] [--forks 200]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,20 +39,26 @@ def main() -> None:
         binary = Path(out) / "fork_bench"
         subprocess.run(["gcc", "-O2", "-o", str(binary), str(HERE / "fork_bench.c")], check=True)
         leaktrace = [sys.executable, "-m", "leaktrace.cli"]
-        print(f"{'live blocks':>12}{'leaktrace s':>13}{'-f s':>8}{'-f, 1% table s':>16}"
-              f"{'ms per fork':>13}{'(1% table)':>12}")
+        print(
+            f"{'live blocks':>12}{'leaktrace s':>13}{'-f s':>8}{'-f, 1% table s':>16}"
+            f"{'ms per fork':>13}{'(1% table)':>12}"
+        )
         for live in (10, 100, 1000):
             workload = f"{binary} {live} {args.forks}"
-            tools = {"leaktrace": [*leaktrace, "-c", workload, "3600"],
-                     "-f": [*leaktrace, "-f", "-c", workload, "3600"],
-                     "-f, 1% table": [*leaktrace, "-f", "--max-live", "12000", "-c", workload, "3600"]}
+            tools = {
+                "leaktrace": [*leaktrace, "-c", workload, "3600"],
+                "-f": [*leaktrace, "-f", "-c", workload, "3600"],
+                "-f, 1% table": [*leaktrace, "-f", "--max-live", "12000", "-c", workload, "3600"],
+            }
             samples: dict[str, list[float]] = {name: [] for name in tools}
             for _ in range(args.rounds):
                 for name, argv in tools.items():
                     samples[name].append(seconds(argv))
             plain, follow, small = (statistics.median(samples[name]) for name in tools)
-            print(f"{live:12}{plain:13.2f}{follow:8.2f}{small:16.2f}"
-                  f"{(follow - plain) / args.forks * 1e3:13.2f}{(small - plain) / args.forks * 1e3:12.2f}")
+            print(
+                f"{live:12}{plain:13.2f}{follow:8.2f}{small:16.2f}"
+                f"{(follow - plain) / args.forks * 1e3:13.2f}{(small - plain) / args.forks * 1e3:12.2f}"
+            )
 
 
 if __name__ == "__main__":

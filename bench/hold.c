@@ -4,10 +4,22 @@
 
 static void **blocks;
 
-__attribute__((noinline)) void hold_a(long i) { blocks[i] = malloc(32); }
-__attribute__((noinline)) void hold_b(long i) { blocks[i] = malloc(32); }
-__attribute__((noinline)) void hold_c(long i) { blocks[i] = malloc(32); }
-__attribute__((noinline)) void hold_d(long i) { blocks[i] = malloc(32); }
+__attribute__((noinline)) void hold_a(long i)
+{
+    blocks[i] = malloc(32);
+}
+__attribute__((noinline)) void hold_b(long i)
+{
+    blocks[i] = malloc(32);
+}
+__attribute__((noinline)) void hold_c(long i)
+{
+    blocks[i] = malloc(32);
+}
+__attribute__((noinline)) void hold_d(long i)
+{
+    blocks[i] = malloc(32);
+}
 
 int main(int argc, char **argv)
 {
@@ -15,10 +27,18 @@ int main(int argc, char **argv)
     blocks = calloc(n, sizeof *blocks);
     for (long i = 0; i < n; i++) {
         switch (i & 3) {
-        case 0: hold_a(i); break;
-        case 1: hold_b(i); break;
-        case 2: hold_c(i); break;
-        default: hold_d(i); break;
+        case 0:
+            hold_a(i);
+            break;
+        case 1:
+            hold_b(i);
+            break;
+        case 2:
+            hold_c(i);
+            break;
+        default:
+            hold_d(i);
+            break;
         }
     }
     sleep(600);

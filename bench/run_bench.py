@@ -8,6 +8,7 @@ build, cold and cached. Prints medians and ratios; run as root from the repo:
 
     .venv/bin/python bench/run_bench.py [--rounds 3] [--threads 1 2] [--calls 100000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,20 +26,32 @@ from pathlib import Path
 from leaktrace import EngineSettings, Symbolizer, Trace, render_text
 
 HERE = Path(__file__).parent
-START_DELAY_MS = 2500    # lets memleak, which attaches after starting the command, get ready
-DEEP = 16                # the deep workload's calls below each thread's start routine
+START_DELAY_MS = 2500  # lets memleak, which attaches after starting the command, get ready
+DEEP = 16  # the deep workload's calls below each thread's start routine
 
 
 def build(out: Path) -> dict[str, Path]:
     built = {}
     for name in ("alloc_bench", "hold", "probe_watch"):
         built[name] = out / name
-        subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-pthread", "-o", str(built[name]),
-                        str(HERE / f"{name}.c")], check=True)
+        subprocess.run(
+            ["gcc", "-O2", "-fno-omit-frame-pointer", "-pthread", "-o", str(built[name]), str(HERE / f"{name}.c")],
+            check=True,
+        )
     # The deep workload as distributions build it: no frame pointers.
     built["alloc_bench_nofp"] = out / "alloc_bench_nofp"
-    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(built["alloc_bench_nofp"]),
-                    str(HERE / "alloc_bench.c")], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-fomit-frame-pointer",
+            "-pthread",
+            "-o",
+            str(built["alloc_bench_nofp"]),
+            str(HERE / "alloc_bench.c"),
+        ],
+        check=True,
+    )
     return built
 
 
@@ -99,19 +112,39 @@ def overhead(binary: Path, args: argparse.Namespace, threads: int) -> None:
         # leaktrace's probes with empty programs: the traps alone, the floor of any per-call uprobe tracer.
         "empty probes": [sys.executable, str(HERE / "empty_probes.py"), *workload.split()],
         "leaktrace": [*leaktrace, "-c", workload, "--json", "3600"],
-        "leaktrace size-filtered": [*leaktrace, "-c", workload, "--json", "--options", "backtrace_size=320",
-                                    "3600"],
+        "leaktrace size-filtered": [*leaktrace, "-c", workload, "--json", "--options", "backtrace_size=320", "3600"],
         "leaktrace --engine preload": [*leaktrace, "-c", workload, "--json", "--engine", "preload", "3600"],
         # No size of the workload gets a stack: the library's table alone.
-        "preload without stacks": [*leaktrace, "-c", workload, "--json", "--engine", "preload",
-                                   "--options", "backtrace_size=1", "3600"],
+        "preload without stacks": [
+            *leaktrace,
+            "-c",
+            workload,
+            "--json",
+            "--engine",
+            "preload",
+            "--options",
+            "backtrace_size=1",
+            "3600",
+        ],
         # The allocator-side checks alone: a header, guards and fills on every block.
-        "preload guard fill": [*leaktrace, "-c", workload, "--json", "--engine", "preload",
-                               "--options", "guard fill backtrace_size=1", "3600"],
+        "preload guard fill": [
+            *leaktrace,
+            "-c",
+            workload,
+            "--json",
+            "--engine",
+            "preload",
+            "--options",
+            "guard fill backtrace_size=1",
+            "3600",
+        ],
     }
-    print_table(f"workload: {threads} thread(s) x {args.calls} malloc/free pairs, sizes 24/64/320/4096, "
-                f"{args.leak_permille / 10:g}% leaked; {args.rounds} rounds, interleaved",
-                interleaved(tools, workload, args.rounds), "leaktrace")
+    print_table(
+        f"workload: {threads} thread(s) x {args.calls} malloc/free pairs, sizes 24/64/320/4096, "
+        f"{args.leak_permille / 10:g}% leaked; {args.rounds} rounds, interleaved",
+        interleaved(tools, workload, args.rounds),
+        "leaktrace",
+    )
 
 
 def deep_overhead(binary: Path, args: argparse.Namespace, depth: int = DEEP) -> None:
@@ -126,14 +159,20 @@ def deep_overhead(binary: Path, args: argparse.Namespace, depth: int = DEEP) -> 
         "leaktrace --unwind fp": [*leaktrace, "--unwind", "fp", "3600"],
     }
     medians = interleaved(tools, workload, args.rounds)
-    print_table(f"deep workload: 1 thread x {args.calls} pairs, {depth} calls below the thread's start, "
-                f"no frame pointers; 16 frames kept; {args.rounds} rounds, interleaved", medians, "leaktrace (dwarf)")
+    print_table(
+        f"deep workload: 1 thread x {args.calls} pairs, {depth} calls below the thread's start, "
+        f"no frame pointers; 16 frames kept; {args.rounds} rounds, interleaved",
+        medians,
+        "leaktrace (dwarf)",
+    )
     # Per call: a malloc and a free each trap; only the malloc's return walks its 16 frames.
     above = 2 * (medians["leaktrace (dwarf)"] - medians["empty probes"])
     # The frame-pointer walk stops at frame 1 here (no frame pointers): the other 15 are the walk's.
     walk = 2 * (medians["leaktrace (dwarf)"] - medians["leaktrace --unwind fp"])
-    print(f"leaktrace with DWARF stacks above the empty-probe floor: {above:.0f} ns per malloc; "
-          f"the 15 frames beyond the fp walk's one: {walk:.0f} ns, {walk / 15:.0f} ns per frame")
+    print(
+        f"leaktrace with DWARF stacks above the empty-probe floor: {above:.0f} ns per malloc; "
+        f"the 15 frames beyond the fp walk's one: {walk:.0f} ns, {walk / 15:.0f} ns per frame"
+    )
 
 
 def next_change(watch: subprocess.Popen, tool: subprocess.Popen | None, timeout: float = 60) -> int:
@@ -158,7 +197,7 @@ def start_and_stop(argv: list[str], watch: subprocess.Popen) -> tuple[float, flo
         tool.send_signal(signal.SIGINT)
         tool.wait(timeout=300)
     stop_s = time.monotonic() - stopping
-    next_change(watch, None)   # its probes are gone before the next round starts
+    next_change(watch, None)  # its probes are gone before the next round starts
     return (live_ns - started) / 1e9, stop_s
 
 
@@ -180,32 +219,39 @@ def start_up_and_shutdown(binary: Path, rounds: int) -> None:
         watch.wait()
     print(f"{'':26}{'start-up s':>12}{'shutdown s':>12}   (-p PID, command to probes live; medians)")
     for name, values in samples.items():
-        print(f"{name:26}{statistics.median(v[0] for v in values):12.2f}"
-              f"{statistics.median(v[1] for v in values):12.2f}")
+        print(
+            f"{name:26}{statistics.median(v[0] for v in values):12.2f}{statistics.median(v[1] for v in values):12.2f}"
+        )
     if "memleak-bpfcc" in samples:
         # Round by round: the VM's speed drifts between rounds more than the tools differ.
-        later = statistics.median(ours[0] - theirs[0]
-                                  for ours, theirs in zip(samples["leaktrace"], samples["memleak-bpfcc"]))
+        later = statistics.median(
+            ours[0] - theirs[0] for ours, theirs in zip(samples["leaktrace"], samples["memleak-bpfcc"])
+        )
         print(f"leaktrace's start-up minus memleak's, same round (median): {later:+.3f} s")
 
 
 def table_build_time() -> None:
     """The unwind tables of python3, libc and ld.so: compiled from readelf's CFI (cold), and
     read back from the on-disk cache at the next start (warm)."""
-    from leaktrace.elf import ElfFile
-    from leaktrace.unwind_tables import TableCache, UnwindTables
-    files = [os.path.realpath(path) for path in ("/usr/bin/python3", "/lib/x86_64-linux-gnu/libc.so.6",
-                                                 "/lib64/ld-linux-x86-64.so.2")]
+    from leaktrace.platform.elf import ElfFile
+    from leaktrace.sources.bpf.unwind_tables import TableCache, UnwindTables
+
+    files = [
+        os.path.realpath(path)
+        for path in ("/usr/bin/python3", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2")
+    ]
     with tempfile.TemporaryDirectory() as cache:
         timings, rows = [], 0
         for _ in ("cold", "warm"):
-            tables = UnwindTables(TableCache(cache))   # a new start: nothing in memory
+            tables = UnwindTables(TableCache(cache))  # a new start: nothing in memory
             started = time.perf_counter()
             found = [tables.table_of(ElfFile(path)) for path in files]
             timings.append(time.perf_counter() - started)
             rows = sum(table.row_count for table in found)
-    print(f"unwind tables of {', '.join(os.path.basename(p) for p in files)} ({rows} rows): "
-          f"cold {timings[0]:.3f} s, warm (cached) {timings[1]:.4f} s")
+    print(
+        f"unwind tables of {', '.join(os.path.basename(p) for p in files)} ({rows} rows): "
+        f"cold {timings[0]:.3f} s, warm (cached) {timings[1]:.4f} s"
+    )
 
 
 def report_time(binary: Path, live: int) -> None:
@@ -225,8 +271,10 @@ def report_time(binary: Path, live: int) -> None:
         walk_s = time.perf_counter() - started
         os.kill(trace.pid, 9)
     assert snapshot.live_allocations >= live and walked.live_allocations == snapshot.live_allocations
-    print(f"report at {snapshot.live_allocations} live allocations: snapshot {snap_s:.4f} s, "
-          f"symbolize+render {render_s:.4f} s, full live-map walk (--older-than) {walk_s:.3f} s")
+    print(
+        f"report at {snapshot.live_allocations} live allocations: snapshot {snap_s:.4f} s, "
+        f"symbolize+render {render_s:.4f} s, full live-map walk (--older-than) {walk_s:.3f} s"
+    )
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ same file and line for every frame at an address (inlined ones included).
 
     .venv/bin/python bench/symbolizer_bench.py [--rounds 3] [--addresses 10000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,8 @@ import statistics
 import subprocess
 import time
 
-from leaktrace.elf import ElfFile
-from leaktrace.symbolize import addr2line_answers, llvm_symbolizer_answers
+from leaktrace.analysis.symbolize import addr2line_answers, llvm_symbolizer_answers
+from leaktrace.platform.elf import ElfFile
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
@@ -46,8 +47,10 @@ def parse_pairs(text: str, addresses: list[int]) -> dict[int, tuple]:
 
 def parse_llvm(text: str, addresses: list[int]) -> dict[int, tuple]:
     """llvm-symbolizer's answers, the same way."""
-    return {address: tuple(_place(place) for _, place in pairs)
-            for address, pairs in llvm_symbolizer_answers(text, addresses).items()}
+    return {
+        address: tuple(_place(place) for _, place in pairs)
+        for address, pairs in llvm_symbolizer_answers(text, addresses).items()
+    }
 
 
 def run(tool: list[str], stdin: str | None = None) -> tuple[float, str]:
@@ -65,10 +68,11 @@ def main() -> None:
     path = f"/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
     addresses = addresses_in_functions(ElfFile(path), args.addresses)
     hexes = [f"{a:#x}" for a in addresses]
-    tools = {"addr2line -a -i -f": (["addr2line", "-a", "-i", "-f", "-e", path, *hexes], None, parse_pairs),
-             "eu-addr2line -a -i -f": (["eu-addr2line", "-a", "-i", "-f", "-e", path, *hexes], None, parse_pairs),
-             "llvm-symbolizer --inlining": (["llvm-symbolizer", "--inlining", "--obj", path], "\n".join(hexes),
-                                            parse_llvm)}
+    tools = {
+        "addr2line -a -i -f": (["addr2line", "-a", "-i", "-f", "-e", path, *hexes], None, parse_pairs),
+        "eu-addr2line -a -i -f": (["eu-addr2line", "-a", "-i", "-f", "-e", path, *hexes], None, parse_pairs),
+        "llvm-symbolizer --inlining": (["llvm-symbolizer", "--inlining", "--obj", path], "\n".join(hexes), parse_llvm),
+    }
     tools = {name: tool for name, tool in tools.items() if shutil.which(tool[0][0])}
     times: dict[str, list[float]] = {name: [] for name in tools}
     answers: dict[str, dict[int, tuple[str, str]]] = {}
@@ -79,12 +83,16 @@ def main() -> None:
             answers[name] = parse(out, addresses)
     print(f"{len(addresses)} distinct addresses in libc's debug file; {args.rounds} rounds, interleaved")
     names = list(tools)
-    print(f"{'':30}{'seconds (median)':>18}" + "".join(f"{'same file:line as ' + other.split()[0]:>34}"
-                                                       for other in names))
+    print(
+        f"{'':30}{'seconds (median)':>18}"
+        + "".join(f"{'same file:line as ' + other.split()[0]:>34}" for other in names)
+    )
     for name in names:
-        agreement = [sum(answers[name].get(a) == answers[other].get(a) for a in addresses) / len(addresses)
-                     for other in names]
+        agreement = [
+            sum(answers[name].get(a) == answers[other].get(a) for a in addresses) / len(addresses) for other in names
+        ]
         print(f"{name:30}{statistics.median(times[name]):18.3f}" + "".join(f"{share:34.1%}" for share in agreement))
+
 
 if __name__ == "__main__":
     main()

@@ -6,6 +6,7 @@ its drop counters and how long its reports took. Run as root from the repo:
 
     .venv/bin/python bench/system_bench.py [--processes 24] [--calls 200000] [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,16 +58,24 @@ def rss(pid: int, field: str = "VmRSS") -> int:
 
 
 def traced_round(binary: Path, args: argparse.Namespace) -> dict:
-    tool = subprocess.Popen([sys.executable, "-m", "leaktrace.cli", "--all", "--json", str(args.interval)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tool = subprocess.Popen(
+        [sys.executable, "-m", "leaktrace.cli", "--all", "--json", str(args.interval)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = tool.stderr.readline()
     if "probes live" not in line:
         raise RuntimeError(line + tool.stderr.read())
     at_start = rss(tool.pid)
     ns = run_workloads(binary, args.processes, args.calls)
-    time.sleep(args.interval * 2)   # a report with every workload in it, exited
-    memory = {"rss_start": at_start, "rss_peak": rss(tool.pid, "VmHWM"), "rss_end": rss(tool.pid),
-              "maps": bpf_map_bytes(tool.pid)}
+    time.sleep(args.interval * 2)  # a report with every workload in it, exited
+    memory = {
+        "rss_start": at_start,
+        "rss_peak": rss(tool.pid, "VmHWM"),
+        "rss_end": rss(tool.pid),
+        "maps": bpf_map_bytes(tool.pid),
+    }
     tool.send_signal(signal.SIGINT)
     out, err = tool.communicate(timeout=600)
     try:
@@ -75,8 +84,14 @@ def traced_round(binary: Path, args: argparse.Namespace) -> dict:
         Path("/tmp/system_bench_out.txt").write_text(out)
         raise
     most = max(reports, key=lambda r: r["live_allocations"])
-    return {"ns": ns, **memory, "reports": len(reports), "live": most["live_allocations"],
-            "processes": max(len(r["processes"]) for r in reports), "counters": reports[-1]["counters"]}
+    return {
+        "ns": ns,
+        **memory,
+        "reports": len(reports),
+        "live": most["live_allocations"],
+        "processes": max(len(r["processes"]) for r in reports),
+        "counters": reports[-1]["counters"],
+    }
 
 
 def main() -> None:
@@ -92,22 +107,34 @@ def main() -> None:
         for round_number in range(args.rounds):
             untraced.append(run_workloads(binary, args.processes, args.calls))
             traced.append(traced_round(binary, args))
-            print(f"round {round_number + 1}: untraced {untraced[-1]:.1f} ns/call, "
-                  f"leaktrace --all {traced[-1]['ns']:.1f} ns/call", flush=True)
+            print(
+                f"round {round_number + 1}: untraced {untraced[-1]:.1f} ns/call, "
+                f"leaktrace --all {traced[-1]['ns']:.1f} ns/call",
+                flush=True,
+            )
     last = traced[-1]
     base, under = statistics.median(untraced), statistics.median(t["ns"] for t in traced)
-    drops = {name: value for name, value in last["counters"].items()
-             if value and name not in ("allocations", "frees", "internal_frees", "nested_calls")}
+    drops = {
+        name: value
+        for name, value in last["counters"].items()
+        if value and name not in ("allocations", "frees", "internal_frees", "nested_calls")
+    }
     print(f"{args.processes} processes x {args.calls} malloc/free pairs (1% leaked), {args.rounds} rounds:")
-    print(f"  per call, median of processes and rounds: untraced {base:.1f} ns, under leaktrace --all "
-          f"{under:.1f} ns ({under / base:.0f}x)")
+    print(
+        f"  per call, median of processes and rounds: untraced {base:.1f} ns, under leaktrace --all "
+        f"{under:.1f} ns ({under / base:.0f}x)"
+    )
     mib = {key: last[key] / 2**20 for key in ("rss_start", "rss_peak", "rss_end", "maps")}
-    print(f"  leaktrace itself: RSS {mib['rss_start']:.0f} MiB once probes were live (bcc and LLVM), "
-          f"{mib['rss_end']:.0f} MiB at the end, peak {mib['rss_peak']:.0f} MiB; "
-          f"BPF maps {mib['maps']:.0f} MiB (fdinfo memlock)")
-    print(f"  largest report: {last['live']} live allocations in {last['processes']} processes; "
-          f"{last['reports']} reports; allocations {last['counters']['allocations']}, "
-          f"frees {last['counters']['frees']}; drops {drops or 'none'}")
+    print(
+        f"  leaktrace itself: RSS {mib['rss_start']:.0f} MiB once probes were live (bcc and LLVM), "
+        f"{mib['rss_end']:.0f} MiB at the end, peak {mib['rss_peak']:.0f} MiB; "
+        f"BPF maps {mib['maps']:.0f} MiB (fdinfo memlock)"
+    )
+    print(
+        f"  largest report: {last['live']} live allocations in {last['processes']} processes; "
+        f"{last['reports']} reports; allocations {last['counters']['allocations']}, "
+        f"frees {last['counters']['frees']}; drops {drops or 'none'}"
+    )
 
 
 if __name__ == "__main__":

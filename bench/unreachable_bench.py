@@ -6,6 +6,7 @@ judges it (the glibc heap walk), with the walk's rate too. Run as root:
 
     .venv/bin/python bench/unreachable_bench.py [--blocks 1000000] [--size 1024] [--untraced]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 from leaktrace import Trace
-from leaktrace.unreachable import examine_heap
+from leaktrace.reachability.unreachable import examine_heap
 
 HERE = Path(__file__).parent
 
@@ -36,11 +37,17 @@ def traced(argv: list[str], ready: Path) -> None:
         total = time.monotonic() - started
         os.kill(trace.pid, signal.SIGKILL)
     heap_gib = report.allocation_bytes / 2**30
-    print(f"{report.num_allocations} allocations, {heap_gib:.2f} GiB judged; "
-          f"unreachable: {report.num_leaks} allocations, {report.leak_bytes} bytes, in {report.reported} leaks")
-    print(f"  the process stood still {report.pause_seconds:.2f} s (registers, maps, and a copy of its writable memory)")
-    print(f"  sweep (mark, fold, merge): {report.sweep_seconds:.2f} s = {heap_gib / report.sweep_seconds:.2f} GiB/s, "
-          f"{report.num_allocations / report.sweep_seconds / 1e6:.2f} M allocations/s")
+    print(
+        f"{report.num_allocations} allocations, {heap_gib:.2f} GiB judged; "
+        f"unreachable: {report.num_leaks} allocations, {report.leak_bytes} bytes, in {report.reported} leaks"
+    )
+    print(
+        f"  the process stood still {report.pause_seconds:.2f} s (registers, maps, and a copy of its writable memory)"
+    )
+    print(
+        f"  sweep (mark, fold, merge): {report.sweep_seconds:.2f} s = {heap_gib / report.sweep_seconds:.2f} GiB/s, "
+        f"{report.num_allocations / report.sweep_seconds / 1e6:.2f} M allocations/s"
+    )
     print(f"  whole check, including reading the live table: {total:.2f} s")
 
 
@@ -56,12 +63,18 @@ def untraced(argv: list[str], ready: Path) -> None:
         target.wait()
     walk, report = heap.walk, heap.unreachable
     heap_gib = int(walk.usable.sum()) / 2**30
-    print(f"{len(walk.addresses)} blocks in use, {heap_gib:.2f} GiB (usable), walk complete: {walk.complete}; "
-          f"unreachable: {report.num_leaks} blocks, {report.leak_bytes} bytes")
-    print(f"  the process stood still {heap.pause_seconds:.2f} s = {heap.pause_seconds / heap_gib:.2f} s/GiB "
-          "(registers, maps, and a copy of its writable memory)")
-    print(f"  walk: {walk.walk_seconds:.2f} s = {heap_gib / walk.walk_seconds:.2f} GiB/s, "
-          f"{len(walk.addresses) / walk.walk_seconds / 1e6:.2f} M chunks/s")
+    print(
+        f"{len(walk.addresses)} blocks in use, {heap_gib:.2f} GiB (usable), walk complete: {walk.complete}; "
+        f"unreachable: {report.num_leaks} blocks, {report.leak_bytes} bytes"
+    )
+    print(
+        f"  the process stood still {heap.pause_seconds:.2f} s = {heap.pause_seconds / heap_gib:.2f} s/GiB "
+        "(registers, maps, and a copy of its writable memory)"
+    )
+    print(
+        f"  walk: {walk.walk_seconds:.2f} s = {heap_gib / walk.walk_seconds:.2f} GiB/s, "
+        f"{len(walk.addresses) / walk.walk_seconds / 1e6:.2f} M chunks/s"
+    )
     print(f"  sweep (mark, fold, merge): {report.sweep_seconds:.2f} s = {heap_gib / report.sweep_seconds:.2f} GiB/s")
     print(f"  whole command: {total:.2f} s")
 
@@ -74,8 +87,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         binary, ready = Path(tmp) / "big_heap", Path(tmp) / "ready"
-        subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-o", str(binary), str(HERE / "big_heap.c")],
-                       check=True)
+        subprocess.run(
+            ["gcc", "-O2", "-fno-omit-frame-pointer", "-o", str(binary), str(HERE / "big_heap.c")], check=True
+        )
         (untraced if args.untraced else traced)([str(binary), str(args.blocks), str(args.size), str(ready)], ready)
 
 

@@ -3,7 +3,7 @@
 #   - bcc (Debian's python3-bpfcc), C and C++ toolchains, binutils (readelf: unwind tables) and what the tests use (bpftool: what BPF programs are left)
 #   - kernel headers for bcc: the running kernel's, or the distro's default linked in
 #   - tracefs at /sys/kernel/tracing
-#   - the HTML page's flame graph library (npm: d3, d3-flame-graph) in tracer/web/
+#   - the HTML page's flame graph library (npm: d3, d3-flame-graph) in src/leaktrace/outputs/web/
 #   - llvm (llvm-symbolizer), debuginfod (its client; its server for a test); for the tests: libc6-dbg, golang-go (go tool pprof), chromium (the HTML page)
 #   - .venv (with system site packages, for bcc) holding leaktrace in editable mode
 set -euo pipefail
@@ -16,7 +16,7 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go llvm chromium debuginfod "linux-headers-$arch")
+packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go llvm chromium debuginfod mypy clang-format "linux-headers-$arch")
 command -v npm >/dev/null 2>&1 || packages+=(npm)   # a machine's own Node.js is kept where it has one
 
 missing=()
@@ -56,7 +56,7 @@ if [ ! -e /sys/kernel/tracing/uprobe_events ]; then
 fi
 
 # The HTML page's flame graph (d3-flame-graph on d3, from the npm registry), inlined into every page.
-web=tracer/web
+web=src/leaktrace/outputs/web
 if [ ! -f "$web/d3-flamegraph.umd.min.js" ]; then
     build=$(mktemp -d)
     npm install --prefix "$build" --no-audit --no-fund --silent d3@7.9.2 d3-flame-graph@5.0.0
@@ -71,6 +71,6 @@ fi
 if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-if ! .venv/bin/python -c 'import leaktrace.preload as p, pytest, tabulate, bcc, capstone, numpy; p.preload_library()' >/dev/null 2>&1; then
+if ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, pytest, tabulate, bcc, capstone, numpy; t.preload_library()' >/dev/null 2>&1 || [ ! -x .venv/bin/ruff ]; then
     .venv/bin/pip install -q -e '.[test]'
 fi

@@ -7,9 +7,12 @@
 #include <string.h>
 #include <unistd.h>
 
-struct entry { struct entry *next; char key[40]; };
+struct entry {
+    struct entry *next;
+    char key[40];
+};
 static struct entry *cache;
-static char *volatile last_response;   /* volatile: -O2 may not drop the calls */
+static char *volatile last_response; /* volatile: -O2 may not drop the calls */
 
 __attribute__((noinline)) static void cache_insert(int i)
 {
@@ -24,7 +27,7 @@ __attribute__((noinline)) static char *render_response(int i)
     char *body = malloc(512);
     memset(body, 'x', 512);
     if (i % 10 == 3)
-        return body;          /* leaked: the caller forgets it */
+        return body; /* leaked: the caller forgets it */
     free(body);
     return NULL;
 }
@@ -49,7 +52,7 @@ int main(int argc, char **argv)
             last_response = render_response(i * 10 + j);
             cache_insert(j);
         }
-        usleep(rounds ? 100000 : 1000000);   /* as a service: ~0.5 KB/s, so the VM lasts */
+        usleep(rounds ? 100000 : 1000000); /* as a service: ~0.5 KB/s, so the VM lasts */
     }
     pthread_join(t, NULL);
     return 0;

@@ -1,0 +1,55 @@
+"""leaktrace: native memory leaks of Linux processes, found with BPF uprobes.
+
+Data flows one way: a source (sources/: the BPF engine through Trace, the preload
+library through PreloadTrace, the glibc heap walk) produces plain data (model/), a
+Symbolizer (analysis/) turns it into a SymbolizedSnapshot, and renderers (outputs/,
+android/) format it. docs/architecture.md has the map.
+"""
+
+import importlib
+
+# Name -> the module that defines it, imported on first use: the CLI would otherwise
+# load every renderer before bcc's compile could start (start-up is timed to probes live).
+_EXPORTS = {
+    "EngineSettings": "sources.bpf.compile",
+    "LeaktraceError": "errors",
+    "RuntimeFailure": "errors",
+    "UsageError": "errors",
+    "MallocDebugConfig": "android.options",
+    "OptionError": "android.options",
+    "parse_malloc_debug_options": "android.options",
+    "render_json": "outputs.json_report",
+    "snapshot_to_dict": "outputs.json_report",
+    "render_text": "outputs.text",
+    "render_pprof": "outputs.pprof",
+    "render_folded": "outputs.folded",
+    "render_html": "outputs.html_page",
+    "Trace": "sources.bpf.trace",
+    "AllocationGroup": "model.snapshot",
+    "Counters": "model.snapshot",
+    "ProcessInfo": "model.snapshot",
+    "Snapshot": "model.snapshot",
+    "StackStatus": "model.snapshot",
+    "UnreachableReport": "model.snapshot",
+    "Frame": "analysis.symbolize",
+    "SymbolizedSnapshot": "analysis.symbolize",
+    "Symbolizer": "analysis.symbolize",
+    "PreloadTrace": "sources.preload.trace",
+    "HeapWalk": "sources.glibc_heap",
+    "walk_heap": "sources.glibc_heap",
+    "examine_heap": "reachability.unreachable",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,85 @@
+"""The growth signal: what grew since the last snapshot, and which stacks look like leaks.
+
+A stack (one process, one call stack) is a likely leak when its live bytes
+rose in each of the last `intervals` intervals between snapshots; its rate is
+the bytes it gained over those intervals divided by their duration. A process's
+growth is its change in live bytes since the previous snapshot, and its rate
+that change per second. Caches that fill and then stay flat stop being flagged
+one interval after they stop growing; a leak that grows slower than once per
+interval is not flagged (lengthen the interval).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from leaktrace.model.snapshot import AllocationGroup, Snapshot, StackStatus
+
+# One stack of one process: what the text report and the top view list as a row.
+StackId = tuple[int, tuple[int, ...], StackStatus, bool]  # pid, stack, status, inherited
+K = TypeVar("K")
+
+
+def stack_id(group: AllocationGroup) -> StackId:
+    return group.pid, group.stack, group.stack_status, group.inherited
+
+
+def bytes_by(snapshot: Snapshot, key: Callable[[AllocationGroup], K]) -> dict[K, int]:
+    """Live bytes of the snapshot's groups, summed per key(group)."""
+    totals: dict[K, int] = defaultdict(int)
+    for group in snapshot.groups:
+        totals[key(group)] += group.bytes
+    return dict(totals)
+
+
+def bytes_by_process(snapshot: Snapshot) -> dict[int, int]:
+    return bytes_by(snapshot, lambda group: group.pid)
+
+
+@dataclass(frozen=True)
+class ProcessGrowth:
+    delta_bytes: int  # since the previous snapshot
+    rate: float  # bytes per second over that interval
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What changed between the previous snapshots and the latest one."""
+
+    interval: float = 0.0  # seconds since the previous snapshot
+    processes: dict[int, ProcessGrowth] = field(default_factory=dict)
+    likely_leaks: dict[StackId, float] = field(default_factory=dict)  # stack -> bytes per second
+    intervals: int = 3  # rises needed to flag a stack
+
+    def of_process(self, pid: int) -> ProcessGrowth:
+        return self.processes.get(pid, ProcessGrowth(0, 0.0))
+
+
+class GrowthTracker:
+    """Fed every snapshot in turn; keeps the last `intervals` + 1 of them (as byte totals)."""
+
+    def __init__(self, intervals: int = 3):
+        self.intervals = intervals
+        self._history: deque[tuple[float, dict[StackId, int], dict[int, int]]] = deque(maxlen=intervals + 1)
+
+    def observe(self, snapshot: Snapshot) -> Growth:
+        self._history.append((snapshot.taken_at, bytes_by(snapshot, stack_id), bytes_by_process(snapshot)))
+        if len(self._history) < 2:
+            return Growth(intervals=self.intervals)
+        (before, _, processes_before), (now, stacks_now, processes_now) = self._history[-2], self._history[-1]
+        elapsed = max(now - before, 1e-9)
+        processes = {}
+        for pid in processes_now.keys() | processes_before.keys():
+            delta = processes_now.get(pid, 0) - processes_before.get(pid, 0)
+            processes[pid] = ProcessGrowth(delta, delta / elapsed)
+        leaks = {}
+        if len(self._history) == self.intervals + 1:
+            start = self._history[0][0]
+            for key, now_bytes in stacks_now.items():
+                series = [stacks.get(key, 0) for _, stacks, _ in self._history]
+                if all(b > a for a, b in zip(series, series[1:])):
+                    leaks[key] = (now_bytes - series[0]) / max(now - start, 1e-9)
+        return Growth(elapsed, processes, leaks, self.intervals)

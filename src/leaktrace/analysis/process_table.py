@@ -1,0 +1,79 @@
+"""Processes as rows (pid, comm, live bytes, allocations, growth, top site), for the
+systemwide report and the top view; pure functions of a symbolized snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leaktrace.analysis.growth import Growth, StackId, stack_id
+from leaktrace.analysis.symbolize import SymbolizedSnapshot
+from leaktrace.model.snapshot import AllocationGroup, StackStatus
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    pid: int
+    comm: str
+    exited: bool
+    live_bytes: int
+    live_allocations: int
+    growth_bytes: int  # since the previous snapshot
+    growth_rate: float  # bytes per second
+    top_site: str  # the caller of its largest stack
+
+
+# Sort keys of the top view and of the report: name -> (row key, largest first).
+SORT_KEYS = {
+    "live": (lambda row: row.live_bytes, True),
+    "allocs": (lambda row: row.live_allocations, True),
+    "growth": (lambda row: row.growth_rate, True),
+    "pid": (lambda row: row.pid, False),
+    "comm": (lambda row: row.comm, False),
+}
+
+
+def sort_rows(rows: list[ProcessRow], key: str, reverse: bool = False) -> list[ProcessRow]:
+    extract, descending = SORT_KEYS[key]
+    return sorted(
+        rows, key=lambda row: (extract(row), -row.pid if descending else row.pid), reverse=descending != reverse
+    )
+
+
+def process_rows(symbolized: SymbolizedSnapshot, growth: Growth) -> list[ProcessRow]:
+    """One row per process of the snapshot, largest live bytes first."""
+    snap = symbolized.snapshot
+    totals: dict[int, list[int]] = {pid: [0, 0] for pid in snap.processes}
+    largest: dict[int, tuple[int, AllocationGroup | None]] = {}
+    stack_bytes: dict[StackId, int] = {}
+    for group in snap.groups:
+        total = totals.setdefault(group.pid, [0, 0])
+        total[0] += group.bytes
+        total[1] += group.count
+        key = stack_id(group)
+        stack_bytes[key] = stack_bytes.get(key, 0) + group.bytes
+        if stack_bytes[key] > largest.get(group.pid, (0, None))[0]:
+            largest[group.pid] = (stack_bytes[key], group)
+    rows = []
+    for pid, (live_bytes, live_allocations) in totals.items():
+        info = snap.processes.get(pid)
+        top_group = largest.get(pid, (0, None))[1]
+        if top_group is None:
+            site = ""
+        elif top_group.stack_status == StackStatus.CAPTURED and top_group.stack:
+            site = symbolized.stack_of(top_group)[0].describe()
+        else:
+            site = f"({top_group.stack_status.value} stack)"
+        change = growth.of_process(pid)
+        rows.append(
+            ProcessRow(
+                pid,
+                info.comm if info else "",
+                bool(info and info.exited),
+                live_bytes,
+                live_allocations,
+                change.delta_bytes,
+                change.rate,
+                site,
+            )
+        )
+    return sort_rows(rows, "live")

@@ -1,0 +1,1 @@
+"""Android's formats and options, byte for byte: malloc_debug options, leak info, heap dump, logs."""

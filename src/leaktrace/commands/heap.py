@@ -1,0 +1,59 @@
+"""`leaktrace heap -p PID [--unreachable] [--json]`: a running process's glibc heap, walked
+once while it stands still; no probe is attached, so it costs the process nothing per call."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from leaktrace.analysis.symbolize import Symbolizer
+from leaktrace.android.unreachable_report import render_unreachable
+from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, Snapshot
+from leaktrace.outputs.heap_summary import render_heap_json, render_heap_text
+from leaktrace.outputs.json_report import unreachable_to_dict
+from leaktrace.reachability.unreachable import examine_heap
+
+from . import ArgumentParser, Command
+from .outputs import write_fully
+
+
+class HeapCommand(Command):
+    name = "heap"
+    help = (
+        "Walk a running process's glibc heap once (no probes): blocks in use per arena, sizes, free "
+        "bytes; with --unreachable, the blocks nothing reachable points to."
+    )
+
+    def prepare_parser(self, parser: ArgumentParser) -> None:
+        parser.add_argument("-p", "--pid", type=int, required=True, help="the process")
+        parser.add_argument(
+            "--unreachable", action="store_true", help="also judge every block: which ones nothing reachable points to"
+        )
+        parser.add_argument("--contents", action="store_true", help="--unreachable: the first 32 bytes of each leak")
+        parser.add_argument(
+            "--limit",
+            type=int,
+            default=UNREACHABLE_LIMIT,
+            metavar="N",
+            help=f"--unreachable: leaks shown (default {UNREACHABLE_LIMIT})",
+        )
+        parser.add_argument("--json", action="store_true", help="one JSON object")
+
+    def run(self, args: argparse.Namespace) -> int:
+        report = examine_heap(args.pid, args.unreachable, args.limit)
+        unreachable = report.unreachable
+        symbolized = Symbolizer().symbolize(Snapshot(time.time(), (), Counters(), unreachable=unreachable))
+        if args.json:
+            write_fully(
+                sys.stdout,
+                render_heap_json(report, unreachable_to_dict(symbolized, unreachable) if unreachable else None),
+            )
+            return 0
+        text = render_heap_text(report)
+        if unreachable:
+            text += f"unreachable memory of pid {args.pid}:\n" + render_unreachable(
+                symbolized, unreachable, args.contents
+            )
+        write_fully(sys.stdout, text)
+        return 0

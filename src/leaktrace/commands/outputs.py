@@ -1,0 +1,131 @@
+"""What the trace command writes at each report, on SIGUSR2 and at the target's exit."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from leaktrace.analysis.growth import GrowthTracker
+from leaktrace.analysis.symbolize import Symbolizer
+from leaktrace.android.heap_dump import render_heap_dump
+from leaktrace.android.leak_info import get_malloc_leak_info
+from leaktrace.android.leak_log import render_leak_log
+from leaktrace.android.options import DEFAULT_DUMP_PREFIX
+from leaktrace.android.unreachable_report import render_unreachable
+from leaktrace.errors import RuntimeFailure
+from leaktrace.model.snapshot import Snapshot
+from leaktrace.outputs.folded import render_folded
+from leaktrace.outputs.html_page import render_html
+from leaktrace.outputs.json_report import render_json
+from leaktrace.outputs.pprof import render_pprof
+from leaktrace.outputs.process_report import render_process_report
+from leaktrace.outputs.text import render_text
+from leaktrace.platform.atomic_write import write_atomically
+
+UNWRITTEN_OUTPUT = 3  # exit status: the trace ran to its end, but an output file could not be written
+
+
+def write_fully(stream, text: str) -> None:
+    """Writes text to a standard stream with os.write until all of it is out. Python's
+    buffered writer drops the rest of a large write that a signal interrupts on a full
+    pipe (seen with reports of 200 KB and SIGINT), and reports must arrive whole."""
+    stream.flush()
+    view = memoryview(text.encode())
+    while view:
+        view = view[os.write(stream.fileno(), view) :]
+
+
+def _say(text: str) -> None:
+    print(f"leaktrace: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Outputs:
+    json: bool = False
+    top: int = 10
+    leak_info: str | None = None  # raw get_malloc_leak_info buffer, rewritten each report (children: FILE.PID)
+    dump_prefix: str = DEFAULT_DUMP_PREFIX  # heap dumps go to PREFIX.PID.txt and PREFIX.PID.exit.txt
+    dump_each_report: bool = False  # PREFIX.PID.txt at each report (always on SIGUSR2)
+    dump_on_exit: bool = False  # PREFIX.PID.exit.txt once, when a traced process exits
+    backtrace_full: bool = False
+    leak_track: bool = False  # the +++ leak log on stderr when a traced process exits
+    systemwide: bool = False  # the per-process report; leak info in FILE.PID for every process
+    top_processes: int = 10
+    min_bytes: int = 0  # systemwide: processes holding less are left out of the report
+    growth_intervals: int = 3  # rises in a row that flag a stack as a likely leak
+    contents: bool = False  # unreachable leaks with their first bytes
+    pprof: str | None = None  # gzip'd pprof profile, rewritten each report
+    folded: str | None = None  # collapsed stacks, rewritten each report
+    html: str | None = None  # the HTML page with its flame graph, rewritten each report
+
+    def __post_init__(self):
+        self.symbolizer = Symbolizer()
+        self.growth = GrowthTracker(self.growth_intervals)
+        self.unwritten = 0  # output files that could not be written (exit status 3)
+        self.started_at = time.time()
+
+    def exit_status(self) -> int:
+        """0, or UNWRITTEN_OUTPUT once an output file could not be written (the trace itself ran)."""
+        return UNWRITTEN_OUTPUT if self.unwritten else 0
+
+    @property
+    def wants_exit_allocations(self) -> bool:
+        return self.leak_track
+
+    def _write(self, path: str, data: bytes, what: str) -> None:
+        try:
+            write_atomically(path, data)
+        except RuntimeFailure as e:
+            self.unwritten += 1
+            _say(str(e))
+            return
+        _say(f"{what} written to {path}")
+
+    def _heap_dump(self, symbolized, pid: int, suffix: str) -> None:
+        text = render_heap_dump(symbolized, pid, backtrace_full=self.backtrace_full)
+        self._write(f"{self.dump_prefix}.{pid}{suffix}", text.encode(), "heap dump")
+
+    def report(self, snapshot: Snapshot) -> None:
+        """The report; per process, the leak-info file, heap dumps and, for one that exited, its leak log."""
+        symbolized = self.symbolizer.symbolize(snapshot)
+        growth = self.growth.observe(snapshot)
+        if self.json:
+            text = render_json(symbolized, growth)
+        elif self.systemwide:
+            text = render_process_report(symbolized, growth, self.top_processes, self.top, self.min_bytes)
+        else:
+            text = render_text(symbolized, self.top, growth=growth)
+        if snapshot.unreachable and not self.json:
+            text += f"unreachable memory of pid {snapshot.unreachable.pid}:\n"
+            text += render_unreachable(symbolized, snapshot.unreachable, self.contents)
+        write_fully(sys.stdout, text)
+        if self.pprof:
+            self._write(self.pprof, render_pprof(symbolized, snapshot.taken_at - self.started_at), "pprof profile")
+        if self.folded:
+            self._write(self.folded, render_folded(symbolized).encode(), "folded stacks")
+        if self.html:
+            self._write(self.html, render_html(symbolized, growth).encode(), "HTML page")
+        for index, (pid, process) in enumerate(snapshot.processes.items()):
+            if self.leak_info:
+                info = get_malloc_leak_info(snapshot, pid)
+                path = self.leak_info if index == 0 and not self.systemwide else f"{self.leak_info}.{pid}"
+                self._write(path, info.buffer, "leak info")
+                _say(
+                    f"leak info of pid {pid}: overall_size {info.overall_size}, info_size {info.info_size}, "
+                    f"total_memory {info.total_memory}, backtrace_size {info.backtrace_size}"
+                    + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else "")
+                )
+            if self.leak_track and process.exited and snapshot.allocations is not None:
+                lines = render_leak_log(symbolized, pid, process.name or process.comm)
+                write_fully(sys.stderr, "".join(line + "\n" for line in lines))
+            if self.dump_each_report:
+                self._heap_dump(symbolized, pid, ".txt")
+            if self.dump_on_exit and process.exited:
+                self._heap_dump(symbolized, pid, ".exit.txt")
+
+    def dump_now(self, snapshot: Snapshot) -> None:
+        symbolized = self.symbolizer.symbolize(snapshot)
+        for pid in snapshot.processes:
+            self._heap_dump(symbolized, pid, ".txt")

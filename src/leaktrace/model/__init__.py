@@ -1,0 +1,1 @@
+"""Plain data that flows from sources to outputs: snapshots, groups, counters, reports."""

@@ -1,0 +1,214 @@
+"""Snapshots: plain data produced by a source, read by everything downstream.
+
+A snapshot holds live allocations grouped by (pid, size, stack), the counters of
+what the source dropped, and what is needed to symbolize it later (each
+process's maps as read at snapshot time). Nothing here knows which source made it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+
+
+class StackStatus(str, enum.Enum):
+    CAPTURED = "captured"  # frames present
+    FILTERED = "filtered"  # size outside the backtrace size range: counted, no stack
+    LOST = "lost"  # wanted, but dropped (see the loss counters)
+    BEFORE_TRACE = "before_trace"  # found by the heap walk, made before the trace: sized by its usable size
+
+
+@dataclass(frozen=True)
+class AllocationGroup:
+    """Live allocations of one process with the same size and stack."""
+
+    pid: int
+    size: int
+    count: int
+    stack: tuple[int, ...] = ()  # return addresses, innermost first
+    stack_status: StackStatus = StackStatus.CAPTURED
+    inherited: bool = False  # allocated by the parent before fork (see ProcessInfo.forked)
+
+    @property
+    def bytes(self) -> int:
+        return self.size * self.count
+
+
+@dataclass(frozen=True)
+class LiveAllocation:
+    """One live allocation, for outputs that list pointers (the exit leak log)."""
+
+    pid: int
+    address: int
+    size: int
+    stack: tuple[int, ...] = ()
+    stack_status: StackStatus = StackStatus.CAPTURED
+    inherited: bool = False  # allocated by the parent before fork (see ProcessInfo.forked)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Event and drop counters of a source; every field but the first two is shown as a drop."""
+
+    allocations: int = 0  # allocations recorded since the trace began
+    frees: int = 0  # frees of recorded allocations
+    live_map_full: int = 0
+    site_map_full: int = 0
+    stack_map_full: int = 0
+    stack_collisions: int = 0
+    pending_lost: int = 0
+    stale_calls: int = 0
+    unknown_frees: int = 0  # frees by the program of blocks not recorded (made before -p attached)
+    internal_frees: int = 0  # frees by the allocator itself of blocks it kept (not a loss)
+    missed_frees: int = 0
+    nested_calls: int = 0  # allocator calls made inside another (internal, not lost)
+    unfollowed_children: int = 0  # child processes not traced (process table full)
+    inheritance_lost: int = 0  # child processes traced without the blocks they inherited
+    stacks_truncated: int = 0  # stacks that end before the outermost frame (a frame not followed)
+
+    @classmethod
+    def loss_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls)[2:])
+
+    def losses(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.loss_names()}
+
+    def unrecorded(self) -> dict[str, int]:
+        """The counters of allocations (or processes, or inherited blocks) that are missing
+        from the live figures, where not zero: a report's figures are then low."""
+        return {name: getattr(self, name) for name in UNRECORDED if getattr(self, name)}
+
+    def incompleteness(self) -> str | None:
+        """A report's warning that its live figures are low, and by how much; None if they are whole."""
+        missing = self.unrecorded()
+        if not missing:
+            return None
+        blocks = sum(missing.get(name, 0) for name in ("live_map_full", "site_map_full", "pending_lost"))
+        parts = ", ".join(f"{name} {value}" for name, value in missing.items())
+        what = f"up to {blocks} allocations missing" if blocks else "blocks of untraced processes missing"
+        return f"INCOMPLETE: live figures are low ({what}: {parts})"
+
+
+# Drops that leave allocations out of the live figures (the rest lose stacks, or are not losses).
+UNRECORDED = ("live_map_full", "site_map_full", "pending_lost", "unfollowed_children", "inheritance_lost")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A process's file-system identity: the rights files it names are opened with."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
+NOBODY = Credentials(65534, 65534)  # whose rights serve when a process's own are not known
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    comm: str = ""
+    name: str = ""  # program name (basename of argv[0]), as getprogname() says
+    maps: str = ""  # /proc/PID/maps text as read at snapshot time
+    exited: bool = False
+    credentials: Credentials = NOBODY  # its module files are opened with these rights
+    # Executable mappings of this image that are gone from maps (a dlclose'd library), in
+    # maps' form: frames recorded while they were mapped are symbolized from them.
+    unmapped: str = ""
+    # Forked from a traced process, with its image: as in an app forked from Android's zygote,
+    # the blocks it made itself carry the zygote bit (z 1) and those it inherited do not.
+    forked: bool = False
+
+    def zygote_bit(self, inherited: bool) -> bool:
+        """Android's zygote bit of one of this process's blocks."""
+        return self.forked and not inherited
+
+
+UNREACHABLE_LIMIT = 100  # leaks listed by a reachability check, as libmemunreachable's default
+CONTENTS_LENGTH = 32  # bytes of each unreachable leak kept (libmemunreachable's contents_length)
+
+
+@dataclass(frozen=True)
+class UnreachableLeak:
+    """One reported leak: an allocation nothing reachable points to, with what it holds."""
+
+    pid: int
+    address: int
+    size: int
+    referenced_count: int
+    referenced_size: int
+    stack: tuple[int, ...] = ()
+    stack_status: StackStatus = StackStatus.CAPTURED
+    contents: bytes = b""
+    similar_count: int = 0  # other leaks with the same backtrace, merged into this one
+    similar_size: int = 0
+    similar_referenced_count: int = 0
+    similar_referenced_size: int = 0
+
+    @property
+    def total_size(self) -> int:
+        return self.size + self.referenced_size + self.similar_size + self.similar_referenced_size
+
+
+def request_range(usable: int, page: int = 4096) -> tuple[int, int]:
+    """The request sizes glibc may serve with a block of this usable size: a heap chunk's usable
+    size is 8 more than a multiple of 16, and up to 31 bytes more than the request (a chunk is
+    not split for a remainder under 32 bytes); an mmapped chunk's is a multiple of 16 (whole
+    pages less its header: a page of requests)."""
+    if usable % 16 == 0:
+        return max(1, usable - page - 7), usable - 8
+    return (1 if usable <= 40 else usable - 31), usable  # the smallest chunk serves requests from 1
+
+
+@dataclass(frozen=True)
+class UnreachableReport:
+    pid: int
+    leaks: tuple[UnreachableLeak, ...]  # the first `limit`, largest total first
+    reported: int  # leaks before the limit
+    num_leaks: int  # every unreachable allocation
+    leak_bytes: int
+    num_allocations: int  # every allocation judged
+    allocation_bytes: int
+    complete: bool  # False: blocks made before the trace began were not judged
+    pause_seconds: float  # how long the process stood still
+    sweep_seconds: float
+    unreadable_pages: int  # read as zeros (PROT_NONE, or vanished)
+    heap_walk: str = ""  # how the heap walk went (or why there was none); "" without one
+    before_trace: int = 0  # blocks judged that the walk found and the trace had not seen
+    walk_problems: tuple[str, ...] = ()  # each stopped part of the walk: the verdicts are then partial
+
+    def seed_options(self) -> str:
+        """malloc_debug options that take stacks for exactly the unreachable sizes' range."""
+        ranges = [
+            request_range(leak.size) if leak.stack_status == StackStatus.BEFORE_TRACE else (leak.size, leak.size)
+            for leak in self.leaks
+        ]
+        if not ranges:
+            return ""
+        low, high = min(low for low, _ in ranges), max(high for _, high in ranges)
+        if low == high:
+            return f"backtrace_size={low}"
+        return f"backtrace_min_size={low} backtrace_max_size={high}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: float  # wall-clock seconds
+    groups: tuple[AllocationGroup, ...]
+    counters: Counters
+    processes: dict[int, ProcessInfo] = field(default_factory=dict)
+    backtrace_frames: int = 16
+    # Each live allocation, when the source was asked for them (they cost a walk of every one);
+    # may cover only the processes that exited, for their exit leak log.
+    allocations: tuple[LiveAllocation, ...] | None = None
+    # The reachability check of the target, when one was asked for (--unreachable).
+    unreachable: UnreachableReport | None = None
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(group.bytes for group in self.groups)
+
+    @property
+    def live_allocations(self) -> int:
+        return sum(group.count for group in self.groups)

@@ -1,0 +1,92 @@
+"""The JSON report: one object per snapshot, every process with its totals and growth,
+every group with its frames."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from leaktrace.analysis.growth import Growth, bytes_by_process, stack_id
+from leaktrace.analysis.symbolize import SymbolizedSnapshot
+from leaktrace.model.snapshot import UnreachableReport
+
+
+def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) -> dict:
+    snap = symbolized.snapshot
+    groups = sorted(snap.groups, key=lambda g: (g.pid, -g.bytes, g.size, g.stack, g.inherited))
+    live = bytes_by_process(snap)
+    counts: dict[int, int] = {}
+    for g in snap.groups:
+        counts[g.pid] = counts.get(g.pid, 0) + g.count
+    return {
+        "time": snap.taken_at,
+        "live_bytes": snap.live_bytes,
+        "live_allocations": snap.live_allocations,
+        "backtrace_frames": snap.backtrace_frames,
+        "counters": dataclasses.asdict(snap.counters),
+        # False when allocations (or traced processes' blocks) are missing from the live figures.
+        "complete": snap.counters.incompleteness() is None,
+        "interval": growth.interval,
+        "processes": [
+            {
+                "pid": p.pid,
+                "comm": p.comm,
+                "exited": p.exited,
+                "forked": p.forked,
+                "live_bytes": live.get(p.pid, 0),
+                "live_allocations": counts.get(p.pid, 0),
+                "growth_bytes": growth.of_process(p.pid).delta_bytes,
+                "growth_bytes_per_s": growth.of_process(p.pid).rate,
+            }
+            for p in sorted(snap.processes.values(), key=lambda p: p.pid)
+        ],
+        "groups": [
+            {
+                "pid": g.pid,
+                "size": g.size,
+                "count": g.count,
+                "bytes": g.bytes,
+                "stack_status": g.stack_status.value,
+                "inherited": g.inherited,
+                # Set when the live bytes of this group's stack rose in each of the last intervals.
+                "likely_leak_bytes_per_s": growth.likely_leaks.get(stack_id(g)),
+                "frames": [frame_to_dict(f) for f in symbolized.stack_of(g)],
+            }
+            for g in groups
+        ],
+        "unreachable": None if snap.unreachable is None else unreachable_to_dict(symbolized, snap.unreachable),
+    }
+
+
+def unreachable_to_dict(symbolized: SymbolizedSnapshot, report: UnreachableReport) -> dict:
+    fields = dataclasses.asdict(report)
+    fields["leaks"] = [
+        {
+            **dataclasses.asdict(leak),
+            "stack_status": leak.stack_status.value,
+            "contents": leak.contents.hex(),
+            "total_size": leak.total_size,
+            "frames": [frame_to_dict(f) for f in symbolized.stack_of(leak)],
+        }
+        for leak in report.leaks
+    ]
+    for leak in fields["leaks"]:
+        del leak["stack"]
+    fields["seed_options"] = report.seed_options()
+    return fields
+
+
+def frame_to_dict(f) -> dict:
+    return {
+        "address": f.address,
+        "function": f.function,
+        "offset": f.offset,
+        "module": f.module,
+        "file": f.file,
+        "line": f.line,
+        "inlined": f.inlined,
+    }
+
+
+def render_json(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) -> str:
+    return json.dumps(snapshot_to_dict(symbolized, growth), separators=(",", ":")) + "\n"

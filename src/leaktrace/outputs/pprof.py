@@ -1,0 +1,193 @@
+"""pprof's Profile message, gzip'd: what `go tool pprof`, Grafana Pyroscope, Parca and
+speedscope read. Sample types as Go's heap profiles name them (inuse_objects/count,
+inuse_space/bytes); one sample per (pid, size, stack) with labels pid, comm, bytes (the
+block size) and inherited; locations with their mappings (file, offsets, build-id) and
+functions with file and line. The drop counters travel as comments.
+
+The message types are declared below from pprof's documented format (field numbers and
+types) and encoded by the protobuf library.
+"""
+
+from __future__ import annotations
+
+import gzip
+from functools import cache
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from leaktrace.analysis.symbolize import AddressSpace, Frame, SymbolizedSnapshot
+from leaktrace.model.snapshot import StackStatus
+from leaktrace.outputs.text import drops_text
+
+_T = descriptor_pb2.FieldDescriptorProto
+_INT64, _UINT64, _STRING, _BOOL = _T.TYPE_INT64, _T.TYPE_UINT64, _T.TYPE_STRING, _T.TYPE_BOOL
+
+# message -> (field, number, scalar type or message name, repeated), of package perftools.profiles.
+PROFILE_SCHEMA: dict[str, list[tuple[str, int, int | str, bool]]] = {
+    "Profile": [
+        ("sample_type", 1, "ValueType", True),
+        ("sample", 2, "Sample", True),
+        ("mapping", 3, "Mapping", True),
+        ("location", 4, "Location", True),
+        ("function", 5, "Function", True),
+        ("string_table", 6, _STRING, True),
+        ("time_nanos", 9, _INT64, False),
+        ("duration_nanos", 10, _INT64, False),
+        ("period_type", 11, "ValueType", False),
+        ("period", 12, _INT64, False),
+        ("comment", 13, _INT64, True),
+        ("default_sample_type", 14, _INT64, False),
+    ],
+    "ValueType": [("type", 1, _INT64, False), ("unit", 2, _INT64, False)],
+    "Sample": [("location_id", 1, _UINT64, True), ("value", 2, _INT64, True), ("label", 3, "Label", True)],
+    "Label": [
+        ("key", 1, _INT64, False),
+        ("str", 2, _INT64, False),
+        ("num", 3, _INT64, False),
+        ("num_unit", 4, _INT64, False),
+    ],
+    "Mapping": [
+        ("id", 1, _UINT64, False),
+        ("memory_start", 2, _UINT64, False),
+        ("memory_limit", 3, _UINT64, False),
+        ("file_offset", 4, _UINT64, False),
+        ("filename", 5, _INT64, False),
+        ("build_id", 6, _INT64, False),
+        ("has_functions", 7, _BOOL, False),
+        ("has_filenames", 8, _BOOL, False),
+        ("has_line_numbers", 9, _BOOL, False),
+        ("has_inline_frames", 10, _BOOL, False),
+    ],
+    "Location": [
+        ("id", 1, _UINT64, False),
+        ("mapping_id", 2, _UINT64, False),
+        ("address", 3, _UINT64, False),
+        ("line", 4, "Line", True),
+        ("is_folded", 5, _BOOL, False),
+    ],
+    "Line": [("function_id", 1, _UINT64, False), ("line", 2, _INT64, False)],
+    "Function": [
+        ("id", 1, _UINT64, False),
+        ("name", 2, _INT64, False),
+        ("system_name", 3, _INT64, False),
+        ("filename", 4, _INT64, False),
+        ("start_line", 5, _INT64, False),
+    ],
+}
+PACKAGE = "perftools.profiles"
+
+
+@cache
+def profile_class():
+    """The Profile message class, built from PROFILE_SCHEMA in a pool of its own."""
+    file = descriptor_pb2.FileDescriptorProto(name="leaktrace_pprof_profile.proto", package=PACKAGE, syntax="proto3")
+    for message, fields in PROFILE_SCHEMA.items():
+        described = file.message_type.add(name=message)
+        for name, number, kind, repeated in fields:
+            field = described.field.add(
+                name=name, number=number, label=_T.LABEL_REPEATED if repeated else _T.LABEL_OPTIONAL
+            )
+            if isinstance(kind, str):
+                field.type, field.type_name = _T.TYPE_MESSAGE, f".{PACKAGE}.{kind}"
+            else:
+                field.type = kind
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.MessageFactory(pool).GetPrototype(pool.FindMessageTypeByName(f"{PACKAGE}.Profile"))
+
+
+class _Strings:
+    """The profile's string table: index 0 is ""."""
+
+    def __init__(self, table):
+        self.table, self.index = table, {"": 0}
+        table.append("")
+
+    def __call__(self, text: str | None) -> int:
+        if not text:
+            return 0
+        if text not in self.index:
+            self.index[text] = len(self.table)
+            self.table.append(text)
+        return self.index[text]
+
+
+def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> bytes:
+    """The snapshot as a gzip'd pprof profile."""
+    snapshot = symbolized.snapshot
+    profile = profile_class()()
+    string = _Strings(profile.string_table)
+    for kind, unit in (("inuse_objects", "count"), ("inuse_space", "bytes")):
+        profile.sample_type.add(type=string(kind), unit=string(unit))
+    profile.default_sample_type = string("inuse_space")
+    profile.period_type.type, profile.period_type.unit, profile.period = string("space"), string("bytes"), 1
+    profile.time_nanos = int(snapshot.taken_at * 1e9)
+    profile.duration_nanos = int(duration_s * 1e9)
+    for comment in drops_text(snapshot.counters).splitlines():  # the text report's lines
+        profile.comment.append(string(comment))
+
+    spaces = {pid: AddressSpace.of(process) for pid, process in snapshot.processes.items()}
+    mapping_ids: dict[tuple[int, int], int] = {}
+    function_ids: dict[tuple[str, str], int] = {}
+    location_ids: dict[tuple[int, int], int] = {}
+
+    def mapping_id(pid: int, frame: Frame) -> int:
+        mapping = spaces[pid].find(frame.address) if pid in spaces else None
+        if mapping is None:
+            return 0
+        key = (pid, mapping.start)
+        if key not in mapping_ids:
+            mapping_ids[key] = len(mapping_ids) + 1
+            profile.mapping.add(
+                id=mapping_ids[key],
+                memory_start=mapping.start,
+                memory_limit=mapping.end,
+                file_offset=mapping.offset,
+                filename=string(mapping.path),
+                build_id=string(frame.build_id),
+                has_functions=bool(frame.function),
+                has_filenames=bool(frame.file),
+                has_line_numbers=bool(frame.line),
+                has_inline_frames=bool(frame.line),
+            )
+        return mapping_ids[key]
+
+    def function_id(frame: Frame) -> int:
+        named = (frame.function or "", frame.file or "")
+        if named not in function_ids:
+            function_ids[named] = len(function_ids) + 1
+            profile.function.add(
+                id=function_ids[named],
+                name=string(frame.function),
+                system_name=string(frame.function),
+                filename=string(frame.file),
+            )
+        return function_ids[named]
+
+    def location_id(pid: int, address: int) -> int:
+        """One location per return address; its lines list the functions inlined there first."""
+        key = (pid, address)
+        if key not in location_ids:
+            location_ids[key] = len(location_ids) + 1
+            frames = symbolized.frames_at(pid, address)
+            location = profile.location.add(
+                id=location_ids[key], mapping_id=mapping_id(pid, frames[-1]), address=address
+            )
+            for frame in frames:
+                if frame.function:
+                    location.line.add(function_id=function_id(frame), line=frame.line or 0)
+        return location_ids[key]
+
+    for group in sorted(snapshot.groups, key=lambda g: (g.pid, -g.bytes, g.size, g.stack)):
+        sample = profile.sample.add(value=[group.count, group.bytes])
+        if group.stack_status == StackStatus.CAPTURED:
+            sample.location_id.extend(location_id(group.pid, address) for address in group.stack)
+        process = snapshot.processes.get(group.pid)
+        sample.label.add(key=string("pid"), num=group.pid)
+        sample.label.add(key=string("comm"), str=string(process.comm if process else ""))
+        sample.label.add(key=string("bytes"), num=group.size, num_unit=string("bytes"))
+        if group.inherited:
+            sample.label.add(key=string("inherited"), str=string("true"))
+        if group.stack_status != StackStatus.CAPTURED:
+            sample.label.add(key=string("stack"), str=string(group.stack_status.value))
+    return gzip.compress(profile.SerializeToString(), mtime=0)

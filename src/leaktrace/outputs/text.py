@@ -1,0 +1,123 @@
+"""The text report: totals, drop counters, then the top stacks by live bytes."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from tabulate import tabulate
+
+from leaktrace.analysis.growth import Growth, StackId, stack_id
+from leaktrace.analysis.symbolize import SymbolizedSnapshot
+from leaktrace.model.snapshot import AllocationGroup, Counters, Snapshot, StackStatus
+
+_NO_STACK = {
+    StackStatus.FILTERED: "(no stack: size outside the backtrace size range)",
+    StackStatus.LOST: "(stack lost: see the drop counters)",
+}
+
+
+SIZES_SHOWN = 4  # sizes listed per stack; the rest are summed up
+
+
+def _sizes(groups: list[AllocationGroup]) -> str:
+    ordered = sorted(groups, key=lambda g: (-g.bytes, g.size))
+    text = ", ".join(
+        f"{g.size}" if g.count == 1 and len(groups) == 1 else f"{g.size} x{g.count}" for g in ordered[:SIZES_SHOWN]
+    )
+    rest = ordered[SIZES_SHOWN:]
+    if rest:
+        text += f", {len(rest)} more sizes x{sum(g.count for g in rest)}"
+    return text + (" (inherited)" if groups[0].inherited else "")
+
+
+def stack_text(symbolized: SymbolizedSnapshot, group: AllocationGroup, frames: int | None) -> str:
+    if group.stack_status != StackStatus.CAPTURED:
+        return _NO_STACK[group.stack_status]
+    shown = symbolized.stack_of(group)[:frames]
+    return "\n".join(frame.describe() for frame in shown)
+
+
+def clock(snapshot: Snapshot) -> str:
+    return f"[{time.strftime('%H:%M:%S', time.localtime(snapshot.taken_at))}]"
+
+
+def totals_text(snapshot: Snapshot) -> str:
+    counters = snapshot.counters
+    return (
+        f"{snapshot.live_bytes} live bytes in {snapshot.live_allocations} allocations "
+        f"({counters.allocations} allocated, {counters.frees} freed since the trace began)"
+    )
+
+
+def drops_text(counters: Counters) -> str:
+    """The drop counters, after the warning that the figures are low when some say so."""
+    warning = counters.incompleteness()
+    return (
+        (f"{warning}\n" if warning else "")
+        + "drops: "
+        + ", ".join(f"{name} {value}" for name, value in counters.losses().items())
+    )
+
+
+def rate_text(bytes_per_second: float) -> str:
+    return f"{bytes_per_second:+.0f} B/s"
+
+
+def ranked_stacks(groups) -> list[list[AllocationGroup]]:
+    """Groups merged per stack (one process, one stack), largest live bytes first."""
+    by_stack: dict[StackId, list[AllocationGroup]] = defaultdict(list)
+    for group in groups:
+        by_stack[stack_id(group)].append(group)
+    return sorted(
+        by_stack.values(),
+        key=lambda gs: (-sum(g.bytes for g in gs), -sum(g.count for g in gs), gs[0].pid, gs[0].stack, gs[0].inherited),
+    )
+
+
+def stack_table(
+    symbolized: SymbolizedSnapshot,
+    ranked: list[list[AllocationGroup]],
+    top: int,
+    frames: int | None = None,
+    growth: Growth | None = None,
+) -> str:
+    """The top stacks as a table; a pid column when they come from several processes, a
+    growth column when a stack is a likely leak."""
+    shown = ranked[:top]
+    several = len({gs[0].pid for gs in ranked}) > 1
+    leaks = growth.likely_leaks if growth else {}
+    growing = any(stack_id(gs[0]) in leaks for gs in shown)
+    rows = []
+    for groups in shown:
+        row = [sum(g.bytes for g in groups), sum(g.count for g in groups), _sizes(groups)]
+        if growing:
+            rate = leaks.get(stack_id(groups[0]))
+            row.append("" if rate is None else rate_text(rate))
+        rows.append(([groups[0].pid] if several else []) + row + [stack_text(symbolized, groups[0], frames)])
+    headers = (["pid"] if several else []) + ["bytes", "allocs", "sizes"] + (["growing"] if growing else []) + ["stack"]
+    align = (["right"] if several else []) + ["right", "right", "left"] + (["right"] if growing else []) + ["left"]
+    return tabulate(rows, headers=headers, tablefmt="simple", colalign=align, disable_numparse=True)
+
+
+def render_text(
+    symbolized: SymbolizedSnapshot, top: int = 10, frames: int | None = None, growth: Growth | None = None
+) -> str:
+    snap = symbolized.snapshot
+    names = (
+        ", ".join(
+            f"{p.pid} ({p.comm}){' exited' if p.exited else ''}"
+            for p in sorted(snap.processes.values(), key=lambda p: p.pid)
+        )
+        or "none"
+    )
+    lines = [f"{clock(snap)} pid {names}: {totals_text(snap)}", drops_text(snap.counters)]
+    ranked = ranked_stacks(snap.groups)
+    if not ranked:
+        lines.append(
+            "no live allocations" if snap.counters.incompleteness() is None else "no live allocations recorded"
+        )
+        return "\n".join(lines) + "\n"
+    lines.append(f"top {min(top, len(ranked))} of {len(ranked)} stacks by live bytes:")
+    lines.append(stack_table(symbolized, ranked, top, frames, growth))
+    return "\n".join(lines) + "\n"

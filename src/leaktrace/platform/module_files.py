@@ -1,0 +1,197 @@
+"""The ELF files processes map, each opened with its process's rights and read once.
+
+A module path comes from a target (its maps, the MAPS of its dumps) and is hostile input.
+It is opened by open_modules with the process's own file-system identity, so root reads no
+file the process could not have read itself. While the process lives, the very file it maps
+is opened through /proc/PID/map_files/START-END (no path walk: a file renamed, replaced or
+deleted since it was mapped is still the one mapped), else the path inside the process's
+root, else the path as this process sees it (a process that has exited).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, Iterable
+
+from leaktrace.errors import RuntimeFailure
+from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform.elf import ElfError, ElfFile
+from leaktrace.platform.process import Mapping, parse_maps, read_process
+from leaktrace.platform.target_files import open_modules
+
+
+def _own_root(pid: int) -> bool:
+    """The process sees the file system from this process's root (not a container's)."""
+    try:
+        return os.path.samefile(f"/proc/{pid}/root", "/proc/self/root")
+    except OSError:
+        return True
+
+
+def _candidate_paths(process: ProcessInfo, mapping: Mapping) -> tuple[str, ...]:
+    if process.exited:
+        return (mapping.path,)
+    return (
+        f"/proc/{process.pid}/map_files/{mapping.start:x}-{mapping.end:x}",
+        f"/proc/{process.pid}/root{mapping.path}",
+        mapping.path,
+    )
+
+
+DEBUG_ROOT = "/usr/lib/debug"  # where distributions install separate debug files
+DEBUGINFOD_TIMEOUT = 90  # seconds for one debug file from a debuginfod server
+
+
+def _from_debuginfod(build_id: str) -> ElfFile | None:
+    """The debug file of this build from the debuginfod servers DEBUGINFOD_URLS names, through
+    elfutils' debuginfod-find (which caches what it fetches, as its client library does);
+    None when none is configured or none has it. The file is leaktrace's own download."""
+    if not os.environ.get("DEBUGINFOD_URLS") or not re.fullmatch(r"[0-9a-f]{2,128}", build_id):
+        return None
+    try:
+        fetched = subprocess.run(
+            ["debuginfod-find", "debuginfo", build_id],
+            capture_output=True,
+            text=True,
+            timeout=DEBUGINFOD_TIMEOUT,
+            check=False,
+        )
+        debug = ElfFile(fetched.stdout.strip()) if fetched.returncode == 0 and fetched.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired, ElfError):
+        return None
+    return debug if debug is not None and debug.build_id == build_id else None
+
+
+class ModuleFiles:
+    """ELF files of mapped modules, by file identity (device, inode, mtime, size)."""
+
+    def __init__(self):
+        self._files: dict[tuple, ElfFile | None] = {}
+        self._debug_files: dict[tuple, ElfFile | None] = {}  # a module's identity -> its debug file
+
+    def debug_file(self, process: ProcessInfo, elf: ElfFile) -> ElfFile | None:
+        """A module's separate debug file (symbols and lines a stripped module lacks): by its
+        build-id under /usr/lib/debug/.build-id, else by its .gnu_debuglink beside it, in .debug/
+        beside it or under /usr/lib/debug; opened with the process's rights, and taken only if it
+        is of the same build (build-id, or the link's CRC-32); else from debuginfod when
+        DEBUGINFOD_URLS is set. None if there is none."""
+        if elf.identity in self._debug_files:
+            return self._debug_files[elf.identity]
+        found = None
+        candidates: list[tuple[tuple[str, ...], Callable[[ElfFile], bool]]] = []
+        if elf.build_id and len(elf.build_id) > 2:
+            candidates.append(
+                (
+                    (f"{DEBUG_ROOT}/.build-id/{elf.build_id[:2]}/{elf.build_id[2:]}.debug",),
+                    lambda debug: debug.build_id == elf.build_id,
+                )
+            )
+        link = elf.debuglink
+        if link and "/" not in link[0] and link[0] not in (".", ".."):  # a name, never a path
+            name, crc = link
+            directory = os.path.dirname(elf.path)
+            candidates.append(
+                (
+                    (f"{directory}/{name}", f"{directory}/.debug/{name}", f"{DEBUG_ROOT}{directory}/{name}"),
+                    lambda debug: debug.crc32() == crc,
+                )
+            )
+        for paths, same_build in candidates:
+            (fd,) = open_modules(process.credentials, [paths])
+            debug = self._file(paths[0], fd) if fd is not None else None
+            if debug is not None and debug is not elf and same_build(debug):
+                found = debug
+                break
+        if found is None and elf.build_id:
+            found = _from_debuginfod(elf.build_id)
+        self._debug_files[elf.identity] = found
+        return found
+
+    def open(self, process: ProcessInfo, mappings: Iterable[Mapping]) -> dict[int, ElfFile | None]:
+        """Mapping start -> its ELF file; None for a mapping of no file, of a file that is not
+        ELF, or of one the process may not read."""
+        mappings = list(mappings)
+        files = [m for m in mappings if m.path.startswith("/")]
+        found: dict[int, ElfFile | None] = {m.start: None for m in mappings}
+        if not files:
+            return found
+        descriptors = open_modules(process.credentials, [_candidate_paths(process, m) for m in files])
+        # Named as this process would find them: a container's files under its root.
+        prefix = "" if process.exited or _own_root(process.pid) else f"/proc/{process.pid}/root"
+        for mapping, fd in zip(files, descriptors):
+            if fd is not None:
+                found[mapping.start] = self._file(prefix + mapping.path, fd)
+        return found
+
+    def _file(self, path: str, fd: int) -> ElfFile | None:
+        """The file open at fd, read once per identity (fd is closed or kept by the ElfFile)."""
+        st = os.fstat(fd)
+        identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        if identity in self._files:
+            os.close(fd)
+            return self._files[identity]
+        try:
+            elf: ElfFile | None = ElfFile(path, fd)
+        except ElfError:
+            elf = None
+        self._files[identity] = elf
+        return elf
+
+
+def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles) -> ElfFile:
+    """The allocator library a running process uses, from its maps.
+
+    A library other than libc that exports malloc (jemalloc, tcmalloc, mimalloc)
+    is preferred: when one is mapped it is almost always the one in use.
+    """
+    libraries: dict[str, Mapping] = {}
+    for mapping in parse_maps(process.maps):
+        if ".so" in mapping.path and "/ld-" not in mapping.path:
+            libraries.setdefault(mapping.path, mapping)
+    opened = modules.open(process, libraries.values())
+    candidates = []
+    for mapping in libraries.values():
+        elf = opened[mapping.start]
+        try:
+            if elf is not None and elf.exports_function("malloc"):
+                candidates.append(elf)
+        except ElfError:
+            continue
+    if not candidates:
+        raise RuntimeFailure(
+            f"pid {process.pid} maps no dynamic allocator library (statically linked?); use --lib PATH"
+        )
+    others = [elf for elf in candidates if "/libc.so" not in elf.path and "/libc-" not in elf.path]
+    return (others or candidates)[0]
+
+
+GLIBC_NAME = re.compile(r"/(libc\.so[.\d]*|libc-[\d.]+\.so)$")
+_LIBC_NAME = re.compile(rf"{GLIBC_NAME.pattern}|/ld-musl-[^/]*\.so[.\d]*$")
+
+
+def libc_libraries(modules: ModuleFiles) -> tuple[ElfFile, ...]:
+    """Every distinct libc mapped by a running process (a container's is another file), each
+    opened with the rights of the first process found mapping it; this process's own first."""
+    found: dict[tuple, ElfFile] = {}
+    seen: set[tuple[str, int]] = set()  # (device, inode) as maps say: each file opened once
+    pids = [os.getpid()] + sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+    for pid in pids:
+        try:
+            process = read_process(pid)
+        except RuntimeFailure:
+            continue
+        if process is None:
+            continue  # gone
+        libcs: dict[tuple[str, int], Mapping] = {}
+        for mapping in parse_maps(process.maps):
+            if _LIBC_NAME.search(mapping.path) and (mapping.device, mapping.inode) not in seen:
+                libcs.setdefault((mapping.device, mapping.inode), mapping)
+        if not libcs:
+            continue
+        seen.update(libcs)
+        for elf in modules.open(process, libcs.values()).values():
+            if elf is not None:
+                found.setdefault(elf.identity, elf)
+    return tuple(found.values())

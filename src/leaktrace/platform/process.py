@@ -1,0 +1,189 @@
+"""Facts about target processes: maps, names, and which allocator library they use."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from leaktrace.errors import RuntimeFailure
+from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform.elf import ElfError, ElfFile
+from leaktrace.platform.target_files import credentials_of
+
+
+@dataclass(frozen=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    inode: int
+    path: str
+    device: str = ""  # major:minor, hexadecimal, as maps prints it
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A target's name (comm, file name, symbol) with its control characters as \\xNN: it may
+    carry terminal escape sequences, and reports reach root's terminal."""
+    if text.isascii() and text.isprintable():
+        return text
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
+def _mapping(line: str) -> Mapping | None:
+    parts = line.split(maxsplit=5)
+    if len(parts) < 5:
+        return None
+    start, end = (int(x, 16) for x in parts[0].split("-"))
+    path = parts[5] if len(parts) > 5 else ""
+    return Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path, parts[3])
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    return [m for m in map(_mapping, text.splitlines()) if m]
+
+
+def _executable_files(text: str) -> dict[tuple, str]:
+    """(start, end, inode, path) -> line, of the executable file mappings in maps text."""
+    found: dict[tuple, str] = {}
+    for line in text.splitlines():
+        m = _mapping(line)
+        if m and "x" in m.perms and m.path.startswith("/"):
+            found[m.start, m.end, m.inode, m.path] = line
+    return found
+
+
+def unmapped_mappings(earlier: ProcessInfo, now: str) -> str:
+    """The executable file mappings of a process's image that are gone from its maps now (a
+    dlclose'd library), in maps' form: those earlier maps held and now lacks, and those gone
+    before, less any whose range is mapped again; none when now is another image (after an
+    exec the maps share no executable file mapping)."""
+    before, after = _executable_files(earlier.maps), _executable_files(now)
+    if not before.keys() & after.keys():
+        return ""
+    gone = {**_executable_files(earlier.unmapped), **{key: line for key, line in before.items() if key not in after}}
+    mapped = parse_maps(now)
+    return "\n".join(
+        line for (start, end, _, _), line in gone.items() if not any(m.start < end and start < m.end for m in mapped)
+    )
+
+
+def read_process(pid: int) -> ProcessInfo | None:
+    """Reads a process's name and maps; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+        with open(f"/proc/{pid}/maps") as f:
+            maps = f.read()
+        credentials = credentials_of(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except RuntimeFailure:  # its status went between two reads
+        return None
+    except PermissionError as e:
+        raise RuntimeFailure(f"cannot read pid {pid}: {e.strerror}") from None
+    return ProcessInfo(pid, printable(comm), printable(os.path.basename(argv0) or comm), maps, credentials=credentials)
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state first); none if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return []
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def parent_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def _thread_group_of(pid: int) -> int | None:
+    """The process a thread id belongs to (itself for a process); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return None
+
+
+def read_target(pid: int) -> ProcessInfo:
+    """The running process -p names, or one clear error: there is none, or pid is one of its threads."""
+    info = read_process(pid)
+    if info is None:
+        raise RuntimeFailure(f"no process with pid {pid}")
+    if not info.maps:  # no address space: a kernel thread, or a process that has exited
+        if alive(pid):
+            raise RuntimeFailure(f"pid {pid} ({info.comm}) is a kernel thread: it has no user heap to trace")
+        raise RuntimeFailure(f"pid {pid} has exited (a zombie)")
+    process = _thread_group_of(pid)
+    if process not in (pid, None):
+        raise RuntimeFailure(f"{pid} is a thread of process {process}: trace -p {process}")
+    return info
+
+
+def exports(path: str, symbol: str) -> bool:
+    try:
+        return ElfFile(path).exports_function(symbol)
+    except ElfError:
+        return False
+
+
+def resolve_executable(name: str) -> str:
+    path = name if "/" in name else shutil.which(name)
+    if not path or not os.path.exists(path):
+        raise RuntimeFailure(f"cannot run '{name}': No such file or directory")
+    if not os.access(path, os.X_OK) or os.path.isdir(path):
+        raise RuntimeFailure(f"cannot run '{name}': Permission denied")
+    return os.path.realpath(path)
+
+
+def program_loader(path: str) -> str | None:
+    """The dynamic loader (ld.so) a program names, if it names one."""
+    try:
+        return ElfFile(path).interpreter
+    except ElfError:
+        return None
+
+
+def library_of_executable(path: str, symbol: str = "malloc") -> str:
+    """The library a program will bind symbol to (malloc: its allocator), asking its own loader.
+
+    The loader's list is in symbol search order, so the first library that
+    exports the symbol is the one the program's calls reach.
+    """
+    try:
+        elf = ElfFile(path)
+    except ElfError as e:
+        raise RuntimeFailure(f"{path} is not an ELF program ({e}); use --lib PATH") from None
+    if elf.exports_function(symbol):
+        return path
+    interpreter = elf.interpreter
+    if interpreter is None:
+        raise RuntimeFailure(f"{path} is statically linked: it has no dynamic allocator library to probe")
+    listing = subprocess.run([interpreter, "--list", path], capture_output=True, text=True, check=False)
+    for line in listing.stdout.splitlines():
+        if "=>" not in line:
+            continue
+        library = line.split("=>", 1)[1].split("(")[0].strip()
+        if library.startswith("/") and exports(library, symbol):
+            return library
+    raise RuntimeFailure(f"{path} loads no library exporting {symbol}; use --lib PATH")

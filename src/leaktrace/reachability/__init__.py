@@ -1,0 +1,1 @@
+"""libmemunreachable's check for Linux processes: freeze, conservative scan, folding."""

@@ -1,0 +1,245 @@
+"""Unreachable memory, as libmemunreachable finds it, for a Linux process.
+
+The allocations come from leaktrace's own live table, with their sizes and
+stacks; for a process traced since it was attached (not launched), from the walk of
+its glibc heap too (sources/glibc_heap.py), so that blocks made before the trace are
+judged as well, without a stack and sized by their usable size. The process is frozen for a moment (freeze.py) while its
+registers and writable memory are copied; the copy is then swept offline
+(heap_graph.py) and the unreachable allocations are folded into leaks
+(leak_folding.py) and merged by backtrace, as upstream does.
+
+Roots: every writable mapping that holds no known allocation (.data and .bss of
+each ELF file, anonymous memory, TLS), each thread's stack from its stack
+pointer (less the 128-byte red zone) up, and every thread's registers. A mapping
+that holds known allocations (the heap) is scanned only inside them, unless the
+set of allocations is incomplete (a trace attached to a running process does
+not know the blocks made before it, and no heap walk found them): then the rest of
+the heap counts as roots too, so that those blocks keep alive what they point to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from leaktrace.model.heap import HeapReport, HeapWalk
+from leaktrace.model.snapshot import (
+    CONTENTS_LENGTH,
+    UNREACHABLE_LIMIT,
+    LiveAllocation,
+    ProcessInfo,
+    StackStatus,
+    UnreachableLeak,
+    UnreachableReport,
+)
+from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles, allocator_library_of_process
+from leaktrace.platform.process import Mapping, read_target
+from leaktrace.reachability.freeze import FrozenImage, freeze_and_copy
+from leaktrace.reachability.heap_graph import MemoryRegion, build_graph
+from leaktrace.reachability.leak_folding import fold_leaks
+from leaktrace.sources.glibc_heap import HeapWalkRefused, walk_heap
+
+RED_ZONE = 128  # x86-64 ABI: below the stack pointer, still the function's
+
+
+def scanned_mapping(mapping: Mapping) -> bool:
+    """The mappings a check copies: readable and writable ones."""
+    return "r" in mapping.perms and "w" in mapping.perms and mapping.path not in ("[vvar]", "[vsyscall]")
+
+
+def _without(ranges: tuple[tuple[int, int], ...], excluded: tuple[tuple[int, int], ...]):
+    """The parts of ranges outside every excluded range."""
+    for low, high in excluded:
+        ranges = tuple(
+            part
+            for start, end in ranges
+            for part in ((start, min(end, low)), (max(start, high), end))
+            if part[0] < part[1]
+        )
+    return ranges
+
+
+def _regions(
+    image: FrozenImage, begins: np.ndarray, complete: bool, excluded: tuple[tuple[int, int], ...]
+) -> list[MemoryRegion]:
+    stack_pointers = image.stack_pointers()
+    regions = []
+    for mapping in image.maps:
+        data = image.memory.get(mapping.start)
+        if data is None:
+            continue
+        first = np.searchsorted(begins, np.uint64(mapping.start))
+        holds_allocations = first < len(begins) and int(begins[first]) < mapping.end
+        pointers = [sp for sp in stack_pointers if mapping.start <= sp < mapping.end]
+        if holds_allocations:
+            roots = () if complete else ((mapping.start, mapping.end),)
+        elif pointers:
+            roots = ((max(mapping.start, min(pointers) - RED_ZONE), mapping.end),)
+        else:
+            roots = ((mapping.start, mapping.end),)
+        regions.append(MemoryRegion(mapping.start, data, _without(roots, excluded)))
+    return regions
+
+
+def _merge_by_backtrace(leaks: list[UnreachableLeak]) -> list[UnreachableLeak]:
+    """Leaks with the same (non-empty) backtrace become one, with `similar` totals (upstream)."""
+    merged: list[UnreachableLeak] = []
+    by_stack: dict[tuple[int, ...], int] = {}
+    for leak in leaks:
+        earlier = by_stack.get(leak.stack) if leak.stack else None
+        if earlier is None:
+            if leak.stack:
+                by_stack[leak.stack] = len(merged)
+            merged.append(leak)
+            continue
+        first = merged[earlier]
+        merged[earlier] = dataclasses.replace(
+            first,
+            similar_count=first.similar_count + 1,
+            similar_size=first.similar_size + leak.size,
+            similar_referenced_count=first.similar_referenced_count + leak.referenced_count,
+            similar_referenced_size=first.similar_referenced_size + leak.referenced_size,
+        )
+    return merged
+
+
+def find_unreachable(
+    process: ProcessInfo,
+    allocations: list[LiveAllocation],
+    complete: bool,
+    limit: int = UNREACHABLE_LIMIT,
+    allocator: str = "",
+) -> UnreachableReport:
+    """Freezes the process, copies what the check needs, lets it go, and sweeps the copy. When
+    the allocations are incomplete and the allocator (its library's path) is glibc's, the
+    blocks of the heap the trace did not see are judged too."""
+    image = freeze_and_copy(process.pid, scanned_mapping)
+    if complete:
+        return sweep_image(image, allocations, complete, limit)
+    try:
+        if not GLIBC_NAME.search(allocator):
+            raise HeapWalkRefused(f"pid {process.pid} allocates with {allocator}: the heap walk is glibc's")
+        walk = walk_heap(process, image)
+    except HeapWalkRefused as e:
+        return dataclasses.replace(sweep_image(image, allocations, complete, limit), heap_walk=f"no heap walk: {e}")
+    return _sweep_walked(image, allocations, walk, limit)
+
+
+def _sweep_walked(
+    image: FrozenImage, allocations: list[LiveAllocation], walk: HeapWalk, limit: int
+) -> UnreachableReport:
+    """The check over every block the walk found: the trace's record where it has one (its size
+    and stack), else a block made before the trace. A traced allocation the walk did not find was
+    freed while its record was read, unless the walk is incomplete: then it is judged too."""
+    traced = {a.address: a for a in allocations if a.pid == image.pid}
+    begins, sizes = walk.addresses, walk.usable.copy()
+    wanted = np.array(sorted(traced), dtype=np.uint64)
+    at = np.minimum(np.searchsorted(begins, wanted), max(len(begins) - 1, 0))
+    found = begins[at] == wanted if len(begins) else np.zeros(len(wanted), dtype=bool)
+    if not walk.complete and not found.all():
+        begins = np.concatenate([begins, wanted[~found]])
+        sizes = np.concatenate([sizes, np.zeros(int((~found).sum()), dtype=np.uint64)])
+        order = np.argsort(begins, kind="stable")
+        begins, sizes = begins[order], sizes[order]
+        at, found = np.searchsorted(begins, wanted), np.ones(len(wanted), dtype=bool)
+    records = {int(i): traced[int(address)] for i, address in zip(at[found], wanted[found])}
+    for i, record in records.items():
+        sizes[i] = record.size
+
+    def allocation_at(i: int) -> LiveAllocation:
+        return records.get(i) or LiveAllocation(image.pid, int(begins[i]), int(sizes[i]), (), StackStatus.BEFORE_TRACE)
+
+    report = _sweep_blocks(image, begins, sizes, allocation_at, walk.complete, limit, walk.allocator_state)
+    return dataclasses.replace(
+        report, heap_walk=heap_walk_line(walk), walk_problems=walk.problems, before_trace=len(begins) - len(records)
+    )
+
+
+def examine_heap(pid: int, unreachable: bool = False, limit: int = UNREACHABLE_LIMIT) -> HeapReport:
+    """Freezes pid, copies its writable memory, lets it go, and walks its glibc heap (and with
+    unreachable, sweeps it); raises HeapWalkRefused where its allocator is not glibc's."""
+    process = read_target(pid)
+    allocator = allocator_library_of_process(process, ModuleFiles())
+    if not GLIBC_NAME.search(allocator.path):
+        raise HeapWalkRefused(f"pid {pid} allocates with {allocator.path}: the heap walk is glibc's")
+    image = freeze_and_copy(pid, scanned_mapping)
+    walk = walk_heap(process, image)
+    report = _sweep_walked(image, [], walk, limit) if unreachable else None
+    return HeapReport(process, walk, image.pause_seconds, report)
+
+
+def heap_walk_line(walk: HeapWalk) -> str:
+    return (
+        f"heap walk (glibc {walk.glibc}): {len(walk.addresses)} blocks in use in {len(walk.arenas)} "
+        f"arena{'' if len(walk.arenas) == 1 else 's'} and {int(walk.mmapped.sum())} mmapped chunks, "
+        f"walked in {walk.walk_seconds * 1000:.1f} ms; {walk.method}"
+    )
+
+
+def sweep_image(
+    image: FrozenImage,
+    allocations: list[LiveAllocation],
+    complete: bool,
+    limit: int = UNREACHABLE_LIMIT,
+    excluded: tuple[tuple[int, int], ...] = (),
+) -> UnreachableReport:
+    """The check on a frozen copy; excluded ranges are never roots (the tracer's own records
+    of the blocks, when they live in the process)."""
+    ordered = sorted((a for a in allocations if a.pid == image.pid), key=lambda a: a.address)
+    begins = np.array([a.address for a in ordered], dtype=np.uint64)
+    sizes = np.array([a.size for a in ordered], dtype=np.uint64)
+    return _sweep_blocks(image, begins, sizes, ordered.__getitem__, complete, limit, excluded)
+
+
+def _sweep_blocks(
+    image: FrozenImage,
+    begins: np.ndarray,
+    sizes: np.ndarray,
+    allocation_at: Callable[[int], LiveAllocation],
+    complete: bool,
+    limit: int,
+    excluded: tuple[tuple[int, int], ...],
+) -> UnreachableReport:
+    """The check over blocks given as arrays (begins ascending); allocation_at(i) is asked only
+    for the unreachable ones."""
+    started = time.monotonic()
+    registers = [value for regs in image.registers.values() for value in regs]
+    graph = build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
+    reachable = graph.reachable()
+    lost = np.flatnonzero(~reachable).tolist()
+    among_lost = ~reachable[graph.sources] & ~reachable[graph.targets]
+    edges = list(zip(graph.sources[among_lost].tolist(), graph.targets[among_lost].tolist()))
+    lost_sizes = sizes[lost].tolist()
+    folded = fold_leaks(lost, dict(zip(lost, lost_sizes)), edges)
+    leaks = []
+    for f in folded:
+        block = allocation_at(f.node)
+        leaks.append(
+            UnreachableLeak(
+                image.pid,
+                block.address,
+                block.size,
+                f.referenced_count,
+                f.referenced_size,
+                block.stack,
+                block.stack_status,
+                image.read(block.address, min(block.size, CONTENTS_LENGTH)),
+            )
+        )
+    leaks = sorted(_merge_by_backtrace(leaks), key=lambda leak: -leak.total_size)
+    return UnreachableReport(
+        image.pid,
+        tuple(leaks[:limit]),
+        len(leaks),
+        len(lost),
+        sum(lost_sizes),
+        len(begins),
+        int(sizes.sum()),
+        complete,
+        image.pause_seconds,
+        time.monotonic() - started,
+        image.unreadable_pages,
+    )

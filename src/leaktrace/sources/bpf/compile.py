@@ -1,0 +1,193 @@
+"""bcc's compile of leaktrace.bpf.c for an engine's settings, run in a thread.
+
+clang holds no GIL, so whatever the caller does meanwhile (importing the rest of
+leaktrace, reading and disassembling libraries) costs no start-up time. The CLI starts
+the compile as soon as its arguments are known (`compile_ahead`); the engine then
+takes that compile if it was made for its flags, or starts its own (`claim_or_start_compile`).
+Until a compile ends, fds 1 and 2 are its log: nothing may print meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+
+from bcc import BPF
+
+from leaktrace.android.options import SIZE_MAX
+from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.system import tracepoint_fields
+from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI
+
+# Programs attached through uprobe_multi links, so loaded for them; and the stack walk
+# alloc_return tail-calls, which must be loaded as its caller is.
+LINKED_PROGRAMS = (b"alloc_enter", b"alloc_return", b"free_enter", b"exit_stop", b"modules_changed", b"unwind_frames")
+VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    stack_depth: int = 16  # malloc_debug's backtrace=N
+    size_min: int = 0  # sizes in [size_min, size_max] get a stack
+    size_max: int = SIZE_MAX
+    max_live: int = 1_200_000  # live allocations held
+    max_sites: int = 262_144  # distinct (pid, stack, size)
+    max_stacks: int = 65_536  # distinct stacks
+    max_procs: int = 32_768  # processes known at once (with fork following, and --all)
+    follow_forks: bool = False  # trace children, with the blocks they inherit
+    unwind: str = "dwarf"  # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
+    max_unwind_rows: int = 1 << 20  # CFI rows of every module traced (12 bytes each, preallocated)
+    max_unwind_pages: int = 1 << 18  # their page index: 512 bytes of code each (8 bytes each, preallocated)
+    # Compiled unwind tables kept across starts (None: none kept); LEAKTRACE_CACHE_DIR overrides.
+    table_cache: str | None = field(
+        default_factory=lambda: os.environ.get("LEAKTRACE_CACHE_DIR", "/var/cache/leaktrace/unwind")
+    )
+
+
+def bpf_source() -> str:
+    """The program's text, layout.h put in place of its #include (bcc compiles one text)."""
+    # Paths beside the package, not importlib.resources: that import costs 12 ms of start-up.
+    here = os.path.dirname(__file__)
+    with open(os.path.join(here, "leaktrace.bpf.c")) as source, open(os.path.join(here, "layout.h")) as layout:
+        return source.read().replace('#include "layout.h"', layout.read(), 1)
+
+
+def _tracepoint_cflags(follow_forks: bool) -> list[str]:
+    """Where the fork and exit tracepoints keep the fields the BPF program reads (-f only)."""
+    if not follow_forks:
+        return ["-DNEWTASK_PID=0", "-DNEWTASK_CLONE_FLAGS=0", "-DEXIT_GROUP_DEAD=0"]
+    newtask = tracepoint_fields("task", "task_newtask")
+    exits = tracepoint_fields("sched", "sched_process_exit")
+    if "pid" not in newtask or "clone_flags" not in newtask or "group_dead" not in exits:
+        raise RuntimeFailure(
+            "this kernel's task_newtask and sched_process_exit tracepoints lack the "
+            "fields -f needs (pid, clone_flags, group_dead)"
+        )
+    return [
+        f"-DNEWTASK_PID={newtask['pid']}",
+        f"-DNEWTASK_CLONE_FLAGS={newtask['clone_flags']}",
+        f"-DEXIT_GROUP_DEAD={exits['group_dead']}",
+    ]
+
+
+def program_cflags(settings: EngineSettings, target: int) -> list[str]:
+    """The program's -D flags for an engine tracing target (0: every process, with children)."""
+    s = settings
+    follow_forks = s.follow_forks or not target
+    return [
+        f"-DTARGET_TGID={target}",
+        f"-DFOLLOW_FORKS={int(follow_forks)}",
+        f"-DTRACE_ALL={int(not target)}",
+        f"-DSELF_TGID={os.getpid()}",
+        f"-DMAX_PROCS={s.max_procs}",
+        f"-DSTACK_DEPTH={s.stack_depth}",
+        f"-DLT_SIZE_MIN={s.size_min}ULL",
+        f"-DLT_SIZE_MAX={s.size_max}ULL",
+        f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}",
+        f"-DMAX_LIVE={s.max_live}",
+        f"-DMAX_SITES={s.max_sites}",
+        f"-DMAX_STACKS={s.max_stacks}",
+        f"-DUNWIND_DWARF={int(s.unwind == 'dwarf')}",
+        f"-DMAX_ROWS={s.max_unwind_rows}",
+        f"-DMAX_PAGES={s.max_unwind_pages}",
+    ] + _tracepoint_cflags(follow_forks)
+
+
+@contextlib.contextmanager
+def bcc_output():
+    """Catches what bcc and clang print (on fds 1 and 2) in a memory file, yielded for reading."""
+    with open(os.memfd_create("leaktrace-bcc-log"), "w+") as log:
+        saved = [os.dup(fd) for fd in (1, 2)]
+        for fd in (1, 2):
+            os.dup2(log.fileno(), fd)
+        try:
+            yield log
+        finally:
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def first_error_line(text: str) -> str:
+    # The verifier ends its log with statistics; its verdict is the line before them.
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not VERIFIER_STATISTICS.match(line.strip())]
+    # bcc's own word on missing kernel headers says more than the clang error that follows it.
+    for wanted in ("kernel headers", "error"):
+        for line in lines:
+            if wanted in line.lower():
+                return line
+    return lines[-1] if lines else "unknown error"
+
+
+class Compiling(threading.Thread):
+    """The compile for cflags and the load of the linked programs, under way in a thread."""
+
+    def __init__(self, cflags: list[str]):
+        super().__init__(name="bcc compile", daemon=True)
+        self.cflags, self._source = cflags, bpf_source().encode()
+        self._value: tuple[BPF, dict[bytes, int]] | None = None
+        self._error: RuntimeFailure | None = None
+        self.start()
+
+    def run(self) -> None:
+        with bcc_output() as log:
+            try:
+                bpf = BPF(text=self._source, cflags=self.cflags)
+                programs = {
+                    program: bpf.load_func(program, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
+                    for program in LINKED_PROGRAMS
+                }
+                self._value = bpf, programs
+                return
+            except Exception as e:  # bcc raises bare Exception
+                log.seek(0)
+                error = first_error_line(log.read() or str(e))
+        self._error = RuntimeFailure(f"cannot load the BPF program: {error}")
+
+    def result(self):
+        """(the bcc.BPF, fd of each linked program) once the compile is done; raises its failure."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def discard(self) -> None:
+        """Waits for the compile (its log holds fds 1 and 2 until then) and frees what it made."""
+        self.join()
+        if self._value is not None:
+            with bcc_output():
+                self._value[0].cleanup()
+            self._value = None
+
+
+_ahead: Compiling | None = None  # started by compile_ahead, not yet taken by an engine
+
+
+def compile_ahead(settings: EngineSettings, target: int) -> Compiling:
+    """Starts the compile an engine for (settings, target) will ask for."""
+    global _ahead
+    discard_compile_ahead()
+    _ahead = Compiling(program_cflags(settings, target))
+    return _ahead
+
+
+def discard_compile_ahead() -> None:
+    """Discards a compile started ahead that no engine took: until it ends, output is lost."""
+    global _ahead
+    ahead, _ahead = _ahead, None
+    if ahead is not None:
+        ahead.discard()
+
+
+def claim_or_start_compile(settings: EngineSettings, target: int) -> Compiling:
+    """The compile started ahead for these flags, or a new one."""
+    global _ahead
+    cflags = program_cflags(settings, target)
+    if _ahead is not None and _ahead.cflags == cflags:
+        ahead, _ahead = _ahead, None
+        return ahead
+    discard_compile_ahead()  # two compiles would both redirect fds 1 and 2
+    return Compiling(cflags)

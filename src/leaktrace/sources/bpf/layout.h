@@ -1,0 +1,123 @@
+// The layout leaktrace.bpf.c and user space share: counters, allocating functions, the
+// control slots, map keys and values, unwind rows. The one source of truth: layout_gen.py
+// writes the Python side (layout.py) from this file, and a test fails when it is stale.
+// Kept to what layout_gen.py reads: #define NAME NUMBER, enums (a counter's comment
+// starts with its Counters field name), structs of u8/s16/u16/u32/s32/u64 and char[N].
+#ifndef LEAKTRACE_LAYOUT_H
+#define LEAKTRACE_LAYOUT_H
+
+// Stack keys below FIRST_STACK_KEY are not hashes: they say why there is no stack.
+#define STACK_NONE 0  // size outside the backtrace size range: counted, no stack
+#define STACK_LOST 1  // a stack was wanted but could not be stored (see counters)
+#define FIRST_STACK_KEY 2
+
+enum counter {
+    C_ALLOCS,           // allocations: allocations recorded
+    C_FREES,            // frees: frees of recorded allocations
+    C_LIVE_FULL,        // live_map_full: allocation not recorded: live map full
+    C_SITE_FULL,        // site_map_full: allocation not recorded: site map full
+    C_STACK_FULL,       // stack_map_full: stack lost: stack map full
+    C_STACK_COLLISION,  // stack_collisions: stack lost: another stack has the same hash
+    C_PENDING_LOST,     // pending_lost: call lost: its per-thread record could not be created
+    C_STALE_CALL,       // stale_calls: a call whose return was never seen was replaced
+    C_UNKNOWN_FREE,     // unknown_frees: free/realloc by the program of an address that is not recorded
+    C_INTERNAL_FREE,    // internal_frees: free by the allocator's own code of a block it kept (glibc's tcache)
+    C_MISSED_FREE,      // missed_frees: an address came back from the allocator while still recorded
+    C_NESTED,           // nested_calls: allocator call made from inside another one (ignored)
+    C_UNFOLLOWED,       // unfollowed_children: process not traced: procs map full (each counted once)
+    C_INHERIT_LOST,  // inheritance_lost: child that ran without its inherited blocks (too many copies waited at its fork)
+    C_STACK_TRUNCATED,  // stacks_truncated: a stack ended early: a frame the walk could not follow or trust
+    C_COUNTERS,
+};
+
+// The allocating functions, as cookies of alloc_enter's probes.
+enum function {
+    F_MALLOC,
+    F_CALLOC,
+    F_REALLOC,
+    F_REALLOCARRAY,
+    F_POSIX_MEMALIGN,
+    F_ALIGNED_ALLOC,  // and memalign
+    F_VALLOC,
+    F_PVALLOC,
+};
+
+struct live_key {
+    u32 tgid;
+    u32 gen;
+    u64 addr;
+};
+
+struct live_val {
+    u64 size;
+    u64 ts_ns;  // allocation time; for a tombstone, when it was freed
+    u64 stack_key;
+    u32 inherited;  // allocated by an ancestor before the fork
+    u32 tombstone;  // an inherited block this process freed before its copy was made
+};
+
+struct site_key {
+    u32 tgid;
+    u32 gen;
+    u64 stack_key;
+    u64 size;
+};
+
+struct proc {
+    u32 gen;
+    u32 exited;
+    u32 parent;            // the tgid it was forked from (0: the target, or first seen with --all)
+    u32 execed;            // it has exec'd since
+    char comm[16];         // as of its fork or exec: names a process that dies before user space looks
+    u32 uid;               // real uid as of its fork, exec or first call (for --uid)
+    u32 ignored;           // IGNORED_*: known, but not traced
+    u32 inheritance_lost;  // forked with no copy slot: counted at its first call unless it execs first
+};
+#define IGNORED_UNSELECTED 1  // user space found it outside --comm/--uid/--pid-filter; exec clears it
+#define IGNORED_TRACER 2      // a process leaktrace started itself (addr2line): never traced
+
+// How to find the caller's frame from a range of a module's code (unwind_tables.py
+// compiles them from .eh_frame): the CFA is rsp or rbp plus cfa_offset, the return
+// address sits at CFA-8, and the caller's rbp at CFA+rbp_offset when saved.
+struct unwind_row {
+    u32 pc;  // module virtual address where the rule starts
+    s32 cfa_offset;
+    s16 rbp_offset;
+    u8 cfa_rule;  // CFA_*
+    u8 rbp_rule;  // RBP_*
+};
+#define CFA_UNKNOWN 0  // no rule the walk can apply: try the frame-pointer chain
+#define CFA_RSP 1
+#define CFA_RBP 2
+#define CFA_END 3     // the return address is undefined: the outermost frame
+#define CFA_SIGNAL 4  // a signal trampoline: the registers are in the ucontext at rsp
+#define RBP_SAME 0
+#define RBP_SAVED 1
+
+struct exec_map {
+    u64 start;
+    u64 end;
+    u64 bias;  // address - module virtual address
+    u32 first_row;
+    u32 row_count;  // 0: no table (the frame-pointer chain, checked, is tried)
+    u32 first_page;
+    u32 page_count;   // 0: no page index (the search covers every row of the file)
+    u32 page_origin;  // module virtual address of page 0
+    u32 pad;
+};
+#define ROW_PAGE_SHIFT 9
+#define MAX_EXEC_MAPS 128
+
+// The control array's slots (see leaktrace.bpf.c for what each one means).
+#define CTL_EXIT_STOP 0
+#define CTL_NEXT_GEN 1
+#define CTL_FORKS 2
+#define CTL_COPIES_DONE 3
+#define CTL_TARGET_GEN 4
+#define CTL_TEXT_BEFORE_FREE 5
+#define CTL_TEXT_AFTER_FREE 6
+#define CTL_TABLES_STOP 7
+#define CTL_TABLES_GEN 8
+#define NO_TABLES_STOP 0xffffffff
+
+#endif

@@ -1,0 +1,82 @@
+# Generated from sources/bpf/layout.h by sources/bpf/layout_gen.py; tests/unit/test_layouts.py checks it.
+import struct
+
+STACK_NONE = 0
+STACK_LOST = 1
+FIRST_STACK_KEY = 2
+IGNORED_UNSELECTED = 1
+IGNORED_TRACER = 2
+CFA_UNKNOWN = 0
+CFA_RSP = 1
+CFA_RBP = 2
+CFA_END = 3
+CFA_SIGNAL = 4
+RBP_SAME = 0
+RBP_SAVED = 1
+ROW_PAGE_SHIFT = 9
+MAX_EXEC_MAPS = 128
+CTL_EXIT_STOP = 0
+CTL_NEXT_GEN = 1
+CTL_FORKS = 2
+CTL_COPIES_DONE = 3
+CTL_TARGET_GEN = 4
+CTL_TEXT_BEFORE_FREE = 5
+CTL_TEXT_AFTER_FREE = 6
+CTL_TABLES_STOP = 7
+CTL_TABLES_GEN = 8
+NO_TABLES_STOP = 0xffffffff
+
+C_ALLOCS = 0
+C_FREES = 1
+C_LIVE_FULL = 2
+C_SITE_FULL = 3
+C_STACK_FULL = 4
+C_STACK_COLLISION = 5
+C_PENDING_LOST = 6
+C_STALE_CALL = 7
+C_UNKNOWN_FREE = 8
+C_INTERNAL_FREE = 9
+C_MISSED_FREE = 10
+C_NESTED = 11
+C_UNFOLLOWED = 12
+C_INHERIT_LOST = 13
+C_STACK_TRUNCATED = 14
+C_COUNTERS = 15
+COUNTER_FIELDS = (   # the Python names, in the enum's order
+    'allocations',
+    'frees',
+    'live_map_full',
+    'site_map_full',
+    'stack_map_full',
+    'stack_collisions',
+    'pending_lost',
+    'stale_calls',
+    'unknown_frees',
+    'internal_frees',
+    'missed_frees',
+    'nested_calls',
+    'unfollowed_children',
+    'inheritance_lost',
+    'stacks_truncated',
+)
+
+F_MALLOC = 0
+F_CALLOC = 1
+F_REALLOC = 2
+F_REALLOCARRAY = 3
+F_POSIX_MEMALIGN = 4
+F_ALIGNED_ALLOC = 5
+F_VALLOC = 6
+F_PVALLOC = 7
+
+LIVE_KEY = struct.Struct('<IIQ')   # tgid, gen, addr
+
+LIVE_VAL = struct.Struct('<QQQII')   # size, ts_ns, stack_key, inherited, tombstone
+
+SITE_KEY = struct.Struct('<IIQQ')   # tgid, gen, stack_key, size
+
+PROC = struct.Struct('<IIII16sIII')   # gen, exited, parent, execed, comm, uid, ignored, inheritance_lost
+
+UNWIND_ROW = struct.Struct('<IihBB')   # pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
+
+EXEC_MAP = struct.Struct('<QQQIIIIII')   # start, end, bias, first_row, row_count, first_page, page_count, page_origin, pad

@@ -1,0 +1,106 @@
+"""Writes the Python side of the layouts C and Python share: sources/bpf/layout.py from
+layout.h (what leaktrace.bpf.c and user space share) and sources/preload/layout.py from
+native/record.h (the preload library's table records):
+
+    python -m leaktrace.sources.bpf.layout_gen
+
+The headers are the one source of truth; tests/unit/test_layouts.py fails when a generated
+file is stale.
+It reads only what layout.h is kept to: `#define NAME NUMBER`, enums, and structs whose
+fields are u8/s16/u16/u32/s32/u64 (or the C names of those) and char[N].
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+SOURCES = Path(__file__).parents[1]
+# header -> the Python module written from it
+LAYOUTS = {
+    SOURCES / "bpf" / "layout.h": SOURCES / "bpf" / "layout.py",
+    SOURCES / "preload" / "native" / "record.h": SOURCES / "preload" / "layout.py",
+}
+# C type -> struct format character (native sizes and alignment: x86-64)
+TYPES = {
+    "u8": "B",
+    "uint8_t": "B",
+    "s16": "h",
+    "int16_t": "h",
+    "u16": "H",
+    "uint16_t": "H",
+    "u32": "I",
+    "uint32_t": "I",
+    "s32": "i",
+    "int32_t": "i",
+    "u64": "Q",
+    "uint64_t": "Q",
+    "uintptr_t": "Q",
+    "size_t": "Q",
+    "pointer": "Q",
+}
+_DEFINE = re.compile(r"^#define ([A-Z][A-Z0-9_]*) (0x[0-9a-fA-F]+|\d+)[uUlL]*\b", re.M)
+_ENUM = re.compile(r"^enum (\w+) \{\n(.*?)^\};", re.M | re.S)
+_STRUCT = re.compile(r"^struct (\w+) \{\n(.*?)^\};", re.M | re.S)
+_FIELD = re.compile(r"^\s*(?:const\s+)?(\w+)\s*(\*?)\s*(\w+)(?:\[(\d+)\])?;")
+
+
+def struct_format(body: str) -> tuple[str, list[str]]:
+    """A struct's little-endian format, with its padding spelled out, and its field names."""
+    fmt, names, offset, alignment = "<", [], 0, 1
+    for line in body.splitlines():
+        found = _FIELD.match(line)
+        if not found:
+            continue
+        ctype, pointer, name, count = found.groups()
+        if ctype == "char" and count:
+            code, size, align = f"{count}s", int(count), 1
+        else:
+            code = TYPES["pointer" if pointer else ctype]
+            size = align = struct.calcsize(code)
+            if count:
+                code, size = f"{count}{code}", size * int(count)
+        padding = -offset % align
+        fmt += "x" * padding + code
+        offset += padding + size
+        alignment = max(alignment, align)
+        names.append(name)
+    return fmt + "x" * (-offset % alignment), names
+
+
+def python_layout(header: str, source: str) -> str:
+    lines = [
+        f"# Generated from {source} by sources/bpf/layout_gen.py; tests/unit/test_layouts.py checks it.",
+        "import struct",
+        "",
+    ]
+    for name, value in _DEFINE.findall(header):
+        if name.isupper() and not name.endswith("_H"):
+            lines.append(f"{name} = {value}")
+    for enum, body in _ENUM.findall(header):
+        members = re.findall(r"^[ \t]*([A-Z][A-Z0-9_]*),[ \t]*(?://[ \t]*(\w+):)?", body, re.M)
+        lines.append("")
+        for index, (member, _) in enumerate(members):
+            lines.append(f"{member} = {index}")
+        fields = tuple(field for _, field in members if field)
+        if fields:
+            lines.append(f"{enum.upper()}_FIELDS = (   # the Python names, in the enum's order")
+            lines += [f"    {field!r}," for field in fields] + [")"]
+    for name, body in _STRUCT.findall(header):
+        fmt, names = struct_format(body)
+        lines += ["", f"{name.upper()} = struct.Struct({fmt!r})   # {', '.join(names)}"]
+    return "\n".join(lines) + "\n"
+
+
+def generated(header: Path) -> str:
+    return python_layout(header.read_text(), str(header.relative_to(SOURCES.parent)))
+
+
+def main() -> None:
+    for header, module in LAYOUTS.items():
+        module.write_text(generated(header))
+
+
+if __name__ == "__main__":
+    main()

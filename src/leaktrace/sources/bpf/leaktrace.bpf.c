@@ -1,0 +1,968 @@
+// leaktrace's in-kernel half: uprobes on an allocator keep the live-allocation
+// table, a table of unique user stacks and per-(tgid, stack, size) counts.
+// Every handler does O(1) map work (the stack walk: bounded work per frame, 8 frames a
+// program run; plus one pass over the stack it just
+// walked); everything else happens in user space.
+//
+// Compile-time parameters (set by compile.py with -D):
+//   TARGET_TGID    the process -c launches (armed at its exec, stopped in its _exit)
+//   FOLLOW_FORKS   1 when children are traced (-f): only then can a free concern a waiting child
+//   TRACE_ALL      1 for --all: a process is traced from its first allocator call
+//   SELF_TGID      leaktrace itself, which --all never traces, nor the processes it starts
+//   STACK_DEPTH    frames kept per stack (the caller's return address + the rest)
+//   LT_SIZE_MIN    smallest size that gets a stack (inclusive)
+//   LT_SIZE_MAX    largest size that gets a stack (inclusive)
+//   PAGE_BYTES     the page size, for pvalloc
+//   MAX_LIVE, MAX_SITES, MAX_STACKS, MAX_PROCS   map capacities
+//   UNWIND_DWARF   1: stacks follow the modules' CFI rows; 0: the frame-pointer chain only
+//   MAX_ROWS       capacity of the unwind-row table (every module's rows, end to end)
+//   MAX_PAGES      capacity of the row-page index (every module's pages, end to end)
+//
+// Traced processes are the keys of `procs`. Each process image has a `gen`
+// (new at fork and exec, never reused) that is part of every live and site
+// key, so an exec or a reused pid starts clean and user space can drop the old
+// image's entries at leisure.
+//
+// Fork: the child inherits its parent's live blocks (Android's zygote bit).
+// BPF cannot copy a table, so until user space has copied the parent's entries
+// (`inherits` says which children wait), the child looks a missing block up in
+// its parent as of the fork, and a parent freeing a pre-fork block first hands
+// a copy to each waiting child. Inherited blocks are not in `sites`; user space
+// counts them from `live`.
+#include <uapi/linux/ptrace.h>
+
+#include "layout.h"  // shared with user space (layout.py is generated from it)
+
+#define CLONE_VM 0x00000100  // uapi/linux/sched.h, spelled out: that header slows the compile
+#define CLONE_THREAD 0x00010000
+
+// bpf_probe_read_user under another name: for every call by that name bcc looks the helper
+// up in /proc/kallsyms, which took 40% of the compile here.
+static long (*read_user)(void *dst, u32 size, const void *unsafe_ptr) = (void *)BPF_FUNC_probe_read_user;
+
+enum call_kind {
+    K_ALLOC,    // malloc, calloc, aligned_alloc, memalign, valloc, pvalloc
+    K_REALLOC,  // realloc, reallocarray
+    K_POSIX_MEMALIGN,
+};
+
+// A child whose inherited entries user space has not copied yet.
+struct inherit {
+    u32 parent;
+    u32 parent_gen;
+    u64 fork_ts;
+};
+
+struct copy_slot_key {
+    u32 parent;
+    u32 slot;
+};
+#define COPY_SLOTS 4
+#define INHERIT_DEPTH 4
+
+struct stack_val {
+    u64 ip[STACK_DEPTH];
+};
+
+// Per thread: a uprobe handler can be preempted, and another thread's handler
+// on the same CPU would overwrite per-CPU scratch.
+struct stack_capture {
+    struct stack_val walk;  // the stack being captured
+    struct stack_val last;  // the last stack this thread stored...
+    u64 last_key;           // ...and its key (0: none yet)
+};
+
+// A process's executable mappings, sorted by start: each with the rows of its file and their
+// page index: for each 2^ROW_PAGE_SHIFT bytes of the module from page_origin on, the rows
+// that can hold the rule of an address there (from the one in effect where the page starts
+// to the one where the next starts), so that a row search covers one page's rows.
+struct exec_maps {
+    u32 gen;  // the image they describe
+    u32 count;
+    struct exec_map map[MAX_EXEC_MAPS];
+};
+
+// The walk of the call returning now, handed from program to program by tail calls.
+struct walk_state {
+    u64 pc;  // a return address (the next frame to record)
+    u64 sp;
+    u64 bp;
+    u32 depth;  // frames recorded
+    u32 end;    // WALK_*
+    u32 tgid;
+    u32 copied;    // bytes of the stack copied from copy_base on (0: every read goes to user memory)
+    u32 last_map;  // the mapping of the last frame: the next one is most often in it too
+    u32 pad;
+    u64 copy_base;
+    u64 addr;  // the block being recorded, with its record
+    struct live_val val;
+};
+// The stack is read a window at a time (a user read costs 0.1-0.2 us here, nearly the same
+// for 16 bytes as for 2 KiB): STACK_COPY bytes above the call, then from wherever the walk
+// next reads above the window; near the stack's end, to the end of the page, else word by word.
+#define STACK_COPY 2048
+#define WALK_ON 0
+#define WALK_COMPLETE 1   // the outermost frame, or the frame limit
+#define WALK_TRUNCATED 2  // a frame that could not be followed or trusted
+#define FRAMES_PER_PROGRAM 8
+
+// The allocator call in flight on a thread (entry_sp 0: none); nested and tail
+// calls are recognised by a stack pointer at or below entry_sp, and the
+// matching return by entry_sp + 8.
+struct pending_call {
+    u64 entry_sp;
+    u64 size;
+    u64 arg;  // realloc: old pointer; posix_memalign: memptr
+    u32 kind;
+    u32 gen;      // the caller's image generation
+    u32 has_old;  // realloc removed a recorded block at entry
+    u32 pad;
+    struct live_val old;
+    struct stack_capture stack;
+    struct walk_state walk;
+    u8 stack_copy[STACK_COPY];
+};
+
+// Allocated as it fills: 1.2M preallocated records would cost ~115 MB and 0.5 s at start.
+BPF_F_TABLE("hash", struct live_key, struct live_val, live, MAX_LIVE, BPF_F_NO_PREALLOC);
+BPF_HASH(sites, struct site_key, s64, MAX_SITES);
+BPF_HASH(stacks, u64, struct stack_val, MAX_STACKS);
+BPF_HASH(procs, u32, struct proc, MAX_PROCS);
+BPF_TABLE("lru_hash", u32, u8, unfollowed, 1024);
+// In the thread's own storage: a hash update and delete per call cost ~5x more here.
+BPF_TASK_STORAGE(pending, struct pending_call);
+BPF_HASH(inherits, u32, struct inherit, MAX_PROCS);
+BPF_HASH(copy_slots, struct copy_slot_key, u32, MAX_PROCS);
+BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
+BPF_ARRAY(unwind_rows, struct unwind_row, MAX_ROWS);
+BPF_ARRAY(unwind_pages, u64, MAX_PAGES);  // a page's rows: [low word, high word), counted from first_row
+BPF_F_TABLE("hash", u32, struct exec_maps, exec_maps, MAX_PROCS, BPF_F_NO_PREALLOC);
+BPF_PROG_ARRAY(unwind_programs, 1);
+// [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
+// [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
+// [CTL_COPIES_DONE] written by user space: forks whose copies it has made;
+// [CTL_TARGET_GEN] the target's generation as in `procs` (0: not traced);
+// [CTL_TEXT_BEFORE_FREE], [CTL_TEXT_AFTER_FREE] the extent of the allocator's code
+// around free's probe (set at start, so that the compile need not wait for it);
+// [CTL_TABLES_STOP] = 1 once the target is stopped for its unwind tables;
+// [CTL_TABLES_GEN] the target image whose tables user space has loaded (NO_TABLES_STOP:
+// never stop; -c stops its command at the first allocator call of each new image, so
+// that no stack is walked before the modules' tables are in).
+BPF_ARRAY(control, u32, 9);
+
+static __always_inline void count(u32 which)
+{
+    u64 *value = counters.lookup(&which);
+    if (value)
+        *value += 1;
+}
+
+// The image generation of a traced process, 0 when it is not traced.
+static __always_inline u32 traced_gen(u32 tgid)
+{
+#if !TRACE_ALL && !FOLLOW_FORKS
+    // Only the target's probes fire (its links are filtered by pid): an array read
+    // (inlined by the verifier) instead of a hash lookup on every call.
+    u32 slot = CTL_TARGET_GEN;
+    u32 *gen = control.lookup(&slot);
+    return gen && tgid == TARGET_TGID ? *gen : 0;
+#else
+    struct proc *p = procs.lookup(&tgid);
+    return p && !p->ignored ? p->gen : 0;
+#endif
+}
+
+// The generation a call of a process runs under (0: not traced), p its record. A child that
+// lost its inheritance is counted at its first call or its exit, whichever comes first: it
+// ran (and is reported) without what it inherited; one that execs first inherits nothing.
+static __always_inline u32 own_gen(struct proc *p)
+{
+    if (!p || p->ignored)
+        return 0;
+    if (p->inheritance_lost) {
+        p->inheritance_lost = 0;
+        count(C_INHERIT_LOST);
+    }
+    return p->gen;
+}
+
+// The image generation the current process's calls run under, 0 when it is not traced.
+static __always_inline u32 current_gen(u32 tgid)
+{
+#if !TRACE_ALL && !FOLLOW_FORKS
+    return traced_gen(tgid);
+#else
+    return own_gen(procs.lookup(&tgid));
+#endif
+}
+
+// A process that found the process table full: counted once (the last 1,024 remembered).
+static __always_inline void count_unfollowed(u32 tgid)
+{
+    u8 one = 1;
+    if (unfollowed.insert(&tgid, &one) == 0)
+        count(C_UNFOLLOWED);
+}
+
+static __always_inline u32 next_gen(void)
+{
+    u32 slot = CTL_NEXT_GEN;
+    u32 *next = control.lookup(&slot);
+    if (!next)
+        return 0;
+    // Not atomic (bcc's BPF target has no fetch-and-add): generations need only
+    // differ per tgid, so a rare duplicate between two pids is harmless.
+    u32 gen = *next;
+    *next = gen + 1;
+    return gen;
+}
+
+// A new image of the current process: a new generation, the current comm and uid.
+static __always_inline void start_image(struct proc *p)
+{
+    p->inheritance_lost = 0;  // a new program inherits nothing
+    p->gen = next_gen();
+    p->uid = (u32)bpf_get_current_uid_gid();
+    bpf_get_current_comm(p->comm, sizeof(p->comm));
+}
+
+// The generation for an allocator call: with --all, a process not seen
+// before is traced from this call on (user space may ignore it later).
+static __always_inline u32 calling_gen(u32 tgid)
+{
+#if TRACE_ALL
+    struct proc *p = procs.lookup(&tgid);
+    if (p)
+        return own_gen(p);
+    if (tgid == SELF_TGID)
+        return 0;
+    struct proc started = {};
+    start_image(&started);
+    // NOEXIST: a racing first call of another thread may have created it.
+    if (procs.insert(&tgid, &started) != 0 && !procs.lookup(&tgid)) {
+        count_unfollowed(tgid);
+        return 0;
+    }
+    return own_gen(procs.lookup(&tgid));
+#else
+    return current_gen(tgid);
+#endif
+}
+
+// The current thread's call record; created on first use when `create`.
+static __always_inline struct pending_call *thread_call(u64 create)
+{
+    return pending.task_storage_get(bpf_get_current_task_btf(), 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+static __always_inline int wants_stack(u64 size)
+{
+    return size >= LT_SIZE_MIN && size <= LT_SIZE_MAX;
+}
+
+// Returns 0 when the site map is full and the count could not be kept.
+static __always_inline int site_add(u32 tgid, u32 gen, u64 stack_key, u64 size, s64 delta)
+{
+    struct site_key key = {.tgid = tgid, .gen = gen, .stack_key = stack_key, .size = size};
+    s64 *value = sites.lookup(&key);
+    if (!value) {
+        s64 zero = 0;
+        sites.insert(&key, &zero);  // fails on a racing insert (harmless) or a full map
+        value = sites.lookup(&key);
+        if (!value) {
+            count(C_SITE_FULL);
+            return 0;
+        }
+    }
+    __sync_fetch_and_add(value, delta);
+    return 1;
+}
+
+static __always_inline void live_add(u32 tgid, u32 gen, u64 addr, struct live_val *val)
+{
+    struct live_key key = {.tgid = tgid, .gen = gen, .addr = addr};
+    int err = live.insert(&key, val);  // the common case: one map operation
+    if (err == -17 /* EEXIST */) {
+        struct live_val *stale = live.lookup(&key);
+        if (stale && !stale->tombstone) {
+            // The allocator handed out an address we still hold: its free went unseen.
+            if (!stale->inherited)
+                site_add(tgid, gen, stale->stack_key, stale->size, -1);
+            count(C_MISSED_FREE);
+        }
+        err = live.update(&key, val);
+    }
+    if (err != 0) {
+        count(C_LIVE_FULL);
+        return;
+    }
+    if (!val->inherited && !site_add(tgid, gen, val->stack_key, val->size, 1)) {
+        live.delete(&key);  // recorded nowhere rather than half-recorded
+        return;
+    }
+    count(C_ALLOCS);
+}
+
+// A block this process inherited and still holds, looked up in its ancestors
+// as they were at each fork, while user space has not copied it yet.
+static __always_inline int inherited_lookup(u32 tgid, u64 addr, struct live_val *out)
+{
+#if FOLLOW_FORKS  // nothing is inherited without fork following
+    struct inherit *link = inherits.lookup(&tgid);
+#pragma clang loop unroll(disable)
+    for (int depth = 0; depth < INHERIT_DEPTH && link; depth++) {
+        u32 owner = link->parent;
+        u64 cutoff = link->fork_ts;
+        struct live_key key = {.tgid = owner, .gen = link->parent_gen, .addr = addr};
+        struct live_val *val = live.lookup(&key);
+        if (val) {
+            // A tombstone or a later block: the parent had freed it by the fork.
+            if (val->tombstone || val->ts_ns >= cutoff)
+                return 0;
+            *out = *val;
+            out->inherited = 1;
+            return 1;
+        }
+        link = inherits.lookup(&owner);
+    }
+#endif
+    return 0;
+}
+
+// Before a pre-fork block disappears, each child still waiting for its copy gets one.
+static __always_inline void hand_to_waiting_children(u32 tgid, u32 gen, u64 addr, struct live_val *val)
+{
+#if FOLLOW_FORKS
+    u32 slot = CTL_FORKS;
+    u32 *forks = control.lookup(&slot);
+    slot = CTL_COPIES_DONE;
+    u32 *done = control.lookup(&slot);
+    if (!forks || !done || *forks == *done)
+        return;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < COPY_SLOTS; i++) {
+        struct copy_slot_key waiting = {.parent = tgid, .slot = i};
+        u32 *child = copy_slots.lookup(&waiting);
+        if (!child)
+            continue;
+        u32 child_tgid = *child;
+        struct inherit *link = inherits.lookup(&child_tgid);
+        if (!link || link->parent != tgid || link->parent_gen != gen || val->ts_ns >= link->fork_ts)
+            continue;
+        struct live_key key = {.tgid = child_tgid, .gen = traced_gen(child_tgid), .addr = addr};
+        struct live_val copy = *val;
+        copy.inherited = 1;
+        // Fails with EEXIST when the child has its own record of the address, which wins.
+        int err = live.insert(&key, &copy);
+        if (err != 0 && err != -17 /* EEXIST */)
+            count(C_LIVE_FULL);
+    }
+#endif
+}
+
+// Removes a recorded block; returns 1 and its record in *out when it was there.
+static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_val *out)
+{
+    struct live_key key = {.tgid = tgid, .gen = gen, .addr = addr};
+    struct live_val *val = live.lookup(&key);
+    if (val) {
+        if (val->tombstone)
+            return 0;
+        *out = *val;
+        if (live.delete(&key) != 0)
+            return 0;  // a racing free of the same block took it
+        if (!out->inherited)
+            site_add(tgid, gen, out->stack_key, out->size, -1);
+    } else {
+        if (!inherited_lookup(tgid, addr, out))
+            return 0;
+        // Keeps the block from coming back with the copy, which never overwrites.
+        struct live_val tombstone = {.ts_ns = bpf_ktime_get_ns(), .tombstone = 1};
+        if (live.update(&key, &tombstone) != 0)
+            count(C_LIVE_FULL);
+    }
+    hand_to_waiting_children(tgid, gen, addr, out);
+    count(C_FREES);
+    return 1;
+}
+
+// A stack stored under key: the thread's next call from the same place needs
+// neither the hash nor the map lookup.
+static __always_inline u64 store_as_last_stack(struct stack_capture *capture, u64 key)
+{
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < STACK_DEPTH; i++) {
+        capture->last.ip[i] = capture->walk.ip[i];
+        asm volatile("" ::: "memory");  // a loop, not a memcpy call, which BPF lacks above 1 KB
+    }
+    capture->last_key = key;
+    return key;
+}
+
+// The mapping of a process that holds pc, or none: the last frame's, else a short binary search.
+static __always_inline struct exec_map *mapping_of(struct exec_maps *maps, struct walk_state *w, u64 pc)
+{
+    struct exec_map *m = &maps->map[w->last_map & (MAX_EXEC_MAPS - 1)];
+    if (pc >= m->start && pc < m->end)
+        return m;
+    u32 lo = 0, hi = maps->count;
+    if (hi > MAX_EXEC_MAPS)
+        hi = MAX_EXEC_MAPS;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < 8 && lo < hi; i++) {  // 2^7 = MAX_EXEC_MAPS
+        u32 mid = (lo + hi) / 2;
+        m = &maps->map[mid & (MAX_EXEC_MAPS - 1)];
+        if (pc < m->start) {
+            hi = mid;
+        } else if (pc >= m->end) {
+            lo = mid + 1;
+        } else {
+            w->last_map = mid;
+            return m;
+        }
+    }
+    return 0;
+}
+
+// The rule for a module address: the last of the mapping's rows at or below it, searched
+// among the rows of its page when the file has a page index.
+static __always_inline struct unwind_row *row_for(struct exec_map *m, u64 vaddr)
+{
+#if UNWIND_DWARF
+    if (!m->row_count || vaddr >> 32)
+        return 0;
+    u32 lo = m->first_row, hi = m->first_row + m->row_count;  // the answer is in [lo, hi)
+    if (m->page_count) {
+        // Below the origin, the last page: its rows all start above vaddr, which has none.
+        u64 page = (vaddr - m->page_origin) >> ROW_PAGE_SHIFT;
+        u32 at = m->first_page + (page < m->page_count ? page : m->page_count - 1);
+        u64 *rows = unwind_pages.lookup(&at);
+        if (rows)
+            lo = m->first_row + (u32)*rows, hi = m->first_row + (u32)(*rows >> 32);
+    }
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < 22 && hi - lo > 1; i++) {  // 2^21 rows: the most a module can have
+        u32 mid = lo + (hi - lo) / 2;
+        struct unwind_row *row = unwind_rows.lookup(&mid);
+        if (!row)
+            return 0;
+        if (row->pc <= (u32)vaddr)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    struct unwind_row *row = unwind_rows.lookup(&lo);
+    return row && row->pc <= (u32)vaddr ? row : 0;
+#else
+    return 0;
+#endif
+}
+
+// Copies the window of the stack that starts at addr; returns its size (0: none). The whole
+// window, else up to the end of addr's page (mapped, since addr's word is part of the stack).
+static __always_inline u32 copy_window(struct pending_call *call, u64 addr)
+{
+    if (read_user(call->stack_copy, STACK_COPY, (void *)addr) == 0)
+        return STACK_COPY;
+    u32 size = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+    if (size > STACK_COPY)
+        size = STACK_COPY;
+    if (size < 16 || read_user(call->stack_copy, size, (void *)addr) != 0)
+        return 0;
+    return size;
+}
+
+// Two words of the target's stack at addr, through the window.
+static __always_inline long read_stack(struct pending_call *call, u64 *words, u64 addr)
+{
+    struct walk_state *w = &call->walk;
+    u64 at = addr - w->copy_base;
+    if (w->copied >= 16 && at > w->copied - 16 && addr > w->copy_base) {
+        // Past the window, up the stack: the next window starts here.
+        w->copy_base = addr, at = 0;
+        w->copied = copy_window(call, addr);
+    }
+    if (w->copied >= 16 && at <= w->copied - 16 && at <= STACK_COPY - 16) {
+        words[0] = *(u64 *)&call->stack_copy[at];
+        words[1] = *(u64 *)&call->stack_copy[at + 8];
+        return 0;
+    }
+    return read_user(words, 16, (void *)addr);
+}
+
+// One frame: records w->pc if it is a return address into executable mapped code,
+// then finds the caller's pc, sp and rbp (by the row's rule, else by the
+// frame-pointer chain, whose return address the next step checks the same way).
+static __always_inline void unwind_one(struct pending_call *call, struct exec_maps *maps)
+{
+    struct walk_state *w = &call->walk;
+    struct stack_val *out = &call->stack.walk;
+    u32 depth = w->depth;
+    if (depth >= STACK_DEPTH) {
+        w->end = WALK_COMPLETE;
+        return;
+    }
+    struct exec_map *m = maps ? mapping_of(maps, w, w->pc) : 0;
+    if (!m) {
+        // Frame 0 is the return address the kernel put back: known good even without maps.
+        if (depth == 0)
+            out->ip[0] = w->pc, w->depth = 1;
+        w->end = depth == 0 && STACK_DEPTH == 1 ? WALK_COMPLETE : WALK_TRUNCATED;
+        return;
+    }
+    out->ip[depth] = w->pc;
+    w->depth = depth + 1;
+    if (depth + 1 >= STACK_DEPTH) {  // the frame limit: the stack is whole as asked
+        w->end = WALK_COMPLETE;
+        return;
+    }
+    // A return address follows its call: the call's own rule is the one at pc - 1.
+    struct unwind_row *row = row_for(m, w->pc - 1 - m->bias);
+    u8 rule = row ? row->cfa_rule : CFA_UNKNOWN;
+    if (rule == CFA_END) {
+        w->end = WALK_COMPLETE;
+        return;
+    }
+    if (rule == CFA_SIGNAL) {
+        // rt_sigframe: sp is at the ucontext; its mcontext (offset 40) holds rbp, ..., rsp, rip
+        // as gregs 10 and 15, 16.
+        u64 regs[7] = {};
+        if (read_user(regs, sizeof(regs), (void *)(w->sp + 40 + 10 * 8)) != 0 || regs[5] <= w->sp) {
+            w->end = WALK_TRUNCATED;
+            return;
+        }
+        w->bp = regs[0], w->sp = regs[5], w->pc = regs[6];
+        return;
+    }
+    if (rule == CFA_RSP || rule == CFA_RBP) {
+        u64 cfa = (rule == CFA_RSP ? w->sp : w->bp) + row->cfa_offset;
+        u64 frame[2] = {};  // [0]: the word below the return address, [1]: the return address
+        if (cfa <= w->sp || read_stack(call, frame, cfa - 16) != 0) {
+            w->end = WALK_TRUNCATED;
+            return;
+        }
+        if (row->rbp_rule == RBP_SAVED) {
+            u64 saved[2] = {};
+            if (row->rbp_offset == -16)
+                w->bp = frame[0];
+            else if (read_stack(call, saved, cfa + row->rbp_offset) == 0)
+                w->bp = saved[0];
+            else
+                w->end = WALK_TRUNCATED;
+        }
+        w->pc = frame[1], w->sp = cfa;
+    } else {
+        // No rule here: the frame-pointer chain, if rbp points into the stack above sp.
+        u64 frame[2] = {};  // the saved frame pointer, then the return address
+        if (w->bp <= w->sp || read_stack(call, frame, w->bp) != 0 || frame[0] <= w->bp) {
+            w->end = WALK_TRUNCATED;
+            return;
+        }
+        w->sp = w->bp + 16, w->pc = frame[1], w->bp = frame[0];
+    }
+    if (!w->pc)
+        w->end = WALK_COMPLETE;  // a zero return address ends a stack
+}
+
+// Stores the stack just walked and returns its key; a stack equal to the thread's last
+// one needs no hash, only a lookup that it is still stored. Frames are compared on every hit, so
+// a hash collision is counted as a lost stack, never merged silently.
+static __always_inline u64 store_stack(struct stack_capture *capture)
+{
+    struct stack_val *scratch = &capture->walk;
+    int same = capture->last_key != 0;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < STACK_DEPTH; i++) {
+        if (scratch->ip[i] != capture->last.ip[i])
+            same = 0;
+    }
+    // Still stored: user space sweeps the stacks no record refers to any more.
+    if (same && stacks.lookup(&capture->last_key))
+        return capture->last_key;
+    u64 hash = 0xcbf29ce484222325ULL;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < STACK_DEPTH; i++) {
+        hash = (hash ^ scratch->ip[i]) * 0x100000001b3ULL;
+        hash ^= hash >> 29;
+    }
+    if (hash < FIRST_STACK_KEY)
+        hash += FIRST_STACK_KEY;
+
+    struct stack_val *known = stacks.lookup(&hash);
+    if (!known) {
+        int err = stacks.insert(&hash, scratch);
+        if (err == 0)
+            return store_as_last_stack(capture, hash);
+        known = stacks.lookup(&hash);  // a racing insert of the same hash
+        if (!known) {
+            count(C_STACK_FULL);
+            return STACK_LOST;
+        }
+    }
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < STACK_DEPTH; i++) {
+        if (known->ip[i] != scratch->ip[i]) {
+            count(C_STACK_COLLISION);
+            return STACK_LOST;
+        }
+    }
+    return store_as_last_stack(capture, hash);
+}
+
+static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u32 gen = calling_gen(tgid);
+    if (!gen)
+        return 0;
+    struct pending_call *call = thread_call(1);
+    if (!call) {
+        count(C_PENDING_LOST);
+        return 0;
+    }
+#if !TRACE_ALL
+    if (tgid == TARGET_TGID) {
+        u32 slot = CTL_TABLES_GEN;
+        u32 *loaded = control.lookup(&slot);
+        slot = CTL_TABLES_STOP;
+        u32 *stopping = control.lookup(&slot);
+        if (loaded && stopping && *loaded != NO_TABLES_STOP && *loaded != gen && !*stopping) {
+            *stopping = 1;
+            bpf_send_signal(19 /* SIGSTOP */);  // takes effect before the call runs
+        }
+    }
+#endif
+    u64 sp = PT_REGS_SP(ctx);
+    if (call->entry_sp) {
+        // Equal sp: a tail call (glibc's reallocarray jumps to realloc).
+        if (sp <= call->entry_sp) {
+            count(C_NESTED);
+            return 0;
+        }
+        count(C_STALE_CALL);
+    }
+    call->entry_sp = sp;
+    call->size = size;
+    call->arg = arg;
+    call->kind = kind;
+    call->gen = gen;
+    // realloc releases the old block before it returns; forget it now so that
+    // another thread can be handed the same address without a clash.
+    call->has_old = 0;
+    if (kind == K_REALLOC && arg) {
+        call->has_old = live_remove(tgid, gen, arg, &call->old);
+        if (!call->has_old)
+            count(C_UNKNOWN_FREE);
+    }
+    return 0;
+}
+
+static __always_inline int exit_call(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct pending_call *call = thread_call(0);
+    if (!call || !call->entry_sp || PT_REGS_SP(ctx) != call->entry_sp + 8)
+        return 0;  // not traced, or the return of a nested call
+    // Read in place: only this thread, now inside this handler, uses its record.
+    call->entry_sp = 0;
+
+    u64 ret = PT_REGS_RC(ctx), addr = ret;
+    struct live_val val = {.size = call->size, .ts_ns = bpf_ktime_get_ns(), .stack_key = STACK_NONE};
+    int made = 1;  // a new block, not the old one a failed realloc left in place
+    if (call->kind == K_POSIX_MEMALIGN) {
+        addr = 0;
+        if ((int)ret == 0 && read_user(&addr, sizeof(addr), (void *)call->arg) != 0)
+            addr = 0;
+    } else if (call->kind == K_REALLOC && ret == 0 && call->size != 0) {
+        // A failed realloc leaves the old block where it was.
+        addr = call->has_old ? call->arg : 0;
+        val = call->old;
+        made = 0;
+    }
+    if (!addr)
+        return 0;  // a failed call takes no stack
+    if (made && wants_stack(call->size)) {
+        // The walk starts at the return address, where the kernel has put the instruction
+        // pointer back (no user read), with the caller's sp and rbp (callee-saved).
+        struct walk_state *w = &call->walk;
+        w->pc = PT_REGS_IP(ctx), w->sp = PT_REGS_SP(ctx), w->bp = PT_REGS_FP(ctx);
+        w->depth = 0, w->end = WALK_ON, w->tgid = tgid, w->addr = addr, w->val = val, w->last_map = 0;
+        // Cleared before the walk, so the stored stack has zeros past its last frame.
+#pragma clang loop unroll(disable)
+        for (u32 i = 0; i < STACK_DEPTH; i++) {
+            call->stack.walk.ip[i] = 0;
+            asm volatile("" ::: "memory");  // a loop, not a memset call, which BPF lacks above 1 KB
+        }
+        unwind_programs.call(ctx, 0);
+        val.stack_key = STACK_LOST;  // reached only if the unwinder could not be entered
+        count(C_STACK_TRUNCATED);
+    }
+    // One call site here, one in unwind_frames: each inlined copy of live_add lengthens bcc's compile.
+    live_add(tgid, call->gen, addr, &val);
+    return 0;
+}
+
+// The stack walk, FRAMES_PER_PROGRAM frames per program run, continued by tail calls
+// (a loop over every frame with its searches inside would exceed what the verifier
+// follows); the last run stores the stack and records the block.
+int unwind_frames(struct pt_regs *ctx)
+{
+    struct pending_call *call = thread_call(0);
+    if (!call)
+        return 0;
+    struct walk_state *w = &call->walk;
+    struct exec_maps *maps = exec_maps.lookup(&w->tgid);
+    if (maps && maps->gen != call->gen)
+        maps = 0;  // the tables of an earlier image: none yet for this one
+    if (w->depth == 0) {
+        w->copy_base = w->sp;
+        w->copied = copy_window(call, w->sp);
+    }
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < FRAMES_PER_PROGRAM && w->end == WALK_ON; i++)
+        unwind_one(call, maps);
+    if (w->end == WALK_ON)
+        unwind_programs.call(ctx, 0);  // falls through after the kernel's 33rd tail call
+    if (w->end == WALK_TRUNCATED)
+        count(C_STACK_TRUNCATED);
+    struct live_val val = w->val;
+    val.stack_key = store_stack(&call->stack);
+    live_add(w->tgid, call->gen, w->addr, &val);
+    return 0;
+}
+
+static __always_inline int product_overflows(u64 a, u64 b)
+{
+    if (!b)
+        return 0;
+    u64 limit = ~0ULL / b;
+    // Keeps clang from turning the test into a 128-bit multiply BPF cannot do.
+    asm volatile("" : "+r"(limit));
+    return a > limit;
+}
+
+// One program for every allocating entry point; the cookie of the probe's
+// link says which function it sits on (F_*, as engine.py numbers them).
+int alloc_enter(struct pt_regs *ctx)
+{
+    u64 a = PT_REGS_PARM1(ctx), b = PT_REGS_PARM2(ctx), c = PT_REGS_PARM3(ctx);
+    u64 size = a, arg = 0;
+    u32 kind = K_ALLOC;
+    switch (bpf_get_attach_cookie(ctx)) {
+    case F_MALLOC:
+    case F_VALLOC:
+        break;
+    case F_CALLOC:
+        if (product_overflows(a, b))
+            return 0;  // calloc fails without allocating
+        size = a * b;
+        break;
+    case F_REALLOC:
+        kind = K_REALLOC, size = b, arg = a;
+        break;
+    case F_REALLOCARRAY:
+        if (product_overflows(b, c))
+            return 0;  // fails with ENOMEM, the old block stays
+        kind = K_REALLOC, size = b * c, arg = a;
+        break;
+    case F_POSIX_MEMALIGN:
+        kind = K_POSIX_MEMALIGN, size = c, arg = a;
+        break;
+    case F_ALIGNED_ALLOC:
+        size = b;
+        break;
+    case F_PVALLOC:
+        size = (a + PAGE_BYTES - 1) & ~((u64)PAGE_BYTES - 1);
+        break;
+    default:
+        return 0;
+    }
+    // One call site: each inlined copy of enter_call lengthens bcc's compile.
+    return enter_call(ctx, kind, size, arg);
+}
+
+int alloc_return(struct pt_regs *ctx)
+{
+    return exit_call(ctx);
+}
+
+int free_enter(struct pt_regs *ctx)
+{
+    u64 addr = PT_REGS_PARM1(ctx);
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32;
+    u32 gen = addr ? current_gen(tgid) : 0;
+    if (!gen)
+        return 0;
+    struct live_val gone;
+    if (live_remove(tgid, gen, addr, &gone))
+        return 0;
+    // Only a miss asks whether a call is in flight: most frees are not nested.
+    struct pending_call *outer = thread_call(0);
+    if (outer && PT_REGS_SP(ctx) <= outer->entry_sp) {
+        count(C_NESTED);  // e.g. realloc(p, 0) freeing p: handled at realloc
+        return 0;
+    }
+    // A caller inside the allocator's own code is the allocator returning a
+    // block it held (glibc frees its per-thread cache at thread exit).
+    u64 caller = 0, here = PT_REGS_IP(ctx);
+    read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(ctx));
+    u32 slot = CTL_TEXT_BEFORE_FREE;
+    u32 *before = control.lookup(&slot);
+    slot = CTL_TEXT_AFTER_FREE;
+    u32 *after = control.lookup(&slot);
+    if (before && after && caller + *before >= here && caller < here + *after)
+        count(C_INTERNAL_FREE);
+    else
+        count(C_UNKNOWN_FREE);
+    return 0;
+}
+
+// exec: a traced process starts a clean image (a new generation, nothing
+// inherited); for -c, the command's own exec starts the trace, so the
+// launcher's calls are never seen.
+int process_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc *known = procs.lookup(&tgid);
+    if (known) {
+        start_image(known);
+        known->execed = 1;
+        if (known->ignored == IGNORED_UNSELECTED)
+            known->ignored = 0;  // a new program: user space selects again
+        inherits.delete(&tgid);
+    } else if (tgid == TARGET_TGID && !TRACE_ALL) {
+        struct proc started = {};
+        start_image(&started);
+        if (procs.update(&tgid, &started) != 0)
+            count(C_UNFOLLOWED);
+    }
+    // A call the old image never returned from (a longjmp out of a signal handler) is void.
+    struct pending_call *stale = thread_call(0);
+    if (stale)
+        stale->entry_sp = 0;
+    struct proc *now = tgid == TARGET_TGID ? procs.lookup(&tgid) : 0;
+    if (now) {
+        u32 slot = CTL_TARGET_GEN;
+        control.update(&slot, &now->gen);
+    }
+    return 0;
+}
+
+#if FOLLOW_FORKS  // the fork and exit tracepoints are attached only then
+
+// Tracepoint records are read at offsets that user space takes from tracefs
+// (NEWTASK_PID, NEWTASK_CLONE_FLAGS, EXIT_GROUP_DEAD), as their layout varies
+// between kernels.
+static __always_inline u64 tracepoint_field(void *record, u32 offset, u32 size)
+{
+    u64 value = 0;
+    bpf_probe_read_kernel(&value, size, (char *)record + offset);
+    return value;
+}
+
+// fork: the child is traced under a new generation and, unless it shares the
+// parent's memory (vfork), waits for user space to copy what it inherited.
+int task_newtask(void *record)
+{
+    u64 clone_flags = tracepoint_field(record, NEWTASK_CLONE_FLAGS, 8);
+    if (clone_flags & CLONE_THREAD)
+        return 0;
+    u32 parent = bpf_get_current_pid_tgid() >> 32;
+    u32 child = tracepoint_field(record, NEWTASK_PID, 4);
+    struct proc started = {.parent = parent};
+    start_image(&started);  // the parent's comm, which the child starts with
+#if TRACE_ALL
+    if (parent == SELF_TGID) {
+        started.ignored = IGNORED_TRACER;
+        procs.update(&child, &started);
+        return 0;
+    }
+#endif
+    u32 parent_gen = traced_gen(parent);
+    if (!parent_gen)
+        return 0;
+    if (procs.update(&child, &started) != 0) {
+        count_unfollowed(child);
+        return 0;
+    }
+    // The child maps what its parent maps: its stacks are walked at once, not from user space's next poll.
+    struct exec_maps *parent_maps = exec_maps.lookup(&parent);
+    if (parent_maps && parent_maps->gen == parent_gen && exec_maps.update(&child, parent_maps) == 0) {
+        struct exec_maps *child_maps = exec_maps.lookup(&child);
+        if (child_maps)
+            child_maps->gen = started.gen;
+    }
+    if (clone_flags & CLONE_VM)
+        return 0;
+    u32 slot = CTL_FORKS;
+    u32 *forks = control.lookup(&slot);
+    if (forks)
+        __sync_fetch_and_add(forks, 1);
+    struct inherit link = {.parent = parent, .parent_gen = parent_gen, .fork_ts = bpf_ktime_get_ns()};
+    inherits.update(&child, &link);
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < COPY_SLOTS; i++) {
+        struct copy_slot_key waiting = {.parent = parent, .slot = i};
+        if (copy_slots.insert(&waiting, &child) == 0)
+            return 0;
+    }
+    inherits.delete(&child);
+    struct proc *lost = procs.lookup(&child);
+    if (lost)
+        lost->inheritance_lost = 1;
+    return 0;
+}
+
+// The last thread of a traced process is gone: user space reports it once, then drops it
+// (its procs record, which says so, and its live and site records).
+int process_exit(void *record)
+{
+    if (!tracepoint_field(record, EXIT_GROUP_DEAD, 1))
+        return 0;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct proc *p = procs.lookup(&tgid);
+    if (!p)
+        return 0;
+    own_gen(p);  // its report lacks what it inherited, if it lost that and never exec'd
+    p->exited = 1;
+    // What served its calls and its waiting children goes now (its records stay for user
+    // space to report, and for the children still waiting to inherit from).
+    exec_maps.delete(&tgid);
+    inherits.delete(&tgid);
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < COPY_SLOTS; i++) {
+        struct copy_slot_key waiting = {.parent = tgid, .slot = i};
+        copy_slots.delete(&waiting);
+    }
+    return 0;
+}
+
+#endif
+
+// -c: ld.so calls _dl_debug_state when it changes the list of modules (at start, dlopen,
+// dlclose): the command's next allocator call waits until its tables are loaded again.
+int modules_changed(struct pt_regs *ctx)
+{
+#if !TRACE_ALL
+    if (bpf_get_current_pid_tgid() >> 32 != TARGET_TGID)
+        return 0;
+    u32 slot = CTL_TABLES_GEN;
+    u32 *loaded = control.lookup(&slot);
+    if (loaded && *loaded != NO_TABLES_STOP)
+        *loaded = 0;
+#endif
+    return 0;
+}
+
+// -c: stop the command in _exit so that its final state and maps can be read.
+int exit_stop(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (tgid == TARGET_TGID && traced_gen(tgid)) {
+        u32 slot = CTL_EXIT_STOP, one = 1;
+        control.update(&slot, &one);
+        bpf_send_signal(19 /* SIGSTOP */);
+    }
+    return 0;
+}

@@ -1,0 +1,96 @@
+"""uprobe_multi links (Linux 6.6+): one bpf() call attaches a program to many places of
+one file, each with a cookie the program reads to tell them apart.
+
+bcc attaches a perf event per uprobe, and closing each one waits out an RCU grace
+period of its own (17 probes took 1.4 s to detach here); a link waits once for all.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import errno
+import os
+import re
+
+from leaktrace.platform.system import bpf
+
+BPF_LINK_CREATE = 28
+BPF_TRACE_UPROBE_MULTI = 48  # the program's expected attach type, and the link's
+BPF_F_UPROBE_MULTI_RETURN = 1
+
+
+class _LinkCreateAttr(ct.Structure):
+    """union bpf_attr as BPF_LINK_CREATE reads it for a uprobe_multi link."""
+
+    _fields_ = [
+        ("prog_fd", ct.c_uint32),
+        ("target_fd", ct.c_uint32),
+        ("attach_type", ct.c_uint32),
+        ("flags", ct.c_uint32),
+        ("path", ct.c_uint64),
+        ("offsets", ct.c_uint64),
+        ("ref_ctr_offsets", ct.c_uint64),
+        ("cookies", ct.c_uint64),
+        ("cnt", ct.c_uint32),
+        ("multi_flags", ct.c_uint32),
+        ("pid", ct.c_uint32),
+        ("reserved", ct.c_uint32 * 8),
+    ]
+
+
+def attach_uprobes(
+    prog_fd: int, path: str, offsets: list[int], cookies: list[int], pid: int, returns: bool = False
+) -> int:
+    """Attaches prog_fd at these file offsets of path (on return from the functions there when
+    `returns`), in process pid only unless pid is 0; returns the link's fd (close it to detach)."""
+    count = len(offsets)
+    offset_array = (ct.c_uint64 * count)(*offsets)
+    cookie_array = (ct.c_uint64 * count)(*cookies)
+    path_buffer = ct.create_string_buffer(os.fsencode(path))
+    attr = _LinkCreateAttr(
+        prog_fd=prog_fd,
+        attach_type=BPF_TRACE_UPROBE_MULTI,
+        path=ct.addressof(path_buffer),
+        offsets=ct.addressof(offset_array),
+        cookies=ct.addressof(cookie_array),
+        cnt=count,
+        multi_flags=BPF_F_UPROBE_MULTI_RETURN if returns else 0,
+        pid=pid,
+    )
+    return bpf(BPF_LINK_CREATE, attr)
+
+
+_MISMATCH = re.compile(
+    r"ref_ctr_offset mismatch\. inode: 0x([0-9a-f]+) offset: 0x([0-9a-f]+) "
+    r"ref_ctr_offset\(old\): 0x([0-9a-f]+)"
+)
+
+
+def reference_counter_conflicts(inode: int, offsets: list[int]) -> dict[int, int]:
+    """File offset -> the other probe's reference counter, for each of these offsets of the file
+    with this inode where the kernel log says an existing uprobe refused ours (the kernel keeps
+    one uprobe per instruction, and its reference counter must match): {} if none, or if the
+    log cannot be read."""
+    wanted, found = set(offsets), {}
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                break  # the end of the log
+            except OSError as e:
+                if e.errno == errno.EPIPE:
+                    continue  # records overwritten while reading: go on from the oldest kept
+                break
+            if not record:
+                break
+            seen = _MISMATCH.search(record)
+            if seen and int(seen.group(1), 16) == inode and int(seen.group(2), 16) in wanted:
+                found[int(seen.group(2), 16)] = int(seen.group(3), 16)
+    finally:
+        os.close(fd)
+    return found

@@ -1,0 +1,174 @@
+"""Where each allocator probe goes: the first instruction the kernel can emulate.
+
+A uprobe costs what the kernel must do to run the instruction under it: x86
+emulates push, nop and relative jumps and calls (well under a microsecond),
+and single-steps anything else out of line (ten times that). glibc's free
+starts with `test rdi, rdi`, so its probe moves to the `je` behind it. A probe
+moves only over instructions that leave the stack pointer, the frame pointer
+and the argument registers as they were, write no memory and do not branch,
+and only when no branch inside the function lands on or before the new spot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capstone import CS_ARCH_X86, CS_MODE_64, CS_OP_MEM, Cs, CsError
+from capstone import x86_const as x86
+
+from leaktrace.platform.elf import ElfError, ElfFile
+
+# Registers the BPF program reads at every probe: the stack pointer (the return
+# address, the call's identity) and the frame pointer (the stack walk).
+ALWAYS_KEPT = frozenset(("rsp", "rbp"))
+SKIP_AT_MOST = 4  # instructions a probe may move over
+EM_X86_64 = 62
+LEGACY_PREFIXES = frozenset((0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65))
+_BRANCH_GROUPS = (x86.X86_GRP_JUMP, x86.X86_GRP_CALL, x86.X86_GRP_RET, x86.X86_GRP_INT, x86.X86_GRP_IRET)
+
+
+@dataclass(frozen=True)
+class Placement:
+    function: str
+    entry: int  # link-time address of the function
+    address: int  # where the probe goes
+    why: str  # one line for --verbose
+    instruction: bytes = b""  # the probed instruction, when it could be decoded
+
+    @property
+    def moved(self) -> int:
+        return self.address - self.entry
+
+
+def kernel_emulates(code: bytes) -> bool:
+    """True for the x86 instructions whose uprobe the kernel emulates instead of single-stepping.
+
+    Mirrors arch/x86/kernel/uprobes.c: push of a register (optionally REX.B),
+    nop, jmp/call rel and jcc rel, without an operand-size (0x66) prefix.
+    """
+    if len(code) in (1, 2) and 0x50 <= code[-1] <= 0x57 and (len(code) == 1 or code[0] == 0x41):
+        return True
+    at = 0
+    while at < len(code) and code[at] in LEGACY_PREFIXES:
+        at += 1
+    opcode = code[at:]
+    if not opcode or 0x66 in code[:at]:
+        return False
+    if opcode[0] in (0x90, 0xEB, 0xE9, 0xE8) or 0x70 <= opcode[0] <= 0x7F:
+        return True
+    return len(opcode) >= 2 and opcode[0] == 0x0F and 0x80 <= opcode[1] <= 0x8F
+
+
+def _full_register(md: Cs, reg: int) -> str:
+    """rdi for edi/di/dil, r8 for r8d/r8w/r8b, and so on."""
+    name = md.reg_name(reg) or ""
+    families = {
+        "di": "rdi",
+        "si": "rsi",
+        "dx": "rdx",
+        "dl": "rdx",
+        "dh": "rdx",
+        "cx": "rcx",
+        "cl": "rcx",
+        "ch": "rcx",
+        "sp": "rsp",
+        "spl": "rsp",
+        "bp": "rbp",
+        "bpl": "rbp",
+        "dil": "rdi",
+        "sil": "rsi",
+    }
+    if name.startswith("r") and name[1:2].isdigit():
+        return name.rstrip("dwb")
+    if name in ("rdi", "rsi", "rdx", "rcx", "rsp", "rbp"):
+        return name
+    return families.get(name.removeprefix("e").removeprefix("r"), name)
+
+
+def _why_not_skippable(md: Cs, insn, kept: frozenset[str]) -> str | None:
+    if any(insn.group(group) for group in _BRANCH_GROUPS):
+        return "a branch"
+    _, written = insn.regs_access()
+    clobbered = sorted({_full_register(md, reg) for reg in written} & kept)
+    if clobbered:
+        return f"it writes {', '.join(clobbered)}"
+    for op in insn.operands:
+        if op.type == CS_OP_MEM and op.access & 2:  # CS_AC_WRITE
+            return "it writes memory"
+    return None
+
+
+def _branch_targets(instructions) -> set[int]:
+    targets = set()
+    for insn in instructions:
+        if insn.group(x86.X86_GRP_JUMP) or insn.group(x86.X86_GRP_CALL):
+            for op in insn.operands:
+                if op.type == x86.X86_OP_IMM:
+                    targets.add(op.imm)
+    return targets
+
+
+def place_probe(elf: ElfFile, function: str, entry: int, arguments: tuple[str, ...]) -> Placement:
+    """The probe's address for one function, at its entry unless moving it is proven safe.
+
+    arguments: the registers the BPF program reads there (rdi, rsi, ...).
+    """
+    kept = ALWAYS_KEPT | frozenset(arguments)
+
+    def at_entry(reason: str, instruction: bytes = b"") -> Placement:
+        return Placement(function, entry, entry, f"{function}: probe at entry ({reason})", instruction)
+
+    if elf.machine != EM_X86_64 or not elf.is_64:
+        return at_entry("not x86-64")
+    symbol = elf.function_at(entry)
+    size = symbol.size if symbol is not None and symbol.value == entry else 0
+    try:
+        code = elf.read(entry, size or 64)
+    except ElfError as e:
+        return at_entry(str(e))
+    md = Cs(CS_ARCH_X86, CS_MODE_64)
+    md.detail = True
+    try:
+        instructions = list(md.disasm(code, entry))
+    except CsError as e:
+        return at_entry(f"cannot disassemble: {e}")
+    if not instructions:
+        return at_entry("cannot disassemble")
+    first = instructions[0]
+    first_bytes = bytes(first.bytes)
+    if kernel_emulates(first_bytes):
+        return at_entry(f"{first.mnemonic} {first.op_str} is emulated", first_bytes)
+    if not size:
+        return at_entry("function size unknown: cannot check branches into it", first_bytes)
+    if any(
+        insn.group(x86.X86_GRP_JUMP) and insn.operands and insn.operands[0].type != x86.X86_OP_IMM
+        for insn in instructions
+    ):
+        return at_entry("it has an indirect jump", first_bytes)
+    targets = _branch_targets(instructions)
+    skipped: list[str] = []
+    for insn in instructions[: SKIP_AT_MOST + 1]:
+        if any(entry < target <= insn.address for target in targets):
+            return at_entry(f"a branch lands on {insn.mnemonic} at +{insn.address - entry:#x}", first_bytes)
+        if kernel_emulates(bytes(insn.bytes)):
+            shown = "; ".join(skipped)
+            return Placement(
+                function,
+                entry,
+                insn.address,
+                f"{function}: probe at +{insn.address - entry:#x} on {insn.mnemonic} {insn.op_str} "
+                f"(emulated), after {shown}",
+                bytes(insn.bytes),
+            )
+        reason = _why_not_skippable(md, insn, kept)
+        if reason:
+            return at_entry(
+                f"{first.mnemonic} {first.op_str} is single-stepped; "
+                f"{insn.mnemonic} {insn.op_str} cannot be skipped: {reason}",
+                first_bytes,
+            )
+        skipped.append(f"{insn.mnemonic} {insn.op_str}")
+    return at_entry(
+        f"{first.mnemonic} {first.op_str} is single-stepped; no emulated instruction in the first {SKIP_AT_MOST + 1}",
+        first_bytes,
+    )

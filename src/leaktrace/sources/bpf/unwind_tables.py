@@ -1,0 +1,273 @@
+"""Unwind tables: a module's call frame information (.eh_frame, else .debug_frame) compiled
+into the sorted rows the BPF stack walk searches.
+
+binutils' `readelf --debug-dump=frames-interp` interprets the CFI programs (a parser
+binutils keeps right for every compiler's output); this module reads its table and keeps,
+per address range, only what an x86-64 walk needs: how to find the CFA (rsp+N, rbp+N), where
+the caller's rbp was saved, and where a stack ends (the return address is undefined, as in
+_start and clone3). The return address is always at CFA-8 on x86-64. Signal trampolines
+(CIE augmentation "S", as glibc's __restore_rt) get a rule of their own: the registers are
+in the ucontext on the stack. A range no FDE covers, and a CFA the walk cannot compute (a
+DWARF expression), get CFA_UNKNOWN: there the walk tries the frame-pointer chain and checks it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import struct
+import subprocess
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.atomic_write import write_atomically
+from leaktrace.platform.elf import ElfFile
+from leaktrace.sources.bpf.layout import (  # the rules and rows as leaktrace.bpf.c reads them
+    CFA_END,
+    CFA_RBP,
+    CFA_RSP,
+    CFA_SIGNAL,
+    CFA_UNKNOWN,
+    RBP_SAME,
+    RBP_SAVED,
+    ROW_PAGE_SHIFT,
+    UNWIND_ROW,
+)
+
+PAGE = struct.Struct("<II")  # a page's rows: [low, high), counted from the file's first row
+
+_SECTION = re.compile(r"^Contents of the (\.eh_frame|\.debug_frame) section")
+_CIE = re.compile(r"^([0-9a-f]+) [0-9a-f]+ [0-9a-f]+ CIE \"([^\"]*)\"")
+_FDE = re.compile(r"^[0-9a-f]+ [0-9a-f]+ [0-9a-f]+ FDE cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+)")
+_ROW = re.compile(r"^([0-9a-f]{8,16}) +(\S+)((?: +\S+)*) *$")
+_OFFSET_RULE = re.compile(r"^(rsp|rbp)\+(\d+)$")
+
+
+class Rule(NamedTuple):
+    cfa_rule: int
+    cfa_offset: int = 0
+    rbp_rule: int = RBP_SAME
+    rbp_offset: int = 0
+
+
+UNKNOWN = Rule(CFA_UNKNOWN)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rule_of_row(cfa: str, registers: str, columns: tuple[str, ...], signal_frame: bool) -> Rule:
+    """The rule of a row of readelf's table (its CFA column and the register columns after it);
+    rows repeat a few rules many times over, so each is worked out once."""
+    return _rule(cfa, dict(zip(columns, registers.split())), signal_frame)
+
+
+def _rule(cfa: str, columns: dict[str, str], signal_frame: bool) -> Rule:
+    if signal_frame:
+        return Rule(CFA_SIGNAL)
+    if columns.get("ra") == "u":
+        return Rule(CFA_END)
+    found = _OFFSET_RULE.match(cfa)
+    if not found or columns.get("ra", "c-8") != "c-8" or int(found.group(2)) >= 1 << 31:
+        return UNKNOWN
+    rbp = columns.get("rbp", "u")
+    saved = re.fullmatch(r"c(-?\d+)", rbp)
+    if rbp not in ("u", "s") and not (saved and -(1 << 15) <= int(saved.group(1)) < 1 << 15):
+        return UNKNOWN  # rbp kept in another register, or by an expression: not followed
+    return Rule(
+        CFA_RSP if found.group(1) == "rsp" else CFA_RBP,
+        int(found.group(2)),
+        RBP_SAVED if saved else RBP_SAME,
+        int(saved.group(1)) if saved else 0,
+    )
+
+
+def parse_frames_interp(text: str) -> list[tuple[int, int, list[tuple[int, Rule]]]]:
+    """readelf's interpreted CFI -> [(start, end, [(pc, rule)])] per FDE, from .eh_frame if it
+    has any, else from .debug_frame."""
+    by_section: dict[str, list] = {}
+    cies: dict[str, tuple[bool, Rule | None]] = {}  # offset -> (signal frame, initial rule)
+    section, fdes = "", []
+    current: list | None = None  # the rows of the FDE (or CIE) being read
+    columns: tuple[str, ...] = ()
+    cie_offset = None
+    for line in text.splitlines():
+        if found := _SECTION.match(line):
+            section = found.group(1)
+            fdes = by_section.setdefault(section, [])
+            cies = {}
+            current = None
+        elif found := _CIE.match(line):
+            cie_offset = found.group(1)
+            cies[cie_offset] = ("S" in found.group(2), None)
+            current = None
+        elif found := _FDE.match(line):
+            signal_frame, initial = cies.get(found.group(1), (False, None))
+            start, end = int(found.group(2), 16), int(found.group(3), 16)
+            current = []
+            fdes.append((start, end, current, signal_frame, initial))
+            cie_offset = None
+        elif line.startswith("   LOC"):
+            columns = tuple(line.split()[2:])
+        elif (found := _ROW.match(line)) and columns:
+            if cie_offset is not None and cies.get(cie_offset, (False, None))[1] is None:
+                signal_frame = cies[cie_offset][0]
+                cies[cie_offset] = (signal_frame, _rule_of_row(found.group(2), found.group(3), columns, signal_frame))
+            elif current is not None:
+                signal_frame = fdes[-1][3]
+                current.append(
+                    (int(found.group(1), 16), _rule_of_row(found.group(2), found.group(3), columns, signal_frame))
+                )
+    chosen = by_section.get(".eh_frame") or by_section.get(".debug_frame") or []
+    result = []
+    for start, end, rows, signal_frame, initial in chosen:
+        if not rows:  # no instructions of its own: the CIE's initial rule holds throughout
+            rows = [(start, Rule(CFA_SIGNAL) if signal_frame else initial or UNKNOWN)]
+        result.append((start, end, rows))
+    return result
+
+
+def compile_rows(fdes: list[tuple[int, int, list[tuple[int, Rule]]]]) -> list[tuple[int, Rule]]:
+    """One sorted list of (pc, rule): each rule holds from its pc to the next row's; a range no
+    FDE covers is CFA_UNKNOWN; equal neighbours merged."""
+    rows: list[tuple[int, Rule]] = []
+    fdes = sorted(fdes, key=lambda fde: fde[0])
+    for i, (start, end, fde_rows) in enumerate(fdes):
+        for pc, rule in fde_rows:
+            if start <= pc < end:
+                rows.append((pc, rule))
+        following = fdes[i + 1][0] if i + 1 < len(fdes) else None
+        if following is None or following > end:
+            rows.append((end, UNKNOWN))
+    merged: list[tuple[int, Rule]] = []
+    for pc, rule in rows:
+        if merged and merged[-1][0] == pc:
+            merged[-1] = (pc, rule)  # a later FDE starts where one ended
+        elif not merged or merged[-1][1] != rule:
+            merged.append((pc, rule))
+    return merged
+
+
+@dataclass(frozen=True)
+class FileTable:
+    """A file's rows, packed as the kernel's row table holds them, and their page index: for
+    each 2^ROW_PAGE_SHIFT bytes from page_origin on, the rows that can hold the rule of an
+    address there: from the one in effect where the page starts to the one where the next does."""
+
+    rows: bytes
+    pages: bytes
+    page_origin: int
+
+    @property
+    def row_count(self) -> int:
+        return len(self.rows) // UNWIND_ROW.size
+
+    @property
+    def page_count(self) -> int:
+        return len(self.pages) // PAGE.size
+
+
+def file_table(rows: list[tuple[int, Rule]]) -> FileTable:
+    rows = [(pc, rule) for pc, rule in rows if pc < 1 << 32]
+    packed = b"".join(
+        UNWIND_ROW.pack(pc, rule.cfa_offset, rule.rbp_offset, rule.cfa_rule, rule.rbp_rule) for pc, rule in rows
+    )
+    if not rows:
+        return FileTable(b"", b"", 0)
+    origin = rows[0][0] >> ROW_PAGE_SHIFT << ROW_PAGE_SHIFT
+    starts, row = [], 0  # the row in effect where each page starts
+    for page in range(((rows[-1][0] - origin) >> ROW_PAGE_SHIFT) + 1):
+        start = origin + (page << ROW_PAGE_SHIFT)
+        while row + 1 < len(rows) and rows[row + 1][0] <= start:
+            row += 1
+        starts.append(row)
+    ends = [following + 1 for following in starts[1:]] + [len(rows)]
+    return FileTable(packed, b"".join(PAGE.pack(low, high) for low, high in zip(starts, ends)), origin)
+
+
+CACHE_FORMAT = 1  # of the cache's files: bump whenever the rows a file compiles to change
+CACHE_HEADER = struct.Struct("<4sIIII")  # magic, format, page origin, rows, pages
+CACHE_KEEP = 1000  # cache files kept: the least recently used go first
+
+
+class TableCache:
+    """Compiled tables on disk, one file per module (by its build-id, else by its identity),
+    so that a module seen at an earlier start is not compiled again. The directory is root's
+    (mode 0700): one anybody else could write is not used, as tables steer the kernel's walk."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            st = os.stat(directory)
+            self.usable = st.st_uid == os.geteuid() and not st.st_mode & 0o022
+        except OSError:
+            self.usable = False
+
+    def _path(self, elf: ElfFile) -> str:
+        name = elf.build_id or "-".join(str(part) for part in elf.identity)
+        return os.path.join(self.directory, f"{name}.v{CACHE_FORMAT}")
+
+    def load(self, elf: ElfFile) -> FileTable | None:
+        """The module's table, if the cache holds a whole one."""
+        if not self.usable:
+            return None
+        path = self._path(elf)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        if len(data) < CACHE_HEADER.size:
+            return None
+        magic, version, origin, rows, pages = CACHE_HEADER.unpack_from(data)
+        body = data[CACHE_HEADER.size :]
+        if (magic, version) != (b"LTUW", CACHE_FORMAT) or len(body) != rows * UNWIND_ROW.size + pages * PAGE.size:
+            return None
+        os.utime(path)  # recently used
+        return FileTable(body[: rows * UNWIND_ROW.size], body[rows * UNWIND_ROW.size :], origin)
+
+    def store(self, elf: ElfFile, table: FileTable) -> None:
+        if not self.usable:
+            return
+        header = CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, table.page_origin, table.row_count, table.page_count)
+        try:
+            write_atomically(self._path(elf), header + table.rows + table.pages)
+            self._prune()
+        except (RuntimeFailure, OSError):
+            pass  # a cache that cannot be written only costs the next start its compile
+
+    def _prune(self) -> None:
+        entries = list(os.scandir(self.directory))
+        if len(entries) > CACHE_KEEP:
+            entries.sort(key=lambda entry: entry.stat(follow_symlinks=False).st_mtime)
+            for entry in entries[: len(entries) - CACHE_KEEP]:
+                os.unlink(entry.path)
+
+
+class UnwindTables:
+    """Compiled rows per file, each compiled once per (device, inode, mtime, size), and kept
+    across starts in a TableCache when given one."""
+
+    def __init__(self, cache: TableCache | None = None):
+        self._tables: dict[tuple, FileTable] = {}
+        self._cache = cache
+
+    def table_of(self, elf: ElfFile) -> FileTable:
+        """A module file's rows and page index (none when it has no CFI)."""
+        if elf.identity not in self._tables:
+            table = self._cache.load(elf) if self._cache else None
+            if table is None:
+                listing = subprocess.run(
+                    ["readelf", "--wide", "--debug-dump=frames-interp", elf.descriptor],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    pass_fds=(elf.fd,),
+                )
+                table = file_table(compile_rows(parse_frames_interp(listing.stdout)))
+                if self._cache:
+                    self._cache.store(elf, table)
+            self._tables[elf.identity] = table
+        return self._tables[elf.identity]

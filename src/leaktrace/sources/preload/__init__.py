@@ -1,0 +1,1 @@
+"""The in-process engine: the LD_PRELOAD library (native/) and its table read from outside."""

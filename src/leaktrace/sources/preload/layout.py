@@ -1,0 +1,8 @@
+# Generated from sources/preload/native/record.h by sources/bpf/layout_gen.py; tests/unit/test_layouts.py checks it.
+import struct
+
+MAX_FRAMES = 256
+RECORD_INHERITED = 1
+RECORD_UNTRACED = 2
+
+RECORD = struct.Struct('<QQIIQ')   # pointer, size, flags, frame_count, frames

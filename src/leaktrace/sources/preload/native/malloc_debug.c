@@ -1,0 +1,386 @@
+// leaktrace's in-process engine: an LD_PRELOAD library that gives glibc programs
+// Android's malloc_debug (get_malloc_leak_info, free_malloc_leak_info,
+// malloc_backtrace, LIBC_DEBUG_MALLOC_OPTIONS). This file holds the allocator
+// entry points; options.c reads the options, table.c keeps the live blocks,
+// stacks.c takes stacks, blocks.c lays blocks out and checks them (guards, fills,
+// free_track), reports.c writes the leak info, heap dumps and the leak log.
+//
+// Every call goes to glibc (__libc_malloc and friends). A call made while the
+// library is at work in the same thread (its unwinder, qsort, a signal handler
+// that interrupted it) is served at once but recorded only when the outermost
+// call leaves: no recursion into the table's lock, and no allocation lost.
+#include "malloc_debug.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DUMP_SIGNAL (SIGRTMAX - 17)
+#define TOGGLE_SIGNAL (SIGRTMAX - 19)
+#define PENDING_SLOTS 64
+
+struct pending_call {
+    void *pointer;
+    size_t size;
+    int is_free;
+};
+
+static volatile sig_atomic_t dump_requested, stacks_on;
+static __thread int depth __attribute__((tls_model("initial-exec")));
+static __thread unsigned pending_count __attribute__((tls_model("initial-exec")));
+static __thread struct pending_call pending[PENDING_SLOTS] __attribute__((tls_model("initial-exec")));
+static size_t unrecorded;  // nested calls beyond PENDING_SLOTS: said at exit
+
+static void on_dump_signal(int sig)
+{
+    (void)sig;
+    dump_requested = 1;  // written at the next allocator call, outside any lock
+}
+
+static void on_toggle_signal(int sig)
+{
+    (void)sig;
+    stacks_on = !stacks_on;
+}
+
+// No lock of the library may be held by another thread at fork: the child could never take it.
+static void before_fork(void)
+{
+    blocks_before_fork();
+    table_before_fork();
+}
+
+static void after_fork(int child)
+{
+    table_after_fork(child);
+    blocks_after_fork(child);
+}
+
+static void after_fork_in_parent(void)
+{
+    after_fork(0);
+}
+static void after_fork_in_child(void)
+{
+    after_fork(1);
+}
+
+// Reads the options once, on the first allocator call (constructors of other
+// libraries may allocate before ours runs).
+static void read_config(void)
+{
+    const char *options = getenv("LIBC_DEBUG_MALLOC_OPTIONS");
+    const char *program = getenv("LIBC_DEBUG_MALLOC_PROGRAM");
+    if (!options || !*options || (program && *program && !strstr(program_invocation_short_name, program))) {
+        config.state = 2;
+        return;
+    }
+    if (!parse_options(options)) {
+        log_line("%s: malloc debug disabled: bad LIBC_DEBUG_MALLOC_OPTIONS", program_invocation_short_name);
+        memset(&config, 0, sizeof config);  // nothing of a bad string is applied
+        config.state = 2;
+        return;
+    }
+    find_own_code();
+    blocks_init();
+    stacks_on = config.backtrace;
+    signal(DUMP_SIGNAL, on_dump_signal);
+    if (config.enable_on_signal)
+        signal(TOGGLE_SIGNAL, on_toggle_signal);
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    __atomic_store_n(&config.state, 1, __ATOMIC_RELEASE);
+}
+
+// Nonzero when calls are to go through the library (and, first, a requested dump is written).
+static int ready(void)
+{
+    static int claimed;
+    if (depth)
+        return __atomic_load_n(&config.state, __ATOMIC_ACQUIRE) == 1;
+    if (!config.state) {
+        if (__sync_bool_compare_and_swap(&claimed, 0, 1)) {  // one thread reads, the others wait
+            depth++;
+            read_config();
+            depth--;
+        }
+        while (!__atomic_load_n(&config.state, __ATOMIC_ACQUIRE))
+            ;
+    }
+    if (config.state != 1)
+        return 0;
+    if (dump_requested) {
+        dump_requested = 0;
+        library_enter();
+        write_dump(".txt");
+        library_leave();
+    }
+    return 1;
+}
+
+void library_enter(void)
+{
+    depth++;
+}
+
+// The slot is claimed with one atomic add, as a signal handler may queue a call of its own
+// between the claim and the write; its write is done before the interrupted one goes on.
+static void defer(void *pointer, size_t size, int is_free)
+{
+    unsigned slot = __atomic_fetch_add(&pending_count, 1, __ATOMIC_RELAXED);
+    if (slot < PENDING_SLOTS) {
+        pending[slot] = (struct pending_call){pointer, size, is_free};
+    } else {
+        __atomic_fetch_sub(&pending_count, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&unrecorded, 1, __ATOMIC_RELAXED);  // a free is then left undone: its block stays valid
+    }
+}
+
+// free's work: the header checked, the record taken out (its absence is an unknown pointer).
+static void release(void *pointer, const char *function)
+{
+    struct record gone;
+    if (!block_valid(pointer, function, 0))
+        return;
+    if (table_take((uintptr_t)pointer, &gone)) {
+        __libc_free(gone.frames);
+    } else if (config.track_allocs) {
+        unknown_pointer(pointer, function);
+        return;
+    }
+    block_release(pointer);
+}
+
+// A free: done now by an outermost call; one made while the library works waits for the
+// outer call to leave, so that its address is not handed out again before it is recorded.
+static void free_block(void *pointer, const char *function)
+{
+    if (depth > 1)
+        defer(pointer, 0, 1);
+    else
+        release(pointer, function);
+}
+
+void library_leave(void)
+{
+    if (depth > 1 || !pending_count) {
+        depth--;
+        return;
+    }
+    // Still at depth 1: calls made while these run are queued behind them. The queue is
+    // emptied only if nothing was added since the last look (a signal handler may add).
+    unsigned done = 0, seen;
+    do {
+        for (seen = pending_count; done < seen; done++) {
+            struct pending_call call = pending[done];
+            if (call.is_free)
+                release(call.pointer, "free");
+            else
+                table_insert((uintptr_t)call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
+        }
+    } while (!__sync_bool_compare_and_swap(&pending_count, seen, 0));
+    depth--;  // a call queued by a handler from here on waits for this thread's next call
+}
+
+// A new block: recorded with its stack, or queued when the library is at work.
+static void note_allocation(void *pointer, size_t size)
+{
+    if (!pointer)
+        return;
+    if (depth > 1) {
+        defer(pointer, size, 0);
+        return;
+    }
+    uintptr_t frames[MAX_FRAMES];
+    size_t count = 0;
+    uint32_t flags = 0;
+    if (config.frames && !stacks_on)
+        flags = RECORD_UNTRACED;
+    else if (config.frames && size >= config.min_size && size <= config.max_size)
+        count = take_stack(frames, config.frames);
+    uintptr_t *kept = count ? copy_frames(frames, count) : NULL;
+    table_insert((uintptr_t)pointer, size, flags, kept, kept ? (uint32_t)count : 0);
+}
+
+static void *allocate(size_t size, size_t alignment, int zeroed)
+{
+    library_enter();
+    void *pointer = block_alloc(size, alignment, zeroed);
+    note_allocation(pointer, size);
+    library_leave();
+    return pointer;
+}
+
+// A program that never allocates still hears about bad options.
+__attribute__((constructor)) static void at_start(void)
+{
+    ready();
+}
+
+// A program leaktrace started, which leaktrace has stopped tracing (it removed the directory
+// it named in LEAKTRACE_PRELOAD_DIR): what it asked for at exit is no one's any more.
+static int leaktrace_gone(void)
+{
+    const char *directory = getenv("LEAKTRACE_PRELOAD_DIR");
+    return directory && access(directory, F_OK) != 0;
+}
+
+__attribute__((destructor)) static void at_exit(void)
+{
+    if (config.state != 1 || leaktrace_gone())
+        return;
+    library_enter();
+    if (config.free_track)
+        verify_all_freed();
+    if (config.leak_track)
+        log_leaks();
+    if (config.dump_on_exit)
+        write_dump(".exit.txt");
+    if (unrecorded)
+        log_line("%s: leaktrace's library could not record %zu allocator calls made inside others",
+                 program_invocation_short_name, unrecorded);
+    library_leave();
+}
+
+// --- the allocator entry points ------------------------------------------
+
+EXPORT void *malloc(size_t size)
+{
+    return ready() ? allocate(size, 0, 0) : __libc_malloc(size);
+}
+
+EXPORT void *calloc(size_t count, size_t size)
+{
+    size_t total;
+    if (!ready())
+        return __libc_calloc(count, size);
+    if (__builtin_mul_overflow(count, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return allocate(total, 0, 1);
+}
+
+EXPORT void free(void *pointer)
+{
+    if (!pointer)
+        return;
+    if (!ready()) {
+        __libc_free(pointer);
+        return;
+    }
+    library_enter();
+    free_block(pointer, "free");
+    library_leave();
+}
+
+// Whether blocks differ from glibc's (then realloc copies, as bionic's does).
+static int blocks_changed(void)
+{
+    return config.front_guard || config.rear_guard || config.expand || config.fill_on_alloc || config.fill_on_free ||
+           config.free_track;
+}
+
+EXPORT void *realloc(void *pointer, size_t size)
+{
+    if (!pointer)
+        return malloc(size);
+    if (!ready())
+        return __libc_realloc(pointer, size);
+    library_enter();
+    int outer = depth == 1;
+    void *result = NULL;
+    struct record old;
+    if (!block_valid(pointer, "realloc", 0)) {
+        // bionic returns NULL and leaves the pointer alone
+    } else if (!size) {
+        free_block(pointer, "realloc");
+    } else if (outer && !blocks_changed()) {
+        // Out of the table before glibc may hand the address to another thread.
+        int had = table_take((uintptr_t)pointer, &old);
+        if (!had && config.track_allocs) {
+            unknown_pointer(pointer, "realloc");
+        } else {
+            result = __libc_realloc(pointer, size);
+            if (had && !result)  // failed: the block stays
+                table_insert(old.pointer, old.size, old.flags, old.frames, old.frame_count);
+            else if (had)
+                __libc_free(old.frames);
+            note_allocation(result, size);
+        }
+    } else if (outer && config.track_allocs && !table_contains((uintptr_t)pointer)) {
+        unknown_pointer(pointer, "realloc");
+    } else if ((result = block_alloc(size, 0, 0))) {
+        size_t old_size = block_usable_size(pointer);
+        memcpy(result, pointer, old_size < size ? old_size : size);
+        note_allocation(result, size);
+        free_block(pointer, "realloc");
+    }
+    library_leave();
+    return result;
+}
+
+EXPORT void *reallocarray(void *pointer, size_t count, size_t size)
+{
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(pointer, total);
+}
+
+EXPORT void *memalign(size_t alignment, size_t size)
+{
+    return ready() ? allocate(size, alignment, 0) : __libc_memalign(alignment, size);
+}
+
+EXPORT void *aligned_alloc(size_t alignment, size_t size)
+{
+    if (alignment == 0 || (alignment & (alignment - 1))) {
+        errno = EINVAL;  // glibc 2.36's aligned_alloc: a power of two
+        return NULL;
+    }
+    return memalign(alignment, size);
+}
+
+EXPORT int posix_memalign(void **out, size_t alignment, size_t size)
+{
+    if (alignment % sizeof(void *) || (alignment & (alignment - 1)) || !alignment)
+        return EINVAL;
+    void *result = memalign(alignment, size);
+    if (!result)
+        return ENOMEM;
+    *out = result;
+    return 0;
+}
+
+EXPORT void *valloc(size_t size)
+{
+    return memalign((size_t)sysconf(_SC_PAGESIZE), size);
+}
+
+EXPORT void *pvalloc(size_t size)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), rounded;
+    if (__builtin_add_overflow(size, page - 1, &rounded)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    rounded &= ~(page - 1);
+    return memalign(page, rounded ? rounded : page);  // glibc gives pvalloc(0) a page
+}
+
+EXPORT size_t malloc_usable_size(void *pointer)
+{
+    if (!pointer)
+        return 0;
+    if (!ready())
+        return block_usable_size(pointer);
+    library_enter();
+    size_t usable = block_valid(pointer, "malloc_usable_size", depth == 1) ? block_usable_size(pointer) : 0;
+    library_leave();
+    return usable;
+}

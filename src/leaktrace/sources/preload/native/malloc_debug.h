@@ -1,0 +1,104 @@
+// The parts of leaktrace's preload library and what they share. The library is
+// compiled with -fvisibility=hidden: only what is marked EXPORT is seen by programs.
+#pragma once
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+extern void *__libc_memalign(size_t, size_t);
+
+// --- options (options.c) ---------------------------------------------------
+
+struct config {
+    int state;                  // 0: not read yet; 1: on; 2: off (bad options or other program)
+    size_t frames;              // backtrace=N or backtrace_enable_on_signal=N; 0: no stacks
+    int enable_on_signal;       // SIGRTMAX-19 toggles stack capture
+    int backtrace;              // stacks wanted from the start (the backtrace option)
+    size_t min_size, max_size;  // sizes that get a stack
+    int dump_on_exit, leak_track, backtrace_full;
+    size_t front_guard, rear_guard;      // bytes of 0xaa before and 0xbb after each block
+    size_t fill_on_alloc, fill_on_free;  // bytes filled with 0xeb / 0xef; 0: off
+    size_t expand;                       // extra bytes allocated (expand_alloc)
+    size_t free_track;                   // freed blocks held back and checked (free_track)
+    size_t free_track_frames;            // stack depth taken at free
+    int track_allocs;                    // pointers passed in are checked against the table
+    int abort_on_error;
+    char prefix[PATH_MAX];  // backtrace_dump_prefix (a longer one is refused: no file could have it)
+};
+extern struct config config;
+
+// Parses LIBC_DEBUG_MALLOC_OPTIONS into config; 0 (with upstream's message on stderr) if bad.
+int parse_options(const char *text);
+
+// --- the table of live blocks (table.c) ------------------------------------
+
+#include "record.h"  // the table's records, as leaktrace reads them (layout.py is generated from it)
+
+void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count);
+int table_take(uintptr_t pointer, struct record *out);  // 0 if not there
+int table_contains(uintptr_t pointer);
+size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max);
+// Android's zygote bit: made by this process after it was forked from a traced one.
+int record_zygote_bit(const struct record *r);
+struct record *table_snapshot(size_t *count);  // sorted as malloc_debug sorts them
+void free_records(struct record *list, size_t count);
+int same_entry(const struct record *a, const struct record *b);
+void table_before_fork(void);
+void table_after_fork(int child);
+
+// --- stacks and the log on stderr (stacks.c) -----------------------------
+
+void find_own_code(void);
+size_t take_stack(uintptr_t *frames, size_t max);  // the caller's stack, this library left out
+uintptr_t *copy_frames(const uintptr_t *frames, size_t count);
+// One line per frame, as malloc_debug's backtrace_string; names NULL: looked up for this call alone.
+struct frame_names;
+void log_backtrace(struct frame_names *names, const uintptr_t *frames, size_t count);
+void write_all(int fd, const char *text, size_t length);  // retried on EINTR and short writes
+void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// --- names of frames for the library's reports (frame_names.c) ------------
+
+struct frame_name {
+    const char *module;    // the path /proc/self/maps gives; NULL outside every mapping
+    uintptr_t rel_pc;      // the pc as an address of the module's file; the pc itself if unknown
+    const char *function;  // NULL if unknown
+    uintptr_t offset;      // into the function
+};
+struct frame_names *frame_names_open(void);  // for one report (NULL: names unknown)
+void frame_name(struct frame_names *names, uintptr_t pc, struct frame_name *out);
+void frame_names_close(struct frame_names *names);
+
+// --- blocks and the allocator-side options (blocks.c) ----------------------
+
+void blocks_init(void);
+void *block_alloc(size_t size, size_t alignment, int zeroed);  // header, guards, expand, fill
+size_t block_usable_size(void *pointer);
+int block_valid(void *pointer, const char *function, int check_table);  // 0 after logging why not
+void unknown_pointer(void *pointer, const char *function);              // bionic's UNKNOWN POINTER report
+void block_release(void *pointer);                                      // guards checked, filled, held back or freed
+void verify_all_freed(void);
+void blocks_before_fork(void);
+void blocks_after_fork(int child);
+
+// --- reports (reports.c) ---------------------------------------------------
+
+void write_dump(const char *suffix);
+void log_leaks(void);
+
+// --- entry and exit of the library's own work (malloc_debug.c) -------------
+
+// Allocator calls made while the library works (its own, or a signal handler's)
+// are recorded once the outermost call leaves.
+void library_enter(void);
+void library_leave(void);

@@ -1,0 +1,168 @@
+// What the library reports: the leak-info buffer, the v1.2 heap dump and the
+// leak_track log, in malloc_debug's order, words and layout.
+#include "malloc_debug.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#define ZYGOTE_BIT (1UL << 31)
+
+EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t *info_size, size_t *total_memory,
+                                 size_t *backtrace_size)
+{
+    if (!info || !overall_size || !info_size || !total_memory || !backtrace_size) {
+        log_line("get_malloc_leak_info: At least one invalid parameter.");
+        return;
+    }
+    *info = NULL;
+    *overall_size = *info_size = *total_memory = *backtrace_size = 0;
+    if (config.state != 1)
+        return;
+    if (!config.frames) {
+        log_line("get_malloc_leak_info: Allocations not being tracked, to enable set the option 'backtrace'.");
+        return;
+    }
+    library_enter();
+    size_t count;
+    struct record *list = table_snapshot(&count);
+    size_t depth = config.frames, width = sizeof(size_t) * 2 + sizeof(uintptr_t) * depth, entries = 0;
+    uint8_t *buffer = count ? __libc_calloc(count, width) : NULL;
+    const struct record *last = NULL;  // the record the last entry was made from
+    for (size_t i = 0; buffer && i < count; i++) {
+        if (list[i].size > ZYGOTE_BIT - 1 || (list[i].flags & RECORD_UNTRACED))
+            continue;  // the size would run into the zygote bit; made while stacks were off
+        if (last && same_entry(last, &list[i])) {
+            ((size_t *)(buffer + (entries - 1) * width))[1]++;
+        } else {
+            size_t *entry = (size_t *)(buffer + entries++ * width);
+            entry[0] = list[i].size | (record_zygote_bit(&list[i]) ? ZYGOTE_BIT : 0);
+            entry[1] = 1;
+            memcpy(entry + 2, list[i].frames, list[i].frame_count * sizeof(uintptr_t));
+            last = &list[i];
+        }
+        *total_memory += list[i].size;
+    }
+    free_records(list, count);
+    if (entries) {
+        *info = buffer;
+        *overall_size = entries * width;
+        *info_size = width;
+        *backtrace_size = depth;
+    } else {
+        __libc_free(buffer);
+    }
+    library_leave();
+}
+
+EXPORT void free_malloc_leak_info(uint8_t *info)
+{
+    __libc_free(info);
+}
+
+EXPORT ssize_t malloc_backtrace(void *pointer, uintptr_t *frames, size_t frame_count)
+{
+    return (ssize_t)table_frames((uintptr_t)pointer, frames, frame_count);
+}
+
+static void put(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(int fd, const char *fmt, ...)
+{
+    char line[4096];
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, args);
+    va_end(args);
+    if (n > 0)
+        write_all(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+// backtrace_full's line: {"module" rel_pc "function" offset} per frame.
+static void put_bt_info(int fd, struct frame_names *names, const struct record *r)
+{
+    put(fd, "  bt_info");
+    for (uint32_t f = 0; f < r->frame_count; f++) {
+        struct frame_name frame;
+        frame_name(names, r->frames[f], &frame);
+        put(fd, " {\"%s\" %lx \"%s\" %lx}", frame.module ? frame.module : "", (unsigned long)frame.rel_pc,
+            frame.function ? frame.function : "", (unsigned long)frame.offset);
+    }
+    put(fd, "\n");
+}
+
+// The v1.2 heap dump, written to a temporary file and renamed into place.
+void write_dump(const char *suffix)
+{
+    char path[512], temporary[520];
+    snprintf(path, sizeof path, "%s.%d%s", config.prefix, getpid(), suffix);
+    snprintf(temporary, sizeof temporary, "%s.tmp", path);
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        log_line("%s: cannot write heap dump %s: %s", program_invocation_short_name, path, strerror(errno));
+        return;
+    }
+    size_t count, total = 0, entries = 0;
+    struct record *list = table_snapshot(&count);
+    for (size_t i = 0; i < count; i++) {
+        total += list[i].size;
+        entries += !i || !same_entry(&list[i - 1], &list[i]);
+    }
+    struct utsname name;
+    uname(&name);
+    put(fd, "Android Native Heap Dump v1.2\n\nBuild fingerprint: '%s/%s/%s'\n\n", name.sysname, name.release,
+        name.machine);
+    put(fd, "Total memory: %zu\nAllocation records: %zu\nBacktrace size: %zu\n\n", total, entries, config.frames);
+    struct frame_names *names = config.backtrace_full && count ? frame_names_open() : NULL;
+    for (size_t i = 0; i < count;) {
+        size_t j = i + 1;
+        while (j < count && same_entry(&list[i], &list[j]))
+            j++;
+        put(fd, "z %d  sz %8zu  num    %zu  bt", record_zygote_bit(&list[i]), list[i].size, j - i);
+        for (uint32_t f = 0; f < list[i].frame_count; f++)
+            put(fd, " %lx", (unsigned long)list[i].frames[f]);
+        put(fd, "\n");
+        if (config.backtrace_full && list[i].frame_count)
+            put_bt_info(fd, names, &list[i]);
+        i = j;
+    }
+    frame_names_close(names);
+    free_records(list, count);
+    put(fd, "MAPS\n");
+    int maps = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (maps < 0) {
+        put(fd, "Could not open /proc/self/maps\n");
+    } else {
+        char block[4096];
+        ssize_t n;
+        while ((n = read(maps, block, sizeof block)) > 0)
+            write_all(fd, block, (size_t)n);
+        close(maps);
+    }
+    put(fd, "END\n");
+    close(fd);
+    if (rename(temporary, path) != 0)
+        unlink(temporary);
+}
+
+// leak_track: every live block, in malloc_debug's order and words.
+void log_leaks(void)
+{
+    size_t count;
+    struct record *list = table_snapshot(&count);
+    struct frame_names *names = count ? frame_names_open() : NULL;
+    for (size_t i = 0; i < count; i++) {
+        log_line("+++ %s leaked block of size %zu at 0x%lx (leak %zu of %zu)", program_invocation_short_name,
+                 list[i].size, (unsigned long)list[i].pointer, i + 1, count);
+        if (list[i].frame_count) {
+            log_line("Backtrace at time of allocation:");
+            log_backtrace(names, list[i].frames, list[i].frame_count);
+        }
+    }
+    frame_names_close(names);
+    free_records(list, count);
+}

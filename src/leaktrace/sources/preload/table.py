@@ -1,0 +1,253 @@
+"""The preload library's table of live blocks, read from outside the process: in place
+while the process is stopped (table_snapshot), or from a frozen copy of it
+(copy_with_table, for the reachability check). Every change the library makes
+to the table is made under its exported lock, so a stopped process whose lock is
+free holds a consistent table; one caught with the lock held is let go and stopped
+again a moment later.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import glob
+import os
+import struct
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from leaktrace.android.records import return_addresses
+from leaktrace.errors import RuntimeFailure
+from leaktrace.model.snapshot import (
+    AllocationGroup,
+    Counters,
+    Credentials,
+    LiveAllocation,
+    ProcessInfo,
+    Snapshot,
+    StackStatus,
+)
+from leaktrace.platform.elf import ElfFile
+from leaktrace.platform.process import Mapping
+from leaktrace.reachability.freeze import FrozenImage, freeze_and_copy, frozen
+from leaktrace.sources.preload.layout import MAX_FRAMES, RECORD, RECORD_INHERITED  # from native/record.h
+
+TABLE_TRIES = 100  # stops of the process to find its table unlocked (a lock is held for microseconds)
+SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20  # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
+T = TypeVar("T")
+
+
+def preload_library() -> str:
+    """Path of the library that pip install built into the package."""
+    found = sorted(glob.glob(str(Path(__file__).parent / "_malloc_debug*.so")))
+    if not found:
+        raise RuntimeFailure("leaktrace's preload library is not built: reinstall leaktrace (pip install)")
+    return found[0]
+
+
+def stack_status(stack: tuple[int, ...]) -> StackStatus:
+    """The library keeps a stack for every size in its backtrace range: none means filtered."""
+    return StackStatus.CAPTURED if stack else StackStatus.FILTERED
+
+
+def library_base(maps: list[Mapping], library: str) -> int | None:
+    """Where the library is loaded in a process (its mapping at file offset 0), found by the
+    device and inode maps show, else by its path as text (no path the process names is looked up)."""
+    st = os.stat(library)
+    device, real = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", os.path.realpath(library)
+    for mapping in maps:
+        if mapping.offset == 0 and ((mapping.device, mapping.inode) == (device, st.st_ino) or mapping.path == real):
+            return mapping.start
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _table_symbols() -> dict[str, int]:
+    symbols = ElfFile(preload_library()).dynamic_objects
+    return {
+        name: symbols[name]
+        for name in ("leaktrace_table", "leaktrace_table_slots", "leaktrace_table_lock", "leaktrace_forked")
+    }
+
+
+def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
+    """Where the library's table variables are in a process."""
+    base = library_base(maps, preload_library())
+    if base is None:
+        raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library")
+    return {name: base + offset for name, offset in _table_symbols().items()}
+
+
+def _table_busy(read, addresses: dict[str, int]) -> bool:
+    """A thread was stopped while changing the table (its lock is held): read it again later."""
+    return read(addresses["leaktrace_table_lock"], 4) != b"\0\0\0\0"
+
+
+class DamagedTable(RuntimeFailure):
+    """A value read from the library's table that the library could not have written."""
+
+
+ADDRESS_LIMIT = 1 << 47  # user addresses end below this on x86-64 (4-level page tables)
+
+
+class _Readable:
+    """A process's readable mappings: whether one of them holds a range."""
+
+    def __init__(self, maps: list[Mapping]):
+        self.mappings = sorted((m for m in maps if "r" in m.perms), key=lambda m: m.start)
+        self.starts = [m.start for m in self.mappings]
+
+    def holds(self, start: int, size: int) -> bool:
+        i = bisect.bisect_right(self.starts, start) - 1
+        return i >= 0 and start + size <= self.mappings[i].end
+
+
+@dataclass
+class CopiedTable:
+    """The library's table as bytes copied out of the target (while it stood still), with the
+    spans of memory its records' frames are in; decoded after the target goes on."""
+
+    pid: int
+    maps: list[Mapping]
+    start: int
+    slots: int
+    records: list[tuple[int, ...]]  # live ones: pointer, size, flags, frame count, frames at
+    spans: list[tuple[int, bytes]]  # (start, bytes) of the memory holding the frames, sorted
+    forked: bool  # the library's leaktrace_forked
+
+    @property
+    def occupied(self) -> tuple[int, int]:
+        """The range the table's slots take in the target."""
+        return self.start, self.start + self.slots * RECORD.size
+
+    def _frames(self, at: int, count: int, starts: list[int]) -> bytes:
+        i = bisect.bisect_right(starts, at) - 1
+        if i < 0:
+            return b""
+        start, data = self.spans[i]
+        return data[at - start : at - start + 8 * count]
+
+    def allocations(self) -> list[LiveAllocation]:
+        """The live blocks. DamagedTable names the first record whose frames are outside the
+        target's memory."""
+        readable, starts = _Readable(self.maps), [start for start, _ in self.spans]
+        stacks: dict[bytes, tuple[int, ...]] = {}  # records of one call site share their frames' values
+        allocations = []
+        for pointer, size, flags, frame_count, frames_at in self.records:
+            pcs = b""
+            if frame_count:
+                pcs = self._frames(frames_at, frame_count, starts)
+                if len(pcs) != 8 * frame_count or not readable.holds(frames_at, 8 * frame_count):
+                    raise DamagedTable(
+                        f"the library's table in pid {self.pid} is damaged: a record of {size} "
+                        f"bytes at {pointer:#x} with {frame_count} frames at {frames_at:#x}"
+                    )
+            stack = stacks.get(pcs)
+            if stack is None:
+                stack = stacks[pcs] = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
+            allocations.append(
+                LiveAllocation(self.pid, pointer, size, stack, stack_status(stack), bool(flags & RECORD_INHERITED))
+            )
+        return allocations
+
+
+def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) -> CopiedTable:
+    """The library's table and its frames, through read(address, size) (a stopped process or a
+    copy of one). Every value comes from the target: DamagedTable names the first that sizes a
+    read and that the library could not have written (a table outside its mappings, a frame
+    count past its maximum, a block past the end of the address space)."""
+    table, slots = (
+        struct.unpack("<Q", read(addresses[name], 8).ljust(8, b"\0"))[0]
+        for name in ("leaktrace_table", "leaktrace_table_slots")
+    )
+    if slots and not _Readable(maps).holds(table, slots * RECORD.size):
+        raise DamagedTable(
+            f"the library's table in pid {pid} is damaged: {slots} slots at {table:#x} are not in its memory"
+        )
+    records = read(table, slots * RECORD.size)
+    whole = len(records) // RECORD.size * RECORD.size
+    live = [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]  # 0 empty, 1 deleted
+    for pointer, size, _, frame_count, frames_at in live:
+        if pointer + size >= ADDRESS_LIMIT or frame_count > MAX_FRAMES:
+            raise DamagedTable(
+                f"the library's table in pid {pid} is damaged: a record of {size} bytes at "
+                f"{pointer:#x} with {frame_count} frames at {frames_at:#x}"
+            )
+    spans = _read_spans(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
+    forked = read(addresses["leaktrace_forked"], 4) not in (b"\0\0\0\0", b"")
+    return CopiedTable(pid, maps, table, slots, live, spans, forked)
+
+
+def _read_spans(read, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+    """The memory holding many small ranges, as a few large reads of the spans they cluster in
+    (a stopped process is read one system call per read), sorted by start."""
+    ends: dict[int, int] = {}
+    for start, size in ranges:
+        ends[start] = max(ends.get(start, 0), start + size)
+    starts = sorted(ends)  # ints sort several times faster than (start, size) pairs
+    spans = []
+    i = 0
+    while i < len(starts):
+        first, end = starts[i], ends[starts[i]]
+        j = i + 1
+        while j < len(starts) and starts[j] - end <= SPAN_GAP and ends[starts[j]] - first <= SPAN_MAX:
+            end = max(end, ends[starts[j]])
+            j += 1
+        span = read(first, end - first)
+        if len(span) == end - first:
+            spans.append((first, span))
+        else:  # across a hole: range by range
+            spans += [(start, read(start, ends[start] - start)) for start in starts[i:j]]
+        i = j
+    return spans
+
+
+def _until_unlocked(pid: int, attempt: Callable[[], T | None]) -> T:
+    """attempt() until it finds the table unlocked (it returns None while a thread holds it)."""
+    for _ in range(TABLE_TRIES):
+        found = attempt()
+        if found is not None:
+            return found
+        time.sleep(0.001)
+    raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
+
+
+def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation], tuple[int, int]]:
+    """A frozen copy of the process (the mappings wanted) taken while the table was unlocked,
+    the live blocks in that table, and the range the table occupies (never a root of a
+    reachability check: it points to every block)."""
+
+    def attempt() -> tuple[FrozenImage, CopiedTable] | None:
+        image = freeze_and_copy(pid, wanted)
+        addresses = _table_addresses(image.maps, pid)
+        if _table_busy(image.read, addresses):
+            return None
+        return image, _copy_table(image.read, image.maps, pid, addresses)
+
+    image, table = _until_unlocked(pid, attempt)
+    return image, table.allocations(), table.occupied
+
+
+def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Credentials) -> Snapshot:
+    """A snapshot read from the library's table in the stopped process, with pointers."""
+
+    def attempt() -> tuple[CopiedTable, str] | None:
+        with frozen(pid) as process:
+            addresses = _table_addresses(process.maps, pid)
+            if _table_busy(process.read, addresses):
+                return None
+            return _copy_table(process.read, process.maps, pid, addresses), process.maps_text
+
+    table, maps = _until_unlocked(pid, attempt)
+    allocations = table.allocations()  # decoded with the process running again
+    tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
+    groups = tuple(
+        AllocationGroup(pid, size, count, stack, status, inherited)
+        for (size, stack, status, inherited), count in tally.items()
+    )
+    info = ProcessInfo(pid, comm, comm, maps, credentials=credentials, forked=table.forked)
+    return Snapshot(time.time(), groups, Counters(), {pid: info}, backtrace_frames, tuple(allocations))

@@ -1,0 +1,339 @@
+"""The in-process engine: the LD_PRELOAD library (native/*.c) as a source.
+
+A command runs with the library (or a process started with it elsewhere is read).
+A snapshot of a launched command stops it for a moment (ptrace, as the reachability
+check does) and reads the library's table of live blocks in place, once no thread
+holds the table's lock. A process started elsewhere is asked for a heap dump, as
+upstream's users do (SIGRTMAX-17, written at its next allocator call), and read in
+place only if none comes. At exit a launched command writes a last dump
+(backtrace_dump_on_exit). Dumps are Android's v1.2 text, MAPS included, so a
+snapshot from one symbolizes like one from the BPF engine. The reachability check
+reads the table from the frozen copy of the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import re
+import shutil
+import signal
+import stat
+import tempfile
+import time
+from collections import Counter
+
+from leaktrace.android.leak_info import LeakInfoEntry, decode_leak_info
+from leaktrace.android.options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
+from leaktrace.android.records import return_addresses
+from leaktrace.errors import RuntimeFailure
+from leaktrace.model.snapshot import (
+    NOBODY,
+    UNREACHABLE_LIMIT,
+    AllocationGroup,
+    Counters,
+    Credentials,
+    ProcessInfo,
+    Snapshot,
+    UnreachableReport,
+)
+from leaktrace.platform.elf import ElfError, ElfFile
+from leaktrace.platform.process import alive, parse_maps, read_target, resolve_executable
+from leaktrace.platform.target_files import (
+    RefusedFile,
+    credentials_of,
+    read_regular,
+    read_target_file,
+    unlink_target_file,
+)
+from leaktrace.sources.preload.table import copy_with_table, library_base, preload_library, stack_status, table_snapshot
+from leaktrace.sources.protocol import PollingSource
+
+DUMP_SIGNAL = signal.SIGRTMAX - 17
+DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the dump asked for
+DUMP_READ_LIMIT = 512 << 20  # bytes of one heap dump read from a target (about 2.5 million records)
+ENVIRON_READ_LIMIT = 4 << 20
+MAX_FRAMES = 256  # the library's largest backtrace option
+# Numbers are bounded by their digits: a size fits 64 bits, a count 32, a pc 64.
+_RECORD = re.compile(rf"z ([01])  sz +(\d{{1,20}})  num +(\d{{1,10}})  bt((?: [0-9a-f]{{1,16}}){{0,{MAX_FRAMES}}})$")
+_MAPS_LINE = re.compile(
+    r"[0-9a-f]{1,16}-[0-9a-f]{1,16} [-rwxps]{4} [0-9a-f]{1,16} [0-9a-f]{1,8}:[0-9a-f]{1,8} \d{1,20}"
+    r"(?: +[^\0\n]{0,4096})?"
+)
+
+
+WORKDIR_PREFIX = "leaktrace-preload-"  # + leaktrace's pid + "-" + random: the dump directory of a launch
+
+
+def remove_stale_workdirs() -> None:
+    """Removes the dump directories that leaktraces which died without cleaning up left behind
+    (each is named with its leaktrace's pid): ours only, real directories only."""
+    top = tempfile.gettempdir()
+    for name in os.listdir(top):
+        owner = name.removeprefix(WORKDIR_PREFIX).split("-", 1)[0]
+        if not name.startswith(WORKDIR_PREFIX) or not owner.isdigit() or alive(int(owner)):
+            continue
+        path = os.path.join(top, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def snapshot_from_heap_dump(
+    text: str, pid: int, comm: str, taken_at: float, exited: bool = False, credentials: Credentials = NOBODY
+) -> Snapshot:
+    """A snapshot from an "Android Native Heap Dump v1.2": its records as groups, its maps.
+    The text is a target's: ValueError names the first thing in it that cannot be real. The
+    files its MAPS name are opened with credentials (the target's) when it is symbolized."""
+    if not text.startswith("Android Native Heap Dump v1.2"):
+        raise ValueError("not an Android Native Heap Dump v1.2")
+    body, _, maps = text.partition("\nMAPS\n")
+    found = re.search(r"^Backtrace size: (\d{1,3})$", body, re.M)
+    if not found or not 0 < int(found.group(1)) <= MAX_FRAMES:
+        raise ValueError("no valid 'Backtrace size' line")
+    # A dump lists records as bionic sorts and merges them (adjacent ones only): a (size, stack)
+    # can come back many times, and is one group here.
+    counts: Counter[tuple[int, tuple[int, ...], bool]] = Counter()
+    for line in body.splitlines():
+        record = _RECORD.match(line)
+        if not record:
+            if line.startswith("z "):
+                raise ValueError(f"damaged record {line[:80]!r}")
+            continue
+        zygote, size, count, frames = record.groups()
+        if int(size) >= 1 << 64 or int(count) >= 1 << 32:
+            raise ValueError(f"record out of range {line[:80]!r}")
+        counts[int(size), return_addresses(tuple(int(pc, 16) for pc in frames.split())), zygote == "1"] += int(count)
+    # z 1: made by a forked child since its fork; a dump has no other sign of a fork, so a child
+    # that has made nothing since shows its inherited blocks as its own.
+    forked = any(zygote for _, _, zygote in counts)
+    groups = [
+        AllocationGroup(pid, size, count, stack, stack_status(stack), forked and not zygote)
+        for (size, stack, zygote), count in counts.items()
+    ]
+    maps = maps.removesuffix("END\n")
+    for line in maps.splitlines():
+        if not _MAPS_LINE.fullmatch(line):
+            raise ValueError(f"damaged MAPS line {line[:80]!r}")
+    info = ProcessInfo(pid, comm, comm, maps, exited, credentials, forked=forked)
+    return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, int(found.group(1)))
+
+
+class PreloadTrace(PollingSource):
+    """A process running with the library: launched with it (launch) or started with it
+    elsewhere (attach); the same snapshots as a BPF trace, from the dumps it writes (or,
+    when it makes no allocator call to write one, from its table read in place)."""
+
+    def __init__(
+        self,
+        pid: int,
+        prefix: str,
+        comm: str,
+        backtrace_frames: int,
+        credentials: Credentials,
+        workdir: str | None = None,
+    ):
+        self.pid = pid
+        self.prefix = prefix  # the library's backtrace_dump_prefix
+        self.credentials = credentials  # whose rights its dump files are read and removed with
+        self.comm = comm
+        self.backtrace_frames = backtrace_frames
+        self.workdir = workdir  # ours to delete (launch only)
+        self.is_child = workdir is not None
+        self.exit_status: int | None = None
+        self._gone = False
+        self.final_snapshot: Snapshot | None = None
+        self._last: Snapshot | None = None
+        self.dumps_refused: str | None = None  # why its dump files are not read (its table is, in place)
+        self._notices: list[str] = []
+        self.final_with_allocations = False  # its exit dump lists every pointer anyway
+        self.logs_own_leaks = True  # the library writes its leak_track log itself
+
+    @classmethod
+    def launch(cls, argv: list[str], options: str) -> PreloadTrace:
+        """Runs argv with the library, told options (plus a dump at exit into a directory of ours)."""
+        path = resolve_executable(argv[0])
+        try:
+            static = ElfFile(path).interpreter is None
+        except ElfError:
+            static = False  # a script: the interpreter its #! names loads the library
+        if static:
+            raise RuntimeFailure(f"{path} is statically linked: LD_PRELOAD cannot load leaktrace's library into it")
+        remove_stale_workdirs()
+        workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+        prefix = os.path.join(workdir, "heap")
+        # Once the directory is gone (leaktrace stopped first), the library says and writes nothing at exit.
+        env = dict(
+            os.environ,
+            LD_PRELOAD=preload_library(),
+            LEAKTRACE_PRELOAD_DIR=workdir,
+            LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={prefix}",
+        )
+        frames = parse_malloc_debug_options(options).backtrace_frames
+        # The dump directory is ours (mode 0700): its files are read with our own rights.
+        return cls(
+            os.spawnve(os.P_NOWAIT, path, argv, env),
+            prefix,
+            os.path.basename(path)[:15],
+            frames,
+            credentials_of(os.getpid()),
+            workdir,
+        )
+
+    @classmethod
+    def attach(cls, pid: int) -> PreloadTrace:
+        """A process already running with the library; its dumps go where its options say."""
+        info = read_target(pid)
+        if library_base(parse_maps(info.maps), preload_library()) is None:
+            raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library (see --preload-lib)")
+        try:
+            raw = read_regular(f"/proc/{pid}/environ", ENVIRON_READ_LIMIT)
+            environ = dict(item.partition(b"=")[::2] for item in raw.split(b"\0") if b"=" in item)
+            config = parse_malloc_debug_options(environ.get(b"LIBC_DEBUG_MALLOC_OPTIONS", b"").decode(errors="replace"))
+        except (OSError, OptionError, RefusedFile) as e:
+            raise RuntimeFailure(f"cannot read pid {pid}'s malloc debug options: {e}") from None
+        return cls(
+            pid,
+            str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)),
+            info.comm,
+            config.backtrace_frames,
+            credentials_of(pid),
+        )
+
+    @property
+    def exited(self) -> bool:
+        return self._gone
+
+    def take_notices(self) -> list[str]:
+        """What went wrong with the dump files since the last call, a line each (said once)."""
+        notices, self._notices = self._notices, []
+        return notices
+
+    def _refuse_dumps(self, reason: str) -> None:
+        if self.dumps_refused is None:
+            self.dumps_refused = reason
+            self._notices.append(f"{reason}; reading pid {self.pid}'s table in place instead")
+
+    def _read_dump(self, suffix: str, exited: bool) -> Snapshot | None:
+        """The dump the process wrote, None if there is none or it cannot be trusted (said in a notice)."""
+        path = f"{self.prefix}.{self.pid}{suffix}"
+        try:
+            data = read_target_file(self.credentials, path, DUMP_READ_LIMIT)
+            return (
+                None
+                if data is None
+                else snapshot_from_heap_dump(
+                    data.decode(errors="replace"), self.pid, self.comm, time.time(), exited, self.credentials
+                )
+            )
+        except RefusedFile as e:
+            self._refuse_dumps(str(e))
+        except ValueError as e:
+            self._refuse_dumps(f"the heap dump {path} is damaged: {e}")
+        return None
+
+    def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
+        """The live blocks now (the final dump once the process has exited).
+
+        A launched command is stopped for a moment and its table read in place: no signal
+        reaches it, so none of its system calls is cut short. A process started elsewhere
+        is asked for a dump, as malloc_debug's users do (SIGRTMAX-17; it writes one at its
+        next allocator call); if none comes within DUMP_WAIT, its table is read in place.
+        The library keeps no ages: older_than_ms is refused."""
+        if older_than_ms is not None:
+            raise RuntimeFailure("the preload engine keeps no allocation ages")
+        if self.exited:
+            if self.final_snapshot is None:
+                raise RuntimeFailure(f"pid {self.pid} exited and left no table or dump that could be read")
+            return self.final_snapshot
+        if not self.is_child and not with_allocations and self.dumps_refused is None:
+            found = self._requested_dump(DUMP_WAIT)
+            if found:
+                self._last = found
+                return found
+        try:
+            self._last = table_snapshot(self.pid, self.comm, self.backtrace_frames, self.credentials)
+        except RuntimeFailure:
+            if not self.poll():
+                return self.snapshot()
+            raise
+        return self._last
+
+    def _requested_dump(self, wait: float) -> Snapshot | None:
+        """Asks for a dump and reads it; None if none comes within wait seconds, or its file cannot be trusted."""
+        try:  # so that the next one is known to be new
+            unlink_target_file(self.credentials, f"{self.prefix}.{self.pid}.txt")
+        except RefusedFile as e:
+            self._refuse_dumps(str(e))
+            return None
+        os.kill(self.pid, DUMP_SIGNAL)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and self.dumps_refused is None:
+            found = self._read_dump(".txt", False)
+            if found or not self.poll():
+                return found or self.snapshot()
+            time.sleep(0.01)
+        return None
+
+    def poll(self) -> bool:
+        """False once the process has exited; its exit dump (or else its last snapshot) is then final."""
+        if self._gone:
+            return False
+        if self.is_child:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (the API user waited for it): no status
+                pid, status = self.pid, None
+            if pid == 0:
+                return True
+            if status is not None:
+                self.exit_status = os.waitstatus_to_exitcode(status)
+        elif alive(self.pid):
+            return True
+        self._gone = True
+        last = self._last and dataclasses.replace(
+            self._last,
+            processes={pid: dataclasses.replace(info, exited=True) for pid, info in self._last.processes.items()},
+        )
+        self.final_snapshot = self._read_dump(".exit.txt", True) or last
+        return False
+
+    def startup_lines(self, what: str, verbose: bool) -> list[str]:
+        return [f"reading {what} through {preload_library()} (LD_PRELOAD)"]
+
+    def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
+        """The reachability check, with the allocations read from the library's own table
+        in the frozen copy: exactly the blocks live at the freeze."""
+        if self.exited:
+            raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
+        from leaktrace.reachability.unreachable import (  # numpy: 50 ms of start-up, only for this
+            scanned_mapping,
+            sweep_image,
+        )
+
+        image, allocations, table = copy_with_table(self.pid, scanned_mapping)
+        return sweep_image(image, allocations, complete=True, limit=limit, excluded=(table,))
+
+    def close(self) -> None:
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def leak_info_in_process() -> list[LeakInfoEntry]:
+    """get_malloc_leak_info() of this very process, which must run with the library
+    preloaded (LD_PRELOAD=$(leaktrace --preload-lib) python ...)."""
+    try:
+        function = ctypes.CDLL(None).get_malloc_leak_info
+    except AttributeError:
+        raise RuntimeFailure("this process was not started with leaktrace's preload library") from None
+    info, sizes = ctypes.POINTER(ctypes.c_uint8)(), [ctypes.c_size_t() for _ in range(4)]
+    function(ctypes.byref(info), *(ctypes.byref(s) for s in sizes))
+    overall, _, _, backtrace_size = (s.value for s in sizes)
+    try:
+        return decode_leak_info(ctypes.string_at(info, overall), backtrace_size) if overall else []
+    finally:
+        ctypes.CDLL(None).free_malloc_leak_info(info)

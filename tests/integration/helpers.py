@@ -1,0 +1,80 @@
+"""Running leaktrace for real and reading its JSON reports."""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+from collections import defaultdict
+
+from conftest import leaktrace_command
+
+TIMEOUT = 120
+
+
+def library_env(options: str) -> dict[str, str]:
+    """The environment of a program run with leaktrace's preload library, told options."""
+    from leaktrace.sources.preload.trace import preload_library
+
+    return {"LD_PRELOAD": preload_library(), "LIBC_DEBUG_MALLOC_OPTIONS": options}
+
+
+def run_with_library(argv: list[str], options: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=library_env(options))
+
+
+def reports(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def sites(report: dict) -> dict[str, list[tuple[int, int]]]:
+    """Innermost function (or "(filtered)"/"(lost)") -> sorted [(size, count)]."""
+    table: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for group in report["groups"]:
+        if group["stack_status"] == "captured":
+            key = group["frames"][0]["function"] or hex(group["frames"][0]["address"])
+        else:
+            key = f"({group['stack_status']})"
+        table[key].append((group["size"], group["count"]))
+    return {key: sorted(value) for key, value in table.items()}
+
+
+def run_command(
+    args: list[str], timeout: float = TIMEOUT, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """leaktrace ARGS to completion (for -c, the command's exit ends it)."""
+    return subprocess.run(leaktrace_command(*args), capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def final_report(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    found = reports(result.stdout)
+    assert found, f"no report in {result.stdout!r} / {result.stderr!r}"
+    return found[-1]
+
+
+def wait_for_line(stream, timeout: float = TIMEOUT) -> str:
+    ready, _, _ = select.select([stream], [], [], timeout)
+    assert ready, "timed out waiting for output"
+    return stream.readline()
+
+
+class AttachedTrace:
+    """leaktrace -p PID running against a process, ended with a signal."""
+
+    def __init__(self, pid: int, *args: str):
+        self.process = subprocess.Popen(
+            leaktrace_command("-p", str(pid), "--json", *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = wait_for_line(self.process.stderr)
+        assert "probes live" in line, line + self.process.stderr.read()
+
+    def stop(self, sig: int = signal.SIGINT) -> tuple[int, str, str]:
+        self.process.send_signal(sig)
+        out, err = self.process.communicate(timeout=TIMEOUT)
+        return self.process.returncode, out, err

@@ -1,0 +1,226 @@
+"""Stacks of code built without frame pointers: the BPF engine walks them from each module's
+.eh_frame and must give, per call site, the frames the preload engine's unwinder (libgcc)
+gives, out to _start or clone3; no frame may point outside an executable mapping."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PROGRAMS
+from helpers import AttachedTrace, final_report, reports, run_command, wait_for_line
+
+NO_FP = ["-O2", "-g", "-fomit-frame-pointer"]
+SIZES = {
+    1002: "depth 2",
+    1004: "depth 4",
+    1008: "depth 8",
+    1012: "depth 12",
+    1024: "depth 24",
+    3000: "thread",
+    4000: "library linked at start",
+    1234: "dlopen'ed library's constructor",
+    2345: "dlopen'ed library",
+    5000: "signal handler",
+}
+
+
+@pytest.fixture(scope="module")
+def unwind_programs(build_dir) -> dict[str, Path]:
+    """tests/integration/programs/unwind.c and its libraries, and cxx_alloc.cpp, built -O2 without frame
+    pointers; unwind.c also with them (the control)."""
+    out = build_dir / "unwind"
+    out.mkdir(exist_ok=True)
+    built = {
+        "plugin": out / "libplugin.so",
+        "linked": out / "libunwind_linked.so",
+        "unwind": out / "unwind",
+        "unwind_fp": out / "unwind_fp",
+        "cxx": out / "cxx_alloc",
+        "uses_plugin": out / "uses_plugin",
+    }
+    steps = [
+        ["gcc", *NO_FP, "-shared", "-fPIC", "-o", built["plugin"], PROGRAMS / "plugin.c"],
+        ["gcc", *NO_FP, "-shared", "-fPIC", "-o", built["linked"], PROGRAMS / "unwind_linked.c"],
+        ["g++", *NO_FP, "-o", built["cxx"], PROGRAMS / "cxx_alloc.cpp"],
+        ["gcc", *NO_FP, "-o", built["uses_plugin"], PROGRAMS / "uses_plugin.c", "-ldl"],
+    ]
+    for name, flags in (("unwind", NO_FP), ("unwind_fp", ["-O2", "-g", "-fno-omit-frame-pointer"])):
+        steps.append(
+            [
+                "gcc",
+                *flags,
+                "-pthread",
+                "-o",
+                built[name],
+                PROGRAMS / "unwind.c",
+                f"-L{out}",
+                "-lunwind_linked",
+                f"-Wl,-rpath,{out}",
+                "-ldl",
+            ]
+        )
+    for step in steps:
+        subprocess.run([str(part) for part in step], check=True)
+    return built
+
+
+def frame_key(frame: dict) -> tuple:
+    """A frame as the same in any run: module, and function+offset or the module offset."""
+    return os.path.basename(frame["module"] or "?"), frame["function"], frame["offset"]
+
+
+def stacks_by_size(report: dict, sizes) -> dict[int, list[tuple]]:
+    found = {}
+    for group in report["groups"]:
+        if group["size"] in sizes:
+            assert group["count"] == 1 and group["stack_status"] == "captured", group
+            found[group["size"]] = [frame_key(f) for f in group["frames"]]
+    return found
+
+
+def both_engines(command: str, *args: str) -> tuple[dict, dict]:
+    """The last JSON report of each engine (args may end with the interval and count)."""
+    args = args if args and args[-1].isdigit() else (*args, "3600")
+    bpf = final_report(run_command(["-c", command, "--json", "--frames", "40", *args]))
+    preload = final_report(run_command(["-c", command, "--json", "--frames", "40", "--engine", "preload", *args]))
+    return bpf, preload
+
+
+def assert_every_frame_in_an_executable_file(report: dict, sizes) -> None:
+    for group in report["groups"]:
+        if group["size"] in sizes:
+            for frame in group["frames"]:
+                assert frame["module"] and frame["module"].startswith("/"), frame
+
+
+@pytest.mark.parametrize("build", ["unwind", "unwind_fp"])
+def test_frames_equal_the_preload_engines_out_to_start(unwind_programs, build):
+    command = f"{unwind_programs[build]} {unwind_programs['plugin']}"
+    bpf, preload = both_engines(command)
+    from_bpf, from_preload = stacks_by_size(bpf, SIZES), stacks_by_size(preload, SIZES)
+    assert sorted(from_bpf) == sorted(SIZES)
+    for size, what in SIZES.items():
+        assert from_bpf[size] == from_preload[size], what
+    for depth in (2, 4, 8, 12, 24):
+        stack = from_bpf[1000 + depth]
+        assert [f[1] for f in stack[:depth]] == ["descend"] * depth and stack[depth][1] == "main"
+    assert from_bpf[1024][-1][1] == "_start" and from_bpf[3000][0][1] == "thread_body"
+    assert "on_signal" == from_bpf[5000][0][1] and "main" in [f[1] for f in from_bpf[5000]]
+    assert_every_frame_in_an_executable_file(bpf, SIZES)
+    assert bpf["counters"]["stacks_truncated"] == 0
+
+
+def test_cxx_allocations_in_templates(unwind_programs):
+    sizes = {3108, 2000, 601}  # the vector of 777 ints, the array, the string
+    bpf, preload = both_engines(str(unwind_programs["cxx"]), "--min-size", "600")
+    from_bpf = stacks_by_size(bpf, sizes)
+    assert sorted(from_bpf) == sorted(sizes)
+    assert from_bpf == stacks_by_size(preload, sizes)
+    assert all(stack[-1][1] == "_start" for stack in from_bpf.values())
+    assert_every_frame_in_an_executable_file(bpf, sizes)
+
+
+def test_python_bytearrays_are_walked_through_the_interpreter():
+    # A report while it sleeps: at exit the interpreter frees them.
+    command = "/usr/bin/python3 -c 'import time; b=[bytearray(50000 + i) for i in range(3)]; time.sleep(4)'"
+    sizes = {50001, 50002}  # bytearray(50000 + i) asks for one byte more
+    bpf, preload = both_engines(command, "--min-size", "50000", "--max-size", "50010", "2", "1")
+    from_bpf = stacks_by_size(bpf, sizes)
+    assert from_bpf == stacks_by_size(preload, sizes)
+    for stack in from_bpf.values():
+        assert stack[-1][1] == "_start" and any(f[1] == "Py_BytesMain" for f in stack)
+    assert_every_frame_in_an_executable_file(bpf, sizes)
+
+
+def test_frame_pointer_walk_ends_where_it_cannot_go_on_and_says_so(unwind_programs):
+    """--unwind fp on code without frame pointers: short stacks, counted, never garbage."""
+    command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
+    report = final_report(run_command(["-c", command, "--json", "--unwind", "fp", "3600"]))
+    assert report["counters"]["stacks_truncated"] > 0
+    assert_every_frame_in_an_executable_file(report, SIZES)
+    assert stacks_by_size(report, {1024})[1024][0][1] == "descend"
+
+
+def test_a_library_deleted_since_it_was_loaded_is_read_as_mapped(unwind_programs, tmp_path):
+    """After an upgrade a service maps libraries whose files are gone ("(deleted)" in its maps):
+    the very file it maps is read (through /proc/PID/map_files), for symbols and for the walk."""
+    library = tmp_path / "libplugin.so"
+    shutil.copy(unwind_programs["plugin"], library)
+    target = subprocess.Popen(
+        [str(unwind_programs["uses_plugin"]), str(library), "wait"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_for_line(target.stdout) == "ready\n"
+        library.unlink()
+        trace = AttachedTrace(target.pid, "--frames", "40", "0.3")
+        target.stdin.write("leak\n")
+        target.stdin.flush()
+        assert wait_for_line(target.stdout) == "done\n"
+        time.sleep(0.8)
+        _, out, err = trace.stop()
+    finally:
+        target.kill()
+        target.wait()
+    assert "Traceback" not in err
+    [stack] = stacks_by_size(reports(out)[-1], {2345}).values()
+    assert stack[0] == ("libplugin.so (deleted)", "plugin_leak", stack[0][2])
+    assert stack[1][:2] == ("uses_plugin", "main") and stack[2][0] == "libc.so.6" and stack[-1][1] == "_start"
+
+
+def test_tables_kept_across_starts_give_the_same_stacks(unwind_programs, tmp_path):
+    """Compiled tables are cached by build-id: a second start reads them back, a damaged file
+    is compiled again, and a directory others may write is not used (tables steer the walk)."""
+    from leaktrace.platform.elf import ElfFile
+
+    cache = tmp_path / "cache"
+    command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
+
+    def stacks() -> dict:
+        result = run_command(
+            ["-c", command, "--json", "--frames", "40", "3600"], env=dict(os.environ, LEAKTRACE_CACHE_DIR=str(cache))
+        )
+        return stacks_by_size(final_report(result), SIZES)
+
+    first = stacks()
+    program_file = cache / f"{ElfFile(str(unwind_programs['unwind'])).build_id}.v1"
+    libc_file = cache / f"{ElfFile('/lib/x86_64-linux-gnu/libc.so.6').build_id}.v1"
+    assert program_file.exists() and libc_file.exists() and cache.stat().st_mode & 0o777 == 0o700
+    program_file.write_bytes(program_file.read_bytes()[:100])  # damaged: compiled again
+    assert stacks() == first and program_file.stat().st_size > 100
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    result = run_command(
+        ["-c", command, "--json", "--frames", "40", "3600"], env=dict(os.environ, LEAKTRACE_CACHE_DIR=str(shared))
+    )
+    assert stacks_by_size(final_report(result), SIZES) == first and not list(shared.iterdir())
+
+
+def test_frames_of_a_library_unloaded_since_keep_their_names(unwind_programs):
+    """A library dlclose'd after it allocated: the report at exit (its code unmapped by then)
+    still names its frames, from the mappings the process had."""
+    report = final_report(
+        run_command(
+            [
+                "-c",
+                f"{unwind_programs['uses_plugin']} {unwind_programs['plugin']} close",
+                "--json",
+                "--frames",
+                "40",
+                "3600",
+            ]
+        )
+    )
+    stacks = stacks_by_size(report, {1234, 2345})
+    assert stacks[2345][0][:2] == ("libplugin.so", "plugin_leak") and stacks[2345][1][:2] == ("uses_plugin", "main")
+    assert stacks[1234][0][:2] == ("libplugin.so", "plugin_init")
+    assert report["counters"]["stacks_truncated"] == 0

@@ -1,0 +1,104 @@
+"""--pprof and --folded, read by independent readers (go tool pprof; the folded format's
+rules as flamegraph.pl reads them), with figures equal to the JSON report's."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+
+from leaktrace.outputs.pprof import profile_class
+
+from helpers import final_report, reports, run_command
+
+GO = shutil.which("go") or "/usr/bin/go"
+
+
+def innermost_totals(report: dict) -> tuple[Counter, Counter]:
+    """Live bytes and blocks per innermost function, from a JSON report."""
+    space, objects = Counter(), Counter()
+    for group in report["groups"]:
+        name = group["frames"][0]["function"] if group["frames"] else None
+        space[name] += group["bytes"]
+        objects[name] += group["count"]
+    return space, objects
+
+
+def pprof_top(path, sample_index: str, tmp_path) -> dict[str, int]:
+    """go tool pprof -top: flat value per function (bytes in B, or a count)."""
+    result = subprocess.run(
+        [GO, "tool", "pprof", "-top", "-nodecount=1000", f"-sample_index={sample_index}", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path), "PPROF_TMPDIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    flat = {}
+    for line in result.stdout.splitlines():
+        row = re.match(r"\s*(\d+)B?\s+[\d.]+%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.+)$", line)
+        if row and int(row.group(1)):
+            flat[row.group(2).strip()] = int(row.group(1))
+    return flat
+
+
+def test_pprof_and_folded_agree_with_the_report(program, tmp_path):
+    pprof, folded = tmp_path / "live.pb.gz", tmp_path / "live.folded"
+    result = run_command(["-c", str(program("sites")), "--json", "--pprof", str(pprof), "--folded", str(folded)])
+    report = final_report(result)
+    space, objects = innermost_totals(report)
+    assert space == {"site_a": 160, "site_b": 160, "site_c": 160, "site_d": 320}
+
+    assert pprof_top(pprof, "inuse_space", tmp_path) == space
+    assert pprof_top(pprof, "inuse_objects", tmp_path) == objects
+    traces = subprocess.run(
+        [GO, "tool", "pprof", "-traces", str(pprof)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path)},
+    ).stdout
+    assert "site_d" in traces and "main" in traces and "pid:" in traces and "comm:" in traces
+
+    profile = profile_class().FromString(gzip.decompress(pprof.read_bytes()))
+    strings = profile.string_table
+    assert [(strings[t.type], strings[t.unit]) for t in profile.sample_type] == [
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ]
+    assert sum(sample.value[1] for sample in profile.sample) == report["live_bytes"]
+    assert any(strings[m.build_id] for m in profile.mapping)  # build-ids are carried
+
+    pid = report["processes"][0]["pid"]
+    lines = folded.read_text().splitlines()
+    assert len(lines) == 4
+    by_leaf = Counter()
+    for line in lines:
+        stack, _, value = line.rpartition(" ")  # flamegraph.pl: the count is the last field
+        frames = stack.split(";")
+        assert frames[0] == f"sites ({pid})" and frames[-2] == "main" and value.isdigit()
+        by_leaf[frames[-1]] += int(value)
+    assert by_leaf == space
+
+
+def test_pprof_of_a_family_labels_each_process(program, tmp_path):
+    """-f: one profile, every traced process's samples labelled with its pid."""
+    pprof = tmp_path / "family.pb.gz"
+    result = run_command(["-c", str(program("forks")), "-f", "--json", "--pprof", str(pprof), "0.05"])
+    assert result.returncode == 0, result.stderr
+    last = reports(result.stdout)[-1]
+    profile = profile_class().FromString(gzip.decompress(pprof.read_bytes()))
+    strings = profile.string_table
+    pids = {label.num for sample in profile.sample for label in sample.label if strings[label.key] == "pid"}
+    assert pids == {g["pid"] for g in last["groups"]}
+    tags = subprocess.run(
+        [GO, "tool", "pprof", "-tags", str(pprof)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
+    assert tags.returncode == 0 and "pid" in tags.stdout, tags.stderr

@@ -1,0 +1,117 @@
+"""--html FILE: one self-contained page, loaded by headless Chromium (Debian's chromium)
+with the network closed to it: the flame graph is drawn, its frames carry the report's
+figures, no script error reached the page, and a screenshot is kept as an artifact."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from helpers import final_report, run_command
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(os.environ.get("LEAKTRACE_ARTIFACTS", tempfile.gettempdir())) / "leaktrace-artifacts"
+
+
+def chromium(page: Path, *what: str) -> str:
+    """Chromium headless on a local file, offline, given time for the page's timers to run."""
+    with tempfile.TemporaryDirectory() as profile:
+        result = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=3000",
+                "--window-size=1280,900",
+                "--proxy-server=127.0.0.1:9",
+                *what,
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_html_flame_graph_draws_the_report(program, tmp_path):
+    page = tmp_path / "report.html"
+    report = final_report(run_command(["-c", str(program("sites")), "--json", "--html", str(page)]))
+    text = page.read_text()
+    assert not re.search(r"""<(script|link|img)[^>]+(src|href)=""", text)  # nothing fetched
+    dom = chromium(page, "--dump-dom")
+    assert 'data-rendered="yes"' in dom and re.search(r'<pre id="errors"></pre>', dom), dom[-3000:]
+    assert f"{report['live_bytes']} live bytes in {report['live_allocations']} allocations" in dom
+    titles = dict(re.findall(r"<title>([^<:]+): (\d+) bytes in \d+ blocks", dom))
+    assert {name: int(titles[name]) for name in ("site_a", "site_b", "site_c", "site_d", "main")} == {
+        "site_a": 160,
+        "site_b": 160,
+        "site_c": 160,
+        "site_d": 320,
+        "main": 800,
+    }
+    drawn = re.search(r'<g [^>]*width="([\d.]+)"[^>]*name="site_d"', dom)  # its frame, drawn wide
+    assert drawn and float(drawn.group(1)) > 0, dom[-3000:]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "flamegraph.png"
+    chromium(page, f"--screenshot={shot}")
+    assert shot.stat().st_size > 10_000
+
+
+def test_html_of_a_family_lists_its_processes(program, tmp_path):
+    page = tmp_path / "family.html"
+    result = run_command(["-c", str(program("forks")), "-f", "--html", str(page), "3600"])  # one report: all of them
+    assert result.returncode == 0, result.stderr
+    dom = chromium(page, "--dump-dom")
+    assert 'data-rendered="yes"' in dom and "<h2>Processes</h2>" in dom and "[inherited]" in dom
+
+
+def test_html_of_the_demo_for_the_readme(tmp_path):
+    """The demo as scripts/demo.sh builds it (-O2, no frame pointers): its leaking sites are
+    drawn; the screenshot is the README's (docs/flamegraph.png is copied from this artifact)."""
+    demo, page = tmp_path / "leaky-demo", tmp_path / "demo.html"
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-g",
+            "-pthread",
+            "-o",
+            str(demo),
+            str(Path(__file__).parents[2] / "scripts" / "demo" / "leaky.c"),
+        ],
+        check=True,
+    )
+    result = run_command(["-c", f"{demo} 10", "--html", str(page)])
+    assert result.returncode == 0, result.stderr
+    dom = chromium(page, "--dump-dom")
+    assert 'data-rendered="yes"' in dom and '<pre id="errors"></pre>' in dom
+    assert 'name="render_response"' in dom and 'name="cache_insert"' in dom
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    chromium(page, f"--screenshot={ARTIFACTS / 'demo-flamegraph.png'}")
+
+
+def test_html_lists_unreachable_leaks_with_what_they_hold():
+    """The unreachable section: each leak, its size, and the bytes reachable only through it."""
+    from leaktrace import Counters, ProcessInfo, Snapshot, SymbolizedSnapshot
+    from leaktrace.model.snapshot import UnreachableLeak, UnreachableReport
+    from leaktrace.outputs.html_page import render_html
+
+    leak = UnreachableLeak(7, 0x5000, 32, 2, 64)
+    report = UnreachableReport(7, (leak,), 1, 3, 96, 10, 500, True, 0.001, 0.001, 0)
+    snapshot = Snapshot(0.0, (), Counters(), {7: ProcessInfo(7, "chain")}, unreachable=report)
+    page = render_html(SymbolizedSnapshot(snapshot, {}))
+    assert "<h2>Unreachable memory of pid 7</h2><p>96 bytes in 3 unreachable allocations</p>" in page
+    assert "<td>32</td><td>1</td><td>0x5000</td><td>64 bytes in 2</td><td>no stack</td>" in page

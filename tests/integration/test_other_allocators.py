@@ -1,0 +1,68 @@
+"""Allocator libraries other than glibc's: found from the program, or named with --lib."""
+
+from __future__ import annotations
+
+import subprocess
+
+from helpers import final_report, run_command, sites
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+def link_against(build_dir, program_source: str, library: str, name: str) -> str:
+    out = build_dir / name
+    subprocess.run(
+        [
+            "gcc",
+            "-O0",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-pthread",
+            "-o",
+            str(out),
+            program_source,
+            library,
+            f"-Wl,-rpath,{build_dir}",
+        ],
+        check=True,
+    )
+    return str(out)
+
+
+def test_jemalloc_found_from_program(build_dir):
+    binary = link_against(build_dir, "tests/integration/programs/sites.c", JEMALLOC, "sites_jemalloc")
+    result = run_command(["-c", binary, "--json", "3600"])
+    report = final_report(result)
+    assert "/libjemalloc.so.2: " in result.stderr
+    # libstdc++ (which jemalloc loads) also keeps its 72704-byte exception pool.
+    ours = {name: value for name, value in sites(report).items() if name.startswith("site_")}
+    assert ours == {"site_a": [(16, 10)], "site_b": [(16, 10)], "site_c": [(16, 10)], "site_d": [(16, 20)]}
+
+
+def test_jemalloc_threads(build_dir):
+    binary = link_against(build_dir, "tests/integration/programs/threads.c", JEMALLOC, "threads_jemalloc")
+    report = final_report(run_command(["-c", f"{binary} 4", "--json", "3600"]))
+    assert sites(report)["thread_leak"] == [(48, 28)]
+
+
+def test_lib_option_and_threads_inside_malloc_at_once(build_dir):
+    library = build_dir / "libbarrier_alloc.so"
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-pthread",
+            "-o",
+            str(library),
+            "tests/integration/programs/barrier_alloc.c",
+        ],
+        check=True,
+    )
+    binary = link_against(build_dir, "tests/integration/programs/two_callers.c", str(library), "two_callers")
+    # Both threads are inside malloc at once: each thread's record of its call is its own.
+    report = final_report(run_command(["-c", binary, "--lib", str(library), "--json", "3600"]))
+    assert report["counters"]["pending_lost"] == 0
+    assert report["counters"]["nested_calls"] == 0
+    assert sites(report)["meet_in_malloc"] == [(77, 2)]

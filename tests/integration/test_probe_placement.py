@@ -1,0 +1,70 @@
+"""Probe placement: the kernel's emulation rule, and where the probes go in Debian's libraries."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaktrace.platform.elf import ElfFile
+from leaktrace.sources.bpf.engine import place_probes
+from leaktrace.sources.bpf.probe_placement import kernel_emulates
+
+from helpers import run_command
+
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+@pytest.mark.parametrize(
+    "code, emulated",
+    [
+        ("53", True),  # push rbx
+        ("4154", True),  # push r12
+        ("90", True),  # nop
+        ("7403", True),  # je rel8
+        ("0f84c2000000", True),  # je rel32
+        ("e8aabbccdd", True),  # call rel32
+        ("e9aabbccdd", True),  # jmp rel32
+        ("f2e9aabbccdd", True),  # bnd jmp rel32
+        ("66e8aabb", False),  # callw: 0x66 prefix
+        ("4885ff", False),  # test rdi, rdi
+        ("660f1f440000", False),  # nopw: single-stepped
+        ("4889f8", False),  # mov rax, rdi
+        ("c3", False),  # ret
+    ],
+)
+def test_kernel_emulation_rule(code, emulated):
+    assert kernel_emulates(bytes.fromhex(code)) is emulated
+
+
+def placements(library: str) -> dict[str, object]:
+    elf = ElfFile(library)
+    return place_probes(elf, elf.dynamic_functions)
+
+
+def test_glibc_free_probe_moves_past_its_test_onto_the_jump():
+    elf = ElfFile(LIBC)
+    found = placements(LIBC)
+    free = found["free"]
+    assert elf.read(free.entry, 3) == bytes.fromhex("4885ff")  # test rdi, rdi
+    assert free.moved == 3 and free.instruction[0] == 0x0F and kernel_emulates(free.instruction)
+    assert found["malloc"].moved == 0 and "emulated" in found["malloc"].why
+    # mul rewrites rdx, one of reallocarray's arguments: it stays at its entry, and says why.
+    assert found["reallocarray"].moved == 0 and "writes rdx" in found["reallocarray"].why
+
+
+@pytest.mark.parametrize("library", [LIBC, JEMALLOC])
+def test_every_probe_sits_on_an_emulated_instruction_or_says_why_not(library):
+    elf = ElfFile(library)
+    for placement in placements(library).values():
+        assert elf.read(placement.address, len(placement.instruction)) == placement.instruction
+        if kernel_emulates(placement.instruction):
+            assert "emulated" in placement.why, placement.why
+        else:
+            assert placement.moved == 0 and "single-stepped" in placement.why, placement.why
+
+
+def test_verbose_says_where_each_probe_went(program):
+    result = run_command(["-c", str(program("shapes")), "-v", "3600"])
+    assert result.returncode == 0, result.stderr
+    assert "leaktrace: free: probe at +0x3 on je" in result.stderr
+    assert "leaktrace: malloc: probe at entry (push r12 is emulated)" in result.stderr

@@ -1,0 +1,35 @@
+"""C and Python share layouts written once: the BPF program's layout.h and the preload
+library's record.h are the sources of truth, and the Python modules made from them
+(layout_gen.py) must be current. The Counters fields follow the kernel's counter order."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from leaktrace.model.snapshot import Counters
+from leaktrace.sources.bpf import layout
+from leaktrace.sources.bpf.layout_gen import LAYOUTS, generated
+
+
+@pytest.mark.parametrize("header", sorted(LAYOUTS), ids=lambda path: path.name)
+def test_generated_layout_is_current(header):
+    assert LAYOUTS[header].read_text() == generated(header), "stale: run python -m leaktrace.sources.bpf.layout_gen"
+
+
+def test_counters_follow_the_kernel_counter_order():
+    assert tuple(field.name for field in dataclasses.fields(Counters)) == layout.COUNTER_FIELDS
+    assert len(layout.COUNTER_FIELDS) == layout.C_COUNTERS
+
+
+def test_struct_formats_have_the_c_sizes():
+    # the sizes clang gives these structs on x86-64 (the engine reads the kernel's maps with them)
+    assert (
+        layout.LIVE_KEY.size,
+        layout.LIVE_VAL.size,
+        layout.SITE_KEY.size,
+        layout.PROC.size,
+        layout.UNWIND_ROW.size,
+        layout.EXEC_MAP.size,
+    ) == (16, 32, 24, 44, 12, 48)

@@ -1,0 +1,150 @@
+"""Renderers are pure functions of a symbolized snapshot: tested with synthetic ones."""
+
+from __future__ import annotations
+
+import json
+
+from leaktrace import (
+    AllocationGroup,
+    Counters,
+    Frame,
+    ProcessInfo,
+    Snapshot,
+    StackStatus,
+    SymbolizedSnapshot,
+    render_json,
+    render_text,
+)
+
+FRAMES = {
+    (10, 0x1010): Frame(0x1010, "make_node", 0x10, "/opt/app/bin/server", "node.c", 42),
+    (10, 0x2020): Frame(0x2020, "main", 0x20, "/opt/app/bin/server", "main.c", 7),
+    (10, 0x3030): Frame(0x3030, None, 0x3030, "/usr/lib/libc.so.6"),
+    (11, 0x4040): Frame(0x4040),
+}
+
+
+def snapshot(groups, processes=None, counters=Counters(allocations=30, frees=5, unknown_frees=2)):
+    processes = processes or {10: ProcessInfo(10, "server")}
+    return SymbolizedSnapshot(Snapshot(1_700_000_000.0, tuple(groups), counters, processes), FRAMES)
+
+
+def test_text_ranks_stacks_by_bytes_and_merges_sizes():
+    stack = (0x1010, 0x2020, 0x3030)
+    text = render_text(
+        snapshot(
+            [
+                AllocationGroup(10, 24, 3, stack),
+                AllocationGroup(10, 4096, 2, stack),
+                AllocationGroup(10, 10000, 1, (), StackStatus.FILTERED),
+                AllocationGroup(10, 16, 4, (), StackStatus.LOST),
+            ]
+        )
+    )
+    lines = text.splitlines()
+    assert lines[0].endswith(
+        "pid 10 (server): 18328 live bytes in 10 allocations (30 allocated, 5 freed since the trace began)"
+    )
+    assert lines[1].startswith("drops: live_map_full 0, ") and "unknown_frees 2" in lines[1]
+    assert lines[2] == "top 3 of 3 stacks by live bytes:"
+    body = "\n".join(lines[3:])
+    assert body.index("10000") < body.index("8264") < body.index("16 x4")
+    assert "4096 x2, 24 x3" in body
+    assert "make_node+0x10 (server) node.c:42" in body
+    assert "0x3030 (libc.so.6+0x3030)" in body
+    assert "(no stack: size outside the backtrace size range)" in body
+    assert "(stack lost: see the drop counters)" in body
+
+
+def test_text_top_and_empty():
+    groups = [AllocationGroup(10, size, 1, (0x1010,)) for size in (1, 2, 3)]
+    text = render_text(snapshot(groups), top=1)
+    assert "top 1 of 1 stacks" in text  # same stack: one row
+    assert render_text(snapshot([])).splitlines()[-1] == "no live allocations"
+
+
+def test_text_and_json_say_when_allocations_are_missing():
+    counters = Counters(allocations=5, live_map_full=5, unfollowed_children=2)
+    text = render_text(snapshot([], counters=counters)).splitlines()
+    assert text[1] == (
+        "INCOMPLETE: live figures are low (up to 5 allocations missing: live_map_full 5, unfollowed_children 2)"
+    )
+    assert text[-1] == "no live allocations recorded"
+    assert json.loads(render_json(snapshot([], counters=counters)))["complete"] is False
+    assert json.loads(render_json(snapshot([])))["complete"] is True
+
+
+def test_text_keeps_inherited_blocks_apart():
+    groups = [AllocationGroup(10, 8, 2, (0x1010,)), AllocationGroup(10, 8, 1, (0x1010,), inherited=True)]
+    text = render_text(snapshot(groups))
+    assert "top 2 of 2 stacks" in text
+    rows = [line for line in text.splitlines() if "make_node" in line]
+    assert [row.split()[:3] for row in rows] == [["16", "2", "8"], ["8", "1", "8"]]
+    assert "(inherited)" in rows[1] and "(inherited)" not in rows[0]
+    report = json.loads(render_json(snapshot(groups)))
+    assert [g["inherited"] for g in report["groups"]] == [False, True]
+
+
+def test_text_several_processes_get_a_pid_column():
+    text = render_text(
+        snapshot(
+            [AllocationGroup(10, 8, 1, (0x1010,)), AllocationGroup(11, 8, 2, (0x4040,))],
+            processes={10: ProcessInfo(10, "server"), 11: ProcessInfo(11, "worker", exited=True)},
+        )
+    )
+    assert "pid 10 (server), 11 (worker) exited" in text
+    assert text.splitlines()[3].split()[0] == "pid"
+    assert "0x4040 [unknown]" in text
+
+
+def test_json_carries_every_group_and_frame():
+    out = render_json(
+        snapshot([AllocationGroup(10, 24, 3, (0x1010, 0x2020)), AllocationGroup(10, 7, 1, (), StackStatus.FILTERED)])
+    )
+    assert out.endswith("\n") and out.count("\n") == 1
+    report = json.loads(out)
+    assert report["live_bytes"] == 79 and report["live_allocations"] == 4
+    assert report["counters"]["unknown_frees"] == 2
+    assert report["processes"] == [
+        {
+            "pid": 10,
+            "comm": "server",
+            "exited": False,
+            "forked": False,
+            "live_bytes": 79,
+            "live_allocations": 4,
+            "growth_bytes": 0,
+            "growth_bytes_per_s": 0.0,
+        }
+    ]
+    first, second = report["groups"]
+    assert first == {
+        "pid": 10,
+        "size": 24,
+        "count": 3,
+        "bytes": 72,
+        "stack_status": "captured",
+        "inherited": False,
+        "likely_leak_bytes_per_s": None,
+        "frames": [
+            {
+                "address": 0x1010,
+                "function": "make_node",
+                "offset": 0x10,
+                "module": "/opt/app/bin/server",
+                "file": "node.c",
+                "line": 42,
+                "inlined": False,
+            },
+            {
+                "address": 0x2020,
+                "function": "main",
+                "offset": 0x20,
+                "module": "/opt/app/bin/server",
+                "file": "main.c",
+                "line": 7,
+                "inlined": False,
+            },
+        ],
+    }
+    assert second["stack_status"] == "filtered" and second["frames"] == []

@@ -1,0 +1,46 @@
+"""Start-up is timed to probes live: bcc's compile starts before the rest of leaktrace
+loads. By then no renderer, no numpy and no capstone may have been imported."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+# Runs the CLI for -p up to where it starts the compile, and prints the modules loaded then
+# (the privilege checks are skipped: this runs anywhere).
+SCRIPT = """
+import sys
+import leaktrace.commands.trace as trace
+
+def report(*args, **kwargs):
+    print(sorted(sys.modules))
+    raise SystemExit(0)
+
+trace.check_system = lambda: None
+trace.compile_ahead = report
+from leaktrace.cli import main
+main(["-p", "1"])
+"""
+
+
+def test_nothing_heavy_is_imported_before_the_compile_starts():
+    result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True)
+    loaded = ast.literal_eval(result.stdout.strip())
+    heavy = [
+        name
+        for name in loaded
+        if name.split(".")[0] in ("numpy", "capstone", "google")
+        or name.startswith(
+            (
+                "leaktrace.outputs",
+                "leaktrace.analysis",
+                "leaktrace.reachability",
+                "leaktrace.sources.preload",
+                "leaktrace.android.leak",
+                "leaktrace.android.heap",
+            )
+        )
+    ]
+    assert heavy == []
+    assert "leaktrace.sources.bpf.compile" in loaded

@@ -1,0 +1,77 @@
+"""Unwind tables compiled from Debian's own libraries: the rules readelf's CFI gives, and the
+page index the BPF walk narrows each row search with (searched here as the kernel does)."""
+
+from __future__ import annotations
+
+import bisect
+import random
+import struct
+import subprocess
+
+import pytest
+
+from leaktrace.sources.bpf.unwind_tables import (
+    CFA_END,
+    CFA_RSP,
+    CFA_SIGNAL,
+    PAGE,
+    ROW_PAGE_SHIFT,
+    UNWIND_ROW,
+    compile_rows,
+    file_table,
+    parse_frames_interp,
+)
+
+LIBRARIES = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11", "/lib64/ld-linux-x86-64.so.2"]
+
+
+def table(path: str):
+    # readelf exits 1 over warnings some libraries give (libc's), with its table whole.
+    text = subprocess.run(
+        ["readelf", "--wide", "--debug-dump=frames-interp", path], capture_output=True, text=True, check=False
+    ).stdout
+    return file_table(compile_rows(parse_frames_interp(text)))
+
+
+def symbol(path: str, name: str) -> int:
+    listing = subprocess.run(
+        ["readelf", "--wide", "--dyn-syms", path], capture_output=True, text=True, check=True
+    ).stdout
+    return next(
+        int(line.split()[1], 16)
+        for line in listing.splitlines()
+        if line.split() and line.split()[-1].split("@")[0] == name
+    )
+
+
+@pytest.mark.parametrize("path", LIBRARIES)
+def test_the_page_index_narrows_every_search_to_the_right_row(path):
+    """For any address, the last row at or below it (a search of every row) is found among
+    its page's rows, as unwind_frames searches them (an address past the last page: the last)."""
+    found = table(path)
+    pcs = [pc for pc, *_ in UNWIND_ROW.iter_unpack(found.rows)]
+    pages = list(PAGE.iter_unpack(found.pages))
+    assert pcs == sorted(pcs) and found.page_count == ((pcs[-1] - found.page_origin) >> ROW_PAGE_SHIFT) + 1
+    addresses = random.Random(7).sample(range(pcs[0], pcs[-1] + 4096), 20000) + pcs
+    for vaddr in addresses:
+        page = min((vaddr - found.page_origin) >> ROW_PAGE_SHIFT, found.page_count - 1)
+        low, high = pages[page]
+        assert 0 <= low < high <= len(pcs)
+        within = bisect.bisect_right(pcs, vaddr, low, high) - 1
+        assert within == bisect.bisect_right(pcs, vaddr) - 1, hex(vaddr)
+
+
+def test_rules_of_known_functions():
+    libc = "/lib/x86_64-linux-gnu/libc.so.6"
+    found = table(libc)
+    rows = list(UNWIND_ROW.iter_unpack(found.rows))
+    pcs = [row[0] for row in rows]
+
+    def rule_at(vaddr: int) -> tuple:
+        return rows[bisect.bisect_right(pcs, vaddr) - 1]
+
+    entry = symbol(libc, "malloc")
+    assert rule_at(entry)[1:4:2] == (8, CFA_RSP)  # at entry: CFA = rsp + 8, the return address at CFA-8
+    # glibc's __restore_rt (the signal trampoline) is marked a signal frame; clone3's end has ra undefined.
+    assert any(row[3] == CFA_SIGNAL for row in rows) and any(row[3] == CFA_END for row in rows)
+    assert struct.calcsize("<IihBB") == UNWIND_ROW.size == 12
