@@ -10,10 +10,7 @@ extern void __libc_free(void *);
 static pthread_barrier_t meet;
 static int waits = 2;
 
-__attribute__((constructor)) static void init(void)
-{
-    pthread_barrier_init(&meet, NULL, 2);
-}
+__attribute__((constructor)) static void init(void) { pthread_barrier_init(&meet, NULL, 2); }
 
 void *malloc(size_t n)
 {
@@ -22,7 +19,4 @@ void *malloc(size_t n)
     return __libc_malloc(n);
 }
 
-void free(void *p)
-{
-    __libc_free(p);
-}
+void free(void *p) { __libc_free(p); }

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct record {  // src/leaktrace/sources/preload/native/malloc_debug.h
+struct record {   // src/leaktrace/sources/preload/native/malloc_debug.h
     uintptr_t pointer;
     size_t size;
     uint32_t flags;

@@ -9,7 +9,7 @@ __attribute__((noinline)) void descend(int depth)
         keep = malloc(100);
     else
         descend(depth - 1);
-    __asm__ volatile("" ::: "memory"); /* no tail call: every level keeps its frame */
+    __asm__ volatile("" ::: "memory");   /* no tail call: every level keeps its frame */
 }
 
 int main(int argc, char **argv)

@@ -27,7 +27,7 @@ int main(int argc, char **argv)
     struct sock_filter code[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 3),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg0_offset), /* low half on x86_64 */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg0_offset),   /* low half on x86_64 */
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arg0, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (err & SECCOMP_RET_DATA)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),

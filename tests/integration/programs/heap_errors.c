@@ -67,7 +67,7 @@ __attribute__((noinline)) void free_twice(void)
 __attribute__((noinline)) void free_large_twice(void)
 {
     void *volatile p = malloc(4000);
-    void *volatile barrier = malloc(16);  // keeps p's chunk from merging into the top chunk
+    void *volatile barrier = malloc(16);   // keeps p's chunk from merging into the top chunk
     printf("block %p\n", p);
     fflush(stdout);
     free(p);
@@ -109,14 +109,9 @@ static const struct {
     const char *name;
     void (*run)(void);
 } modes[] = {
-    {"rear", corrupt_rear},
-    {"front", corrupt_front},
-    {"after_free", write_after_free},
-    {"double_free", free_twice},
-    {"double_free_large", free_large_twice},
-    {"unknown", free_unknown},
-    {"fill", show_fills},
-    {"usable", show_usable_size},
+    {"rear", corrupt_rear}, {"front", corrupt_front}, {"after_free", write_after_free},
+    {"double_free", free_twice}, {"double_free_large", free_large_twice}, {"unknown", free_unknown},
+    {"fill", show_fills}, {"usable", show_usable_size},
 };
 
 int main(int argc, char **argv)

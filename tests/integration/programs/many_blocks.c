@@ -13,18 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-__attribute__((noinline)) static void *site_a(size_t n)
-{
-    return malloc(n);
-}
-__attribute__((noinline)) static void *site_b(size_t n)
-{
-    return malloc(n);
-}
-__attribute__((noinline)) static void *site_c(size_t n)
-{
-    return malloc(n);
-}
+__attribute__((noinline)) static void *site_a(size_t n) { return malloc(n); }
+__attribute__((noinline)) static void *site_b(size_t n) { return malloc(n); }
+__attribute__((noinline)) static void *site_c(size_t n) { return malloc(n); }
 
 void *volatile own;
 

@@ -12,30 +12,22 @@
 #include <string.h>
 #include <unistd.h>
 
-struct node {
-    struct node *left, *right;
-    char payload[40];
-}; /* 56 bytes */
+struct node { struct node *left, *right; char payload[40]; };   /* 56 bytes */
 
-void *kept[64]; /* reachable blocks */
-char *interior; /* points 100 bytes into a block: upstream counts it reachable */
+void *kept[64];          /* reachable blocks */
+char *interior;          /* points 100 bytes into a block: upstream counts it reachable */
 int kept_count;
-void *volatile escape; /* stored then cleared: the compiler may not drop a leak's malloc */
+void *volatile escape;   /* stored then cleared: the compiler may not drop a leak's malloc */
 
-__attribute__((noinline)) static void *leak(void *block)
-{
+__attribute__((noinline)) static void *leak(void *block) {
     escape = block;
     escape = NULL;
     return block;
 }
 
-__attribute__((noinline)) static void keep(void *block)
-{
-    kept[kept_count++] = block;
-}
+__attribute__((noinline)) static void keep(void *block) { kept[kept_count++] = block; }
 
-__attribute__((noinline)) static void leak_list(int length)
-{
+__attribute__((noinline)) static void leak_list(int length) {
     struct node *head = NULL;
     for (int i = 0; i < length; i++) {
         struct node *n = calloc(1, sizeof *n);
@@ -45,8 +37,7 @@ __attribute__((noinline)) static void leak_list(int length)
     leak(head);
 }
 
-__attribute__((noinline)) static struct node *tree(int depth)
-{
+__attribute__((noinline)) static struct node *tree(int depth) {
     if (!depth)
         return NULL;
     struct node *n = calloc(1, sizeof *n);
@@ -55,8 +46,7 @@ __attribute__((noinline)) static struct node *tree(int depth)
     return n;
 }
 
-__attribute__((noinline)) static void leak_cycle(void)
-{
+__attribute__((noinline)) static void leak_cycle(void) {
     void **a = calloc(1, 72), **b = calloc(1, 72);
     a[0] = b;
     b[0] = a;
@@ -64,14 +54,13 @@ __attribute__((noinline)) static void leak_cycle(void)
     leak(b);
 }
 
-__attribute__((noinline)) static void fill_free_lists(void)
-{
+__attribute__((noinline)) static void fill_free_lists(void) {
     void *small[20], *medium[10];
     for (int i = 0; i < 20; i++)
         small[i] = malloc(24);
     for (int i = 0; i < 10; i++)
         medium[i] = malloc(300);
-    for (int i = 0; i < 20; i += 2) /* 7 to the tcache, 3 to a fastbin */
+    for (int i = 0; i < 20; i += 2)   /* 7 to the tcache, 3 to a fastbin */
         free(small[i]);
     for (int i = 0; i < 10; i++) {
         if (i % 3)
@@ -83,20 +72,18 @@ __attribute__((noinline)) static void fill_free_lists(void)
         if (i % 4 == 1)
             keep(small[i]);
         else
-            leak(memset(small[i], 0, 24)); /* nothing keeps them */
+            leak(memset(small[i], 0, 24));   /* nothing keeps them */
     }
 }
 
-static pthread_barrier_t both_done; /* both threads live at once: each has an arena of its own */
+static pthread_barrier_t both_done;   /* both threads live at once: each has an arena of its own */
 
-__attribute__((noinline)) static void scrub_stack(void)
-{
+__attribute__((noinline)) static void scrub_stack(void) {
     volatile char room[16384];
     memset((char *)room, 0, sizeof room);
 }
 
-__attribute__((noinline)) static void thread_blocks(void)
-{
+__attribute__((noinline)) static void thread_blocks(void) {
     for (int i = 0; i < 8; i++) {
         void *block = malloc(104);
         if (i % 3 == 0)
@@ -112,8 +99,7 @@ __attribute__((noinline)) static void thread_blocks(void)
 }
 
 /* No pointer to a block stays in the thread's stack, which glibc keeps cached after it exits. */
-__attribute__((noinline)) static void *thread_work(void *unused)
-{
+__attribute__((noinline)) static void *thread_work(void *unused) {
     (void)unused;
     thread_blocks();
     scrub_stack();
@@ -121,8 +107,7 @@ __attribute__((noinline)) static void *thread_work(void *unused)
     return NULL;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int wait = argc > 1 && !strcmp(argv[1], "wait");
     leak_list(10);
     leak(tree(3));
@@ -130,8 +115,8 @@ int main(int argc, char **argv)
     char *held = malloc(200);
     interior = held + 100;
     fill_free_lists();
-    keep(malloc(3 << 19)); /* mmapped, 1.5 MiB: kept */
-    leak(malloc(1 << 20)); /* mmapped, 1 MiB: leaked */
+    keep(malloc(3 << 19));                 /* mmapped, 1.5 MiB: kept */
+    leak(malloc(1 << 20));                 /* mmapped, 1 MiB: leaked */
     pthread_t threads[2];
     pthread_barrier_init(&both_done, NULL, 2);
     for (int t = 0; t < 2; t++)
@@ -140,9 +125,9 @@ int main(int argc, char **argv)
         pthread_join(threads[t], NULL);
     malloc_trim(0);
     if (argc > 3 && !strcmp(argv[3], "corrupt"))
-        ((size_t *)kept[0])[-1] = 0x7fff0; /* the size field of a live chunk */
+        ((size_t *)kept[0])[-1] = 0x7fff0;   /* the size field of a live chunk */
     scrub_stack();
-    printf("shapes made\n"); /* stdout's buffer: a block of libc's, reachable */
+    printf("shapes made\n");   /* stdout's buffer: a block of libc's, reachable */
     fflush(stdout);
     if (argc > 2) {
         FILE *ready = fopen(argv[2], "w");

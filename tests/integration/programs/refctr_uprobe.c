@@ -26,8 +26,8 @@ int main(int argc, char **argv)
     attr.size = sizeof attr;
     attr.type = (uint32_t)type;
     attr.config = strtoull(argv[3], NULL, 0) << 32;
-    attr.config1 = (uint64_t)(uintptr_t)argv[1];  // uprobe_path
-    attr.config2 = strtoull(argv[2], NULL, 0);    // probe_offset
+    attr.config1 = (uint64_t)(uintptr_t)argv[1];    // uprobe_path
+    attr.config2 = strtoull(argv[2], NULL, 0);       // probe_offset
     long fd = syscall(SYS_perf_event_open, &attr, getpid(), -1, -1, 0);
     if (fd < 0) {
         perror("perf_event_open");

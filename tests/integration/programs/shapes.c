@@ -14,39 +14,14 @@ void *volatile keep[256];
 static int kept;
 #define KEEP(p) (keep[kept++ % 256] = (p))
 
-__attribute__((noinline)) void *leak_malloc(void)
-{
-    return malloc(100);
-}
-__attribute__((noinline)) void *leak_calloc(void)
-{
-    return calloc(8, 16);
-}
-__attribute__((noinline)) void *chain_start(void)
-{
-    return malloc(16);
-}
-__attribute__((noinline)) void *realloc_grow(void *p, size_t n)
-{
-    return realloc(p, n);
-}
-__attribute__((noinline)) void realloc_to_zero(void)
-{
-    void *p = malloc(50);
-    KEEP(realloc(p, 0));
-}
-__attribute__((noinline)) void *realloc_null(void)
-{
-    return realloc(NULL, 70);
-}
-__attribute__((noinline)) void *before_failed_realloc(void)
-{
-    return malloc(40);
-}
-__attribute__((noinline)) void *failed_realloc(void *p)
-{
-    return realloc(p, SIZE_MAX / 2);
-}
+__attribute__((noinline)) void *leak_malloc(void) { return malloc(100); }
+__attribute__((noinline)) void *leak_calloc(void) { return calloc(8, 16); }
+__attribute__((noinline)) void *chain_start(void) { return malloc(16); }
+__attribute__((noinline)) void *realloc_grow(void *p, size_t n) { return realloc(p, n); }
+__attribute__((noinline)) void realloc_to_zero(void) { void *p = malloc(50); KEEP(realloc(p, 0)); }
+__attribute__((noinline)) void *realloc_null(void) { return realloc(NULL, 70); }
+__attribute__((noinline)) void *before_failed_realloc(void) { return malloc(40); }
+__attribute__((noinline)) void *failed_realloc(void *p) { return realloc(p, SIZE_MAX / 2); }
 __attribute__((noinline)) void *leak_posix_memalign(void)
 {
     void *p = NULL;
@@ -55,29 +30,14 @@ __attribute__((noinline)) void *leak_posix_memalign(void)
 __attribute__((noinline)) void failed_posix_memalign(void)
 {
     void *p = NULL;
-    if (posix_memalign(&p, 3, 10) == 0) /* not a power of two: EINVAL */
+    if (posix_memalign(&p, 3, 10) == 0)   /* not a power of two: EINVAL */
         abort();
 }
-__attribute__((noinline)) void *leak_aligned_alloc(void)
-{
-    return aligned_alloc(64, 256);
-}
-__attribute__((noinline)) void *leak_memalign(void)
-{
-    return memalign(32, 96);
-}
-__attribute__((noinline)) void *leak_valloc(void)
-{
-    return valloc(1000);
-}
-__attribute__((noinline)) void *leak_pvalloc(void)
-{
-    return pvalloc(5000);
-}
-__attribute__((noinline)) void *leak_reallocarray(void)
-{
-    return reallocarray(NULL, 10, 30);
-}
+__attribute__((noinline)) void *leak_aligned_alloc(void) { return aligned_alloc(64, 256); }
+__attribute__((noinline)) void *leak_memalign(void) { return memalign(32, 96); }
+__attribute__((noinline)) void *leak_valloc(void) { return valloc(1000); }
+__attribute__((noinline)) void *leak_pvalloc(void) { return pvalloc(5000); }
+__attribute__((noinline)) void *leak_reallocarray(void) { return reallocarray(NULL, 10, 30); }
 __attribute__((noinline)) void churn(void)
 {
     for (int i = 0; i < 10000; i++) {
@@ -87,10 +47,7 @@ __attribute__((noinline)) void churn(void)
     }
 }
 
-static void say(const char *text)
-{
-    write(1, text, strlen(text));
-}
+static void say(const char *text) { write(1, text, strlen(text)); }
 
 static void wait_for_input(void)
 {
@@ -111,15 +68,13 @@ int main(int argc, char **argv)
         for (int i = 0; i < 7; i++)
             free(before[i]);
     }
-    for (int i = 0; i < 10; i++)
-        KEEP(leak_malloc());
-    for (int i = 0; i < 5; i++)
-        KEEP(leak_calloc());
+    for (int i = 0; i < 10; i++) KEEP(leak_malloc());
+    for (int i = 0; i < 5; i++) KEEP(leak_calloc());
     for (int i = 0; i < 3; i++) {
         void *p = chain_start();
         p = realloc_grow(p, 64);
-        p = realloc_grow(p, 200000); /* above the mmap threshold: moves */
-        p = realloc_grow(p, 5000);   /* back to the heap: moves */
+        p = realloc_grow(p, 200000);   /* above the mmap threshold: moves */
+        p = realloc_grow(p, 5000);     /* back to the heap: moves */
         KEEP(p);
     }
     realloc_to_zero();
@@ -128,17 +83,14 @@ int main(int argc, char **argv)
     if (failed_realloc(survivor) != NULL)
         abort();
     KEEP(survivor);
-    for (int i = 0; i < 3; i++)
-        KEEP(leak_posix_memalign());
+    for (int i = 0; i < 3; i++) KEEP(leak_posix_memalign());
     failed_posix_memalign();
-    for (int i = 0; i < 2; i++)
-        KEEP(leak_aligned_alloc());
+    for (int i = 0; i < 2; i++) KEEP(leak_aligned_alloc());
     KEEP(leak_memalign());
     KEEP(leak_valloc());
     KEEP(leak_pvalloc());
     KEEP(leak_reallocarray());
-    for (int i = 0; i < 5; i++)
-        free(NULL);
+    for (int i = 0; i < 5; i++) free(NULL);
     churn();
     if (waiting) {
         say("done\n");

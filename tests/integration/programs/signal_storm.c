@@ -39,7 +39,7 @@ int main(void)
         for (int t = 0; t < THREADS; t++)
             pthread_kill(threads[t], SIGRTMAX - 19);
         raise(SIGRTMAX - 19);
-        if (round % 10 == 0)  // a dump costs a walk of the table: a few hundred a second at most
+        if (round % 10 == 0)   // a dump costs a walk of the table: a few hundred a second at most
             pthread_kill(threads[round / 10 % THREADS], SIGRTMAX - 17);
         signals += THREADS + 1 + (round % 10 == 0);
         usleep(100);

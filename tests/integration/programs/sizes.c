@@ -3,10 +3,7 @@
 
 void *volatile keep[64];
 
-__attribute__((noinline)) void *alloc_size(size_t n)
-{
-    return malloc(n);
-}
+__attribute__((noinline)) void *alloc_size(size_t n) { return malloc(n); }
 
 int main(int argc, char **argv)
 {

@@ -6,10 +6,7 @@
 void *volatile keep[4096];
 static pthread_barrier_t start;
 
-__attribute__((noinline)) void *thread_leak(void)
-{
-    return malloc(48);
-}
+__attribute__((noinline)) void *thread_leak(void) { return malloc(48); }
 
 static void *worker(void *arg)
 {

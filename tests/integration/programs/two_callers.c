@@ -4,10 +4,7 @@
 
 void *volatile keep[2];
 
-__attribute__((noinline)) void *meet_in_malloc(void)
-{
-    return malloc(77);
-}
+__attribute__((noinline)) void *meet_in_malloc(void) { return malloc(77); }
 
 static void *worker(void *arg)
 {

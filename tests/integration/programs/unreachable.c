@@ -13,11 +13,7 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t go;
-static void on_usr1(int sig)
-{
-    (void)sig;
-    go = 1;
-}
+static void on_usr1(int sig) { (void)sig; go = 1; }
 
 static void *global_ptr;
 static __thread void *tls_ptr;
@@ -60,9 +56,7 @@ static void *register_thread(void *arg)
                      "cmpl $0, %1\n\t"
                      "je 1b\n\t"
                      "xorq %%r12, %%r12"
-                     :
-                     : "r"(hidden), "m"(stop_spinning)
-                     : "r12", "memory");
+                     : : "r"(hidden), "m"(stop_spinning) : "r12", "memory");
     return NULL;
 }
 
@@ -74,17 +68,17 @@ static int build(const char *mode, void **held)
             list = node(64, list);
         global_ptr = list;
     } else if (!strcmp(mode, "stack")) {
-        held[0] = make(100, 0x22);  // main's stack holds it
+        held[0] = make(100, 0x22);                 // main's stack holds it
         void *volatile gone = make(104, 0x23);
-        gone = NULL;  // cleared: unreachable
+        gone = NULL;                               // cleared: unreachable
         (void)gone;
     } else if (!strcmp(mode, "global")) {
         global_ptr = make(200, 0x33);
-        make(300, 0x34);  // never stored
+        make(300, 0x34);                           // never stored
     } else if (!strcmp(mode, "tls")) {
         pthread_t t;
         pthread_key_create(&key, NULL);
-        tls_ptr = make(401, 0x45);  // the main thread's TLS
+        tls_ptr = make(401, 0x45);                 // the main thread's TLS
         pthread_create(&t, NULL, tls_thread, NULL);
         usleep(200000);
     } else if (!strcmp(mode, "register")) {
@@ -107,14 +101,14 @@ static int build(const char *mode, void **held)
         void **first = node(32, NULL), **last = first;
         for (int i = 1; i < 1000; i++)
             last = node(32, last);
-        first[0] = last;  // closes the ring of 1000
+        first[0] = last;                           // closes the ring of 1000
         if (!strcmp(mode, "headed_ring"))
             node(64, first);
     } else if (!strcmp(mode, "interior")) {
         interior = (char *)make(128, 0x77) + 100;  // only an interior pointer
     } else if (!strcmp(mode, "prot_none")) {
         void **page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        page[0] = make(700, 0x70);  // held only from an unreadable page
+        page[0] = make(700, 0x70);                 // held only from an unreadable page
         mprotect(page, 4096, PROT_NONE);
         global_ptr = make(800, 0x71);
     } else if (!strcmp(mode, "lots")) {

@@ -17,7 +17,7 @@ __attribute__((noinline)) void descend(int depth, int size)
         kept[depth] = malloc(size);
     else
         descend(depth - 1, size);
-    __asm__ volatile("" ::: "memory"); /* no tail call: every level keeps its frame */
+    __asm__ volatile("" ::: "memory");   /* no tail call: every level keeps its frame */
 }
 
 __attribute__((noinline)) static void *thread_body(void *arg)

@@ -19,11 +19,7 @@ static volatile sig_atomic_t steps;
 static void *keep[64];
 static int kept;
 
-static void on_usr1(int sig)
-{
-    (void)sig;
-    steps++;
-}
+static void on_usr1(int sig) { (void)sig; steps++; }
 
 static void ready(void)
 {
@@ -31,30 +27,12 @@ static void ready(void)
     fflush(stdout);
 }
 
-__attribute__((noinline)) static void *leak_site(size_t n)
-{
-    return malloc(n);
-}
-__attribute__((noinline)) static void *exit_site(size_t n)
-{
-    return malloc(n);
-}
-__attribute__((noinline)) static void *before_fork(size_t n)
-{
-    return malloc(n);
-}
-__attribute__((noinline)) static void *in_child(size_t n)
-{
-    return malloc(n);
-}
-__attribute__((noinline)) static void *before_exec(size_t n)
-{
-    return malloc(n);
-}
-__attribute__((noinline)) static void *after_exec_site(size_t n)
-{
-    return malloc(n);
-}
+__attribute__((noinline)) static void *leak_site(size_t n) { return malloc(n); }
+__attribute__((noinline)) static void *exit_site(size_t n) { return malloc(n); }
+__attribute__((noinline)) static void *before_fork(size_t n) { return malloc(n); }
+__attribute__((noinline)) static void *in_child(size_t n) { return malloc(n); }
+__attribute__((noinline)) static void *before_exec(size_t n) { return malloc(n); }
+__attribute__((noinline)) static void *after_exec_site(size_t n) { return malloc(n); }
 
 static void *churn(void *arg)
 {
@@ -86,7 +64,7 @@ int main(int argc, char **argv)
                     keep[kept++ % 64] = leak_site(1000);
                 ready();
             }
-            usleep(10000);  // not pause(): a signal between the test and the wait would be lost
+            usleep(10000);   // not pause(): a signal between the test and the wait would be lost
         }
     } else if (!strcmp(mode, "churn")) {
         pthread_t t;
