@@ -199,7 +199,7 @@ def test_freezing_survives_threads_coming_and_going_and_a_killed_tracer(program,
         # A tracer killed while every thread is stopped: the threads run on.
         script = (
             "import time\n"
-            "from leaktrace import freeze\n"
+            "from leaktrace.reachability import freeze\n"
             "stop_all = freeze._wait_and_read_registers\n"
             "def hang(pid, seized):\n"
             "    stop_all(pid, seized)\n"
