@@ -9,8 +9,7 @@ from __future__ import annotations
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.android.leak_log import backtrace_lines
 from leaktrace.model.snapshot import CONTENTS_LENGTH, StackStatus, UnreachableLeak, UnreachableReport
-
-ABI = "x86_64"
+from leaktrace.platform import arch
 
 
 def _plural(count: int) -> str:
@@ -59,7 +58,7 @@ def render_unreachable(symbolized: SymbolizedSnapshot, report: UnreachableReport
     """The summary, then each leak followed by a blank line; then how the check went."""
     lines = [
         f"  {report.leak_bytes} bytes in {report.num_leaks} unreachable allocation{_plural(report.num_leaks)}",
-        f"  ABI: '{ABI}'",
+        f"  ABI: '{arch.NAME}'",
         "",
     ]
     for leak in report.leaks:

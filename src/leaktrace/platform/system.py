@@ -6,9 +6,9 @@ import ctypes
 import os
 
 from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.arch import SYS_BPF
 
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
-SYS_BPF = 321  # x86_64
 BPF_MAP_CREATE, BPF_MAP_TYPE_ARRAY = 0, 2
 
 _libc = ctypes.CDLL(None, use_errno=True)

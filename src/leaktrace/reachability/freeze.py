@@ -19,12 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.arch import RSP_INDEX, USER_REGS_WORDS
 from leaktrace.platform.process import Mapping, alive, parent_of, parse_maps
 
 PTRACE_GETREGS, PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 12, 17, 0x4206, 0x4207
 WALL = 0x40000000
-# struct user_regs_struct (x86_64): 27 registers; rsp is the 20th, fs_base the 22nd.
-USER_REGS_WORDS, RSP_INDEX = 27, 19
 FREEZE_TIMEOUT = 5.0  # seconds for every thread to stop (one in uninterruptible sleep may not)
 READ_CHUNK = 16 << 20
 COPY_SHARE = 0.8  # of the memory available, the most a copy of a target's writable memory may take

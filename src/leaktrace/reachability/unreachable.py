@@ -35,14 +35,13 @@ from leaktrace.model.snapshot import (
     UnreachableLeak,
     UnreachableReport,
 )
+from leaktrace.platform.arch import RED_ZONE
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import Mapping, read_target
 from leaktrace.reachability.freeze import FrozenImage, freeze_and_copy
 from leaktrace.reachability.heap_graph import MemoryRegion, build_graph
 from leaktrace.reachability.leak_folding import fold_leaks
 from leaktrace.sources.glibc_heap import HeapWalkRefused, walk_heap
-
-RED_ZONE = 128  # x86-64 ABI: below the stack pointer, still the function's
 
 
 def scanned_mapping(mapping: Mapping) -> bool:

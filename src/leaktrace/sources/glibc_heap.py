@@ -35,10 +35,11 @@ import numpy as np
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.heap import ArenaUse, HeapWalk
 from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform.arch import FS_BASE_INDEX, RSP_INDEX
 from leaktrace.platform.elf import PT_LOAD, PT_TLS, ElfError, ElfFile
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles
 from leaktrace.platform.process import Mapping
-from leaktrace.reachability.freeze import RSP_INDEX, FrozenImage
+from leaktrace.reachability.freeze import FrozenImage
 from leaktrace.reachability.heap_graph import joined
 
 SUPPORTED = ((2, 35), (2, 40))  # glibc versions whose malloc layout is the one below
@@ -54,7 +55,6 @@ TCACHE_BINS, TCACHE_ENTRIES, TCACHE_CHUNK = 64, 128, 0x290
 PREV_INUSE, IS_MMAPPED, NON_MAIN_ARENA = 1, 2, 4
 HEADER = 16  # prev_size and size: the user's block starts after them
 FENCEPOST = 16  # the chunk sysmalloc leaves at the end of a heap it outgrew
-FS_BASE_INDEX = 21  # struct user_regs_struct (x86_64): fs_base, the thread pointer
 MAX_ARENAS = 4096  # a ring longer than this is a loop
 LINK_MAP_NEXT = 24  # struct link_map: l_addr, l_name, l_ld, l_next (public ABI)
 R_DEBUG_MAP = 8  # struct r_debug: r_version, r_map

@@ -18,6 +18,7 @@ from bcc.libbcc import lib
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import AllocationGroup, Counters, LiveAllocation, ProcessInfo, StackStatus
+from leaktrace.platform.arch import ARGUMENT_REGISTERS
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, parse_maps, printable, read_process
@@ -62,20 +63,21 @@ if TYPE_CHECKING:
 BPF_NOEXIST = 1
 MAX_PARSED_PROCS = 65536  # procs records kept parsed (by their bytes)
 
+RDI, RSI, RDX = ARGUMENT_REGISTERS
 # Allocating function -> (its cookie on alloc_enter's probes, enum function in the BPF
 # source; argument registers the program reads). Each also gets a return probe.
 PROBES = {
-    "malloc": (F_MALLOC, ("rdi",)),
-    "calloc": (F_CALLOC, ("rdi", "rsi")),
-    "realloc": (F_REALLOC, ("rdi", "rsi")),
-    "reallocarray": (F_REALLOCARRAY, ("rdi", "rsi", "rdx")),
-    "posix_memalign": (F_POSIX_MEMALIGN, ("rdi", "rdx")),
-    "aligned_alloc": (F_ALIGNED_ALLOC, ("rsi",)),
-    "memalign": (F_ALIGNED_ALLOC, ("rsi",)),
-    "valloc": (F_VALLOC, ("rdi",)),
-    "pvalloc": (F_PVALLOC, ("rdi",)),
+    "malloc": (F_MALLOC, (RDI,)),
+    "calloc": (F_CALLOC, (RDI, RSI)),
+    "realloc": (F_REALLOC, (RDI, RSI)),
+    "reallocarray": (F_REALLOCARRAY, (RDI, RSI, RDX)),
+    "posix_memalign": (F_POSIX_MEMALIGN, (RDI, RDX)),
+    "aligned_alloc": (F_ALIGNED_ALLOC, (RSI,)),
+    "memalign": (F_ALIGNED_ALLOC, (RSI,)),
+    "valloc": (F_VALLOC, (RDI,)),
+    "pvalloc": (F_PVALLOC, (RDI,)),
 }
-FREE_ARGUMENTS = ("rdi",)
+FREE_ARGUMENTS = (RDI,)
 
 
 def _why_refused(error: OSError, library: ElfFile, offsets: list[int]) -> str:
