@@ -30,7 +30,8 @@ from leaktrace.platform.process import (
     unmapped_mappings,
 )
 from leaktrace.platform.system import check_system
-from leaktrace.sources.bpf.engine import BpfEngine, EngineSettings, TracedProcess
+from leaktrace.sources.bpf.engine import BpfEngine, EngineSettings
+from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.protocol import PollingSource
 
 MAPS_REFRESH = 0.2  # seconds between reads of traced processes' maps (dlopen'ed modules get tables)

@@ -1,0 +1,56 @@
+"""The compiled program as user space holds it: bcc's object (its maps) and the control
+array the program and user space signal each other through."""
+
+from __future__ import annotations
+
+import ctypes as ct
+from typing import Any
+
+from leaktrace.sources.bpf.layout import (
+    CTL_EXIT_STOP,
+    CTL_NEXT_GEN,
+    CTL_TABLES_GEN,
+    CTL_TABLES_STOP,
+    CTL_TARGET_GEN,
+    NO_TABLES_STOP,
+)
+
+
+class KernelState:
+    """The program's maps, once the compile is taken, and its control slots (layout.h's CTL_*)."""
+
+    _bpf: Any  # bcc's BPF
+
+    def _set_control(self, slot: int, value: int) -> None:
+        self._bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)
+
+    def _control(self, slot: int) -> int:
+        return self._bpf[b"control"][ct.c_int(slot)].value
+
+    def _next_gen(self) -> int:
+        gen = self._control(CTL_NEXT_GEN)
+        self._set_control(CTL_NEXT_GEN, gen + 1)
+        return gen
+
+    def target_gen(self) -> int:
+        return self._control(CTL_TARGET_GEN)
+
+    def tables_stop_pending(self) -> bool:
+        """True once the target has been stopped at its first allocator call for its tables."""
+        return bool(self._control(CTL_TABLES_STOP))
+
+    def tables_loaded(self) -> bool:
+        """The target's current image has its unwind tables (or it is never stopped for them)."""
+        loaded = self._control(CTL_TABLES_GEN)
+        return loaded == NO_TABLES_STOP or (loaded != 0 and loaded == self.target_gen())
+
+    def clear_tables_stop(self, gen: int) -> None:
+        self._set_control(CTL_TABLES_GEN, gen)
+        self._set_control(CTL_TABLES_STOP, 0)
+
+    def exit_stop_pending(self) -> bool:
+        """True once the target has been stopped in _exit by the BPF program."""
+        return bool(self._control(CTL_EXIT_STOP))
+
+    def clear_exit_stop(self) -> None:
+        self._set_control(CTL_EXIT_STOP, 0)

@@ -1,0 +1,84 @@
+"""The stack walk's inputs in the kernel: each process's executable mappings and the unwind
+rows and page index of each of their files, uploaded once per file."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import struct
+
+from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform.module_files import ModuleFiles
+from leaktrace.platform.process import Mapping, parse_maps
+from leaktrace.sources.bpf.compile import EngineSettings
+from leaktrace.sources.bpf.kernel_state import KernelState
+from leaktrace.sources.bpf.layout import (
+    EXEC_MAP,
+    MAX_EXEC_MAPS,
+)
+from leaktrace.sources.bpf.maps import update_array
+from leaktrace.sources.bpf.unwind_tables import FileTable, UnwindTables
+
+
+class UnwindUpload(KernelState):
+    """Uploading unwind tables and per-process mappings."""
+
+    settings: EngineSettings
+    _tables: UnwindTables
+    _uploaded: dict[bytes, tuple[int, int, int, int]]
+    _next_row: int
+    _next_page: int
+    _exec_maps: dict[int, tuple[int, str]]
+    _modules: ModuleFiles
+
+    def _upload(self, table: FileTable) -> tuple[int, int, int, int]:
+        """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
+        on first use; no rows when they do not fit (its frames then go by the checked frame-pointer
+        chain), no pages when they do not (its row searches then cover every row of the file)."""
+        if table.rows not in self._uploaded:
+            rows, pages = table.row_count, table.page_count
+            if self._next_row + rows > self.settings.max_unwind_rows:
+                rows = pages = 0
+            if self._next_page + pages > self.settings.max_unwind_pages:
+                pages = 0
+            first_row, first_page = self._next_row, self._next_page
+            if rows:
+                update_array(self._bpf[b"unwind_rows"], first_row, table.rows, rows)
+                self._next_row += rows
+            if pages:
+                update_array(self._bpf[b"unwind_pages"], first_page, table.pages, pages)
+                self._next_page += pages
+            self._uploaded[table.rows] = (first_row, rows, first_page, pages)
+        return self._uploaded[table.rows]
+
+    @staticmethod
+    def _executable_mappings(maps: str) -> list[Mapping]:
+        return sorted(
+            (m for m in parse_maps(maps) if "x" in m.perms and m.path != "[vsyscall]"), key=lambda m: m.start
+        )[:MAX_EXEC_MAPS]
+
+    def load_tables(self, process: ProcessInfo, gen: int) -> None:
+        """Gives the stack walk the executable mappings of the process's image gen, with the
+        unwind rows of each file (compiled once per file); nothing to do if they are unchanged."""
+        pid = process.pid
+        executable = self._executable_mappings(process.maps)
+        lines = "\n".join(f"{m.start:x}-{m.end:x} {m.offset:x} {m.path}" for m in executable)
+        if self._exec_maps.get(pid) == (gen, lines):
+            return
+        modules = self._modules.open(process, executable)
+        entries = []
+        for m in executable:
+            bias, located, page_origin = m.start, (0, 0, 0, 0), 0
+            elf = modules[m.start]
+            vaddr = elf.file_offset_to_vaddr(m.offset) if elf else None
+            if elf is not None and vaddr is not None:  # address - module virtual address
+                bias = m.start - vaddr
+                if self.settings.unwind == "dwarf":
+                    file_table = self._tables.table_of(elf)
+                    located, page_origin = self._upload(file_table), file_table.page_origin
+            entries.append(EXEC_MAP.pack(m.start, m.end, bias, *located, page_origin, 0))
+        table = self._bpf[b"exec_maps"]
+        value = table.Leaf()
+        packed = struct.pack("<II", gen, len(entries)) + b"".join(entries)
+        ct.memmove(ct.addressof(value), packed, len(packed))
+        table[ct.c_uint32(pid)] = value
+        self._exec_maps[pid] = (gen, lines)
