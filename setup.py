@@ -6,12 +6,13 @@ from glob import glob
 from setuptools import Extension, setup
 
 NATIVE = "src/leaktrace/sources/preload/native"
+BPF = "src/leaktrace/sources/bpf"
 
 setup(ext_modules=[Extension(
     "leaktrace.sources.preload._malloc_debug",
     sources=sorted(glob(f"{NATIVE}/*.c")),
-    depends=sorted(glob(f"{NATIVE}/*.h")),
-    include_dirs=[NATIVE],
+    depends=sorted(glob(f"{NATIVE}/*.h")) + [f"{BPF}/layout.h"],
+    include_dirs=[NATIVE, BPF],  # cfi.h takes the unwind row from the BPF engine's layout.h
     libraries=["gcc_s", "dl", "pthread"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
 )])

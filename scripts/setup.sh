@@ -4,7 +4,8 @@
 #   - kernel headers for bcc: the running kernel's, or the distro's default linked in
 #   - tracefs at /sys/kernel/tracing
 #   - the HTML page's flame graph library (npm: d3, d3-flame-graph) in src/leaktrace/outputs/web/
-#   - llvm (llvm-symbolizer), debuginfod (its client; its server for a test); for the tests: libc6-dbg, golang-go (go tool pprof), chromium (the HTML page)
+#   - llvm (llvm-symbolizer), debuginfod (its client; its server for a test); for the tests: libc6-dbg, golang-go (go tool pprof), chromium (the HTML page), valgrind (the heap walk's oracle)
+#   - for bench/: heaptrack (Debian) and memray (PyPI, the bench extra)
 #   - .venv (with system site packages, for bcc) holding leaktrace in editable mode
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go llvm chromium debuginfod mypy clang-format "linux-headers-$arch")
+packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libc6-dbg python3-protobuf golang-go llvm chromium debuginfod mypy clang-format valgrind heaptrack "linux-headers-$arch")
 command -v npm >/dev/null 2>&1 || packages+=(npm)   # a machine's own Node.js is kept where it has one
 
 missing=()
@@ -71,6 +72,6 @@ fi
 if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-if ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, pytest, tabulate, bcc, capstone, numpy; t.preload_library()' >/dev/null 2>&1 || [ ! -x .venv/bin/ruff ]; then
-    .venv/bin/pip install -q -e '.[test]'
+if ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, pytest, tabulate, bcc, capstone, numpy, memray; t.preload_library()' >/dev/null 2>&1 || [ ! -x .venv/bin/ruff ]; then
+    .venv/bin/pip install -q -e '.[test,bench]'
 fi

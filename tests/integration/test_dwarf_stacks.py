@@ -138,6 +138,33 @@ def test_python_bytearrays_are_walked_through_the_interpreter():
     assert_every_frame_in_an_executable_file(bpf, sizes)
 
 
+def every_stack(report: dict) -> list[tuple]:
+    """(size, count, frames) of every group, in a stable order."""
+    return sorted((g["size"], g["count"], tuple(frame_key(f) for f in g["frames"])) for g in report["groups"])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "{unwind} {plugin}",
+        "{unwind_fp} {plugin}",
+        "{cxx}",
+        "{uses_plugin} {plugin}",
+        "/usr/bin/python3 -c 'b=[bytearray(50000 + i) for i in range(3)]; import json'",
+    ],
+)
+def test_preload_rules_walk_gives_libgcc_frames(unwind_programs, command):
+    """The preload library's own walk (CFI rules, cached) and libgcc's _Unwind_Backtrace give
+    the same frames for every allocation of the program, at its exit."""
+    command = command.format(**{name: str(path) for name, path in unwind_programs.items()})
+    preload = ["-c", command, "--json", "--frames", "40", "--engine", "preload", "3600"]
+    environment = {**os.environ, "PYTHONHASHSEED": "0"}
+    by_rules = final_report(run_command(preload, env=environment))
+    by_libgcc = final_report(run_command(preload, env={**environment, "LEAKTRACE_UNWINDER": "libgcc"}))
+    assert every_stack(by_rules) == every_stack(by_libgcc)
+    assert len(every_stack(by_rules)) >= 3
+
+
 def test_frame_pointer_walk_ends_where_it_cannot_go_on_and_says_so(unwind_programs):
     """--unwind fp on code without frame pointers: short stacks, counted, never garbage."""
     command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"

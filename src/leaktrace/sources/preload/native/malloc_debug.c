@@ -85,6 +85,7 @@ static void read_config(void)
         return;
     }
     find_own_code();
+    choose_unwinder();
     blocks_init();
     stacks_on = config.backtrace;
     signal(DUMP_SIGNAL, on_dump_signal);
@@ -241,6 +242,9 @@ __attribute__((destructor)) static void at_exit(void)
     if (unrecorded)
         log_line("%s: leaktrace's library could not record %zu allocator calls made inside others",
                  program_invocation_short_name, unrecorded);
+    if (stacks_walked_by_libgcc())
+        log_line("%s: leaktrace's library took %lu stacks with libgcc's unwinder (a frame its CFI rules do not follow)",
+                 program_invocation_short_name, stacks_walked_by_libgcc());
     library_leave();
 }
 

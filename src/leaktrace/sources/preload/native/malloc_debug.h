@@ -60,6 +60,8 @@ void table_after_fork(int child);
 
 void find_own_code(void);
 size_t take_stack(uintptr_t *frames, size_t max);  // the caller's stack, this library left out
+void choose_unwinder(void);                        // LEAKTRACE_UNWINDER=libgcc: libgcc's walk for every stack
+unsigned long stacks_walked_by_libgcc(void);       // stacks with a frame the rules could not follow
 uintptr_t *copy_frames(const uintptr_t *frames, size_t count);
 // One line per frame, as malloc_debug's backtrace_string; names NULL: looked up for this call alone.
 struct frame_names;

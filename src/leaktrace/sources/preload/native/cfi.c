@@ -1,0 +1,462 @@
+// The CFI interpreter of the preload library's stack walk: .eh_frame_hdr's sorted table finds
+// the FDE of a pc, and the CIE's and FDE's instructions are run up to that pc. The rule kept
+// is what an x86-64 walk needs (unwind_tables.py keeps the same from readelf's rows).
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "cfi.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+#pragma weak _dl_find_object  // glibc 2.35 and later: before, every stack is libgcc's
+
+int cfi_usable(void)
+{
+    return _dl_find_object != NULL;
+}
+
+#define DWARF_RBP 6
+#define DWARF_RSP 7
+#define DWARF_RA 16
+#define REMEMBERED_MAX 8  // DW_CFA_remember_state nesting followed; deeper gives an unknown rule
+
+struct reader {
+    const uint8_t *at, *end;
+    int bad;  // read past the end, or an encoding not handled
+};
+
+static uint64_t read_uleb(struct reader *r)
+{
+    uint64_t value = 0;
+    for (unsigned shift = 0; r->at < r->end; shift += 7) {
+        uint8_t byte = *r->at++;
+        if (shift < 64)
+            value |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80))
+            return value;
+    }
+    r->bad = 1;
+    return 0;
+}
+
+static int64_t read_sleb(struct reader *r)
+{
+    int64_t value = 0;
+    unsigned shift = 0;
+    while (r->at < r->end) {
+        uint8_t byte = *r->at++;
+        if (shift < 64)
+            value |= (int64_t)((uint64_t)(byte & 0x7f) << shift);
+        shift += 7;
+        if (!(byte & 0x80)) {
+            if (shift < 64 && (byte & 0x40))
+                value |= -((int64_t)1 << shift);
+            return value;
+        }
+    }
+    r->bad = 1;
+    return 0;
+}
+
+// n bytes, little-endian, zero-extended; the caller sign-extends.
+static uint64_t read_fixed(struct reader *r, size_t n)
+{
+    uint64_t value = 0;
+    if ((size_t)(r->end - r->at) < n) {
+        r->bad = 1;
+        return 0;
+    }
+    memcpy(&value, r->at, n);
+    r->at += n;
+    return value;
+}
+
+// A DW_EH_PE_* encoded pointer; datarel is counted from data_base.
+static uintptr_t read_encoded(struct reader *r, uint8_t encoding, uintptr_t data_base)
+{
+    if (encoding == 0xff)  // DW_EH_PE_omit
+        return 0;
+    uintptr_t base;
+    switch (encoding & 0x70) {
+    case 0x00:
+        base = 0;
+        break;
+    case 0x10:
+        base = (uintptr_t)r->at;  // pcrel: from the field itself
+        break;
+    case 0x30:
+        base = data_base;
+        break;
+    default:  // textrel, funcrel, aligned: not made by x86-64 toolchains
+        r->bad = 1;
+        return 0;
+    }
+    uint64_t value;
+    switch (encoding & 0x0f) {
+    case 0x00:
+    case 0x04:
+        value = read_fixed(r, 8);
+        break;
+    case 0x01:
+        value = read_uleb(r);
+        break;
+    case 0x02:
+        value = read_fixed(r, 2);
+        break;
+    case 0x03:
+        value = read_fixed(r, 4);
+        break;
+    case 0x09:
+        value = (uint64_t)read_sleb(r);
+        break;
+    case 0x0a:
+        value = (uint64_t)(int64_t)(int16_t)read_fixed(r, 2);
+        break;
+    case 0x0b:
+        value = (uint64_t)(int64_t)(int32_t)read_fixed(r, 4);
+        break;
+    case 0x0c:
+        value = read_fixed(r, 8);
+        break;
+    default:
+        r->bad = 1;
+        return 0;
+    }
+    uintptr_t result = base + (uintptr_t)value;
+    if ((encoding & 0x80) && !r->bad)  // DW_EH_PE_indirect
+        memcpy(&result, (const void *)result, sizeof result);
+    return result;
+}
+
+// A CIE or FDE's extent: its length field (32 or 64 bits) read, r->end set to its end.
+static int enter_entry(struct reader *r, const uint8_t *entry)
+{
+    r->at = entry;
+    r->end = entry + 12;
+    r->bad = 0;
+    uint64_t length = read_fixed(r, 4);
+    if (length == 0xffffffffu)
+        length = read_fixed(r, 8);
+    if (!length || r->bad || length > (1u << 30))
+        return 0;
+    r->end = r->at + length;
+    return 1;
+}
+
+struct cie {
+    uint64_t code_align;
+    int64_t data_align;
+    uint8_t fde_encoding;
+    uint8_t has_augmentation_data;
+    uint8_t signal_frame;
+    const uint8_t *instructions, *end;
+};
+
+static int read_cie(const uint8_t *entry, struct cie *cie)
+{
+    struct reader r;
+    if (!enter_entry(&r, entry) || read_fixed(&r, 4) != 0)  // a CIE's id in .eh_frame is 0
+        return 0;
+    uint8_t version = (uint8_t)read_fixed(&r, 1);
+    const char *augmentation = (const char *)r.at;
+    size_t length = strnlen(augmentation, (size_t)(r.end - r.at));
+    r.at += length + 1;
+    if (strstr(augmentation, "eh"))
+        read_fixed(&r, 8);  // an old GCC's pointer to exception tables
+    cie->code_align = read_uleb(&r);
+    cie->data_align = read_sleb(&r);
+    if (version == 1)
+        read_fixed(&r, 1);
+    else
+        read_uleb(&r);  // the return address column: 16 on x86-64, taken as such
+    cie->fde_encoding = 0;
+    cie->signal_frame = 0;
+    cie->has_augmentation_data = augmentation[0] == 'z';
+    if (cie->has_augmentation_data) {
+        uint64_t data_length = read_uleb(&r);
+        const uint8_t *data_end = r.at + data_length;
+        for (const char *c = augmentation + 1; *c && !r.bad; c++) {
+            if (*c == 'R')
+                cie->fde_encoding = (uint8_t)read_fixed(&r, 1);
+            else if (*c == 'P')
+                read_encoded(&r, (uint8_t)read_fixed(&r, 1), 0);
+            else if (*c == 'L')
+                read_fixed(&r, 1);
+            else if (*c == 'S')
+                cie->signal_frame = 1;
+            else
+                break;  // the length says where the data ends
+        }
+        r.at = data_end;
+    } else if (augmentation[0] && strcmp(augmentation, "eh") != 0) {
+        return 0;  // an augmentation whose data cannot be skipped
+    }
+    cie->instructions = r.at;
+    cie->end = r.end;
+    return !r.bad && r.at <= r.end;
+}
+
+// How a register is found: as on entry, or at CFA+offset, or some way not followed.
+enum how { SAME, UNDEFINED, AT_OFFSET, OTHER };
+
+struct register_rule {
+    uint8_t how;
+    int64_t offset;
+};
+
+struct frame_state {
+    uint64_t cfa_register;
+    int64_t cfa_offset;
+    int cfa_by_expression;
+    struct register_rule rbp, ra;
+};
+
+struct interpreter {
+    struct frame_state state, initial;
+    struct frame_state remembered[REMEMBERED_MAX];
+    int depth;
+    uintptr_t location, target;
+    const struct cie *cie;
+};
+
+static struct register_rule *followed(struct frame_state *state, uint64_t reg)
+{
+    return reg == DWARF_RBP ? &state->rbp : reg == DWARF_RA ? &state->ra : NULL;
+}
+
+static void set_rule(struct frame_state *state, uint64_t reg, uint8_t how, int64_t offset)
+{
+    struct register_rule *rule = followed(state, reg);
+    if (rule)
+        *rule = (struct register_rule){how, offset};
+}
+
+static void restore_rule(struct interpreter *in, uint64_t reg)
+{
+    struct register_rule *rule = followed(&in->state, reg);
+    if (rule)
+        *rule = *followed(&in->initial, reg);
+}
+
+static void skip_block(struct reader *r)
+{
+    uint64_t length = read_uleb(r);
+    if (length > (uint64_t)(r->end - r->at))
+        r->bad = 1;
+    else
+        r->at += length;
+}
+
+// 1 when the next row starts past the target: the rule in force is the one built so far.
+static int advance(struct interpreter *in, uintptr_t location)
+{
+    if (location > in->target)
+        return 1;
+    in->location = location;
+    return 0;
+}
+
+// Runs instructions until the row covering in->target is complete; 0 on a malformed program.
+static int run(struct interpreter *in, struct reader *r, uintptr_t data_base)
+{
+    const struct cie *cie = in->cie;
+    struct frame_state *s = &in->state;
+    while (r->at < r->end && !r->bad) {
+        uint8_t op = *r->at++;
+        uint8_t low = op & 0x3f;
+        switch (op >> 6) {
+        case 1:  // DW_CFA_advance_loc
+            if (advance(in, in->location + low * cie->code_align))
+                return 1;
+            continue;
+        case 2:  // DW_CFA_offset
+            set_rule(s, low, AT_OFFSET, (int64_t)read_uleb(r) * cie->data_align);
+            continue;
+        case 3:  // DW_CFA_restore
+            restore_rule(in, low);
+            continue;
+        }
+        uint64_t reg;
+        switch (op) {
+        case 0x00:  // nop
+            break;
+        case 0x01:  // set_loc
+            if (advance(in, read_encoded(r, cie->fde_encoding, data_base)))
+                return 1;
+            break;
+        case 0x02:  // advance_loc1, 2, 4
+        case 0x03:
+        case 0x04:
+            if (advance(in, in->location + read_fixed(r, op == 0x02 ? 1 : op == 0x03 ? 2 : 4) * cie->code_align))
+                return 1;
+            break;
+        case 0x05:  // offset_extended
+            reg = read_uleb(r);
+            set_rule(s, reg, AT_OFFSET, (int64_t)read_uleb(r) * cie->data_align);
+            break;
+        case 0x06:  // restore_extended
+            restore_rule(in, read_uleb(r));
+            break;
+        case 0x07:  // undefined
+            set_rule(s, read_uleb(r), UNDEFINED, 0);
+            break;
+        case 0x08:  // same_value
+            set_rule(s, read_uleb(r), SAME, 0);
+            break;
+        case 0x09:  // register
+            set_rule(s, read_uleb(r), OTHER, 0);
+            read_uleb(r);
+            break;
+        case 0x0a:  // remember_state
+            if (in->depth == REMEMBERED_MAX)
+                return 0;
+            in->remembered[in->depth++] = *s;
+            break;
+        case 0x0b:  // restore_state
+            if (!in->depth)
+                return 0;
+            *s = in->remembered[--in->depth];
+            break;
+        case 0x0c:  // def_cfa
+            s->cfa_register = read_uleb(r);
+            s->cfa_offset = (int64_t)read_uleb(r);
+            s->cfa_by_expression = 0;
+            break;
+        case 0x0d:  // def_cfa_register
+            s->cfa_register = read_uleb(r);
+            break;
+        case 0x0e:  // def_cfa_offset
+            s->cfa_offset = (int64_t)read_uleb(r);
+            break;
+        case 0x0f:  // def_cfa_expression
+            s->cfa_by_expression = 1;
+            skip_block(r);
+            break;
+        case 0x10:  // expression
+        case 0x16:  // val_expression
+            set_rule(s, read_uleb(r), OTHER, 0);
+            skip_block(r);
+            break;
+        case 0x11:  // offset_extended_sf
+            reg = read_uleb(r);
+            set_rule(s, reg, AT_OFFSET, read_sleb(r) * cie->data_align);
+            break;
+        case 0x12:  // def_cfa_sf
+            s->cfa_register = read_uleb(r);
+            s->cfa_offset = read_sleb(r) * cie->data_align;
+            s->cfa_by_expression = 0;
+            break;
+        case 0x13:  // def_cfa_offset_sf
+            s->cfa_offset = read_sleb(r) * cie->data_align;
+            break;
+        case 0x14:  // val_offset
+            set_rule(s, read_uleb(r), OTHER, 0);
+            read_uleb(r);
+            break;
+        case 0x15:  // val_offset_sf
+            set_rule(s, read_uleb(r), OTHER, 0);
+            read_sleb(r);
+            break;
+        case 0x2e:  // GNU_args_size
+            read_uleb(r);
+            break;
+        case 0x2f:  // GNU_negative_offset_extended
+            reg = read_uleb(r);
+            set_rule(s, reg, AT_OFFSET, -(int64_t)read_uleb(r) * cie->data_align);
+            break;
+        default:
+            return 0;
+        }
+    }
+    return !r->bad;
+}
+
+// The interpreter's state as a row of the walk (unwind_tables.py's _rule, from the same facts).
+static void to_row(const struct frame_state *s, int signal_frame, struct unwind_row *row)
+{
+    *row = (struct unwind_row){.cfa_rule = CFA_UNKNOWN, .rbp_rule = RBP_SAME};
+    if (signal_frame) {
+        row->cfa_rule = CFA_SIGNAL;
+        return;
+    }
+    if (s->ra.how == UNDEFINED) {
+        row->cfa_rule = CFA_END;
+        return;
+    }
+    if (s->cfa_by_expression || (s->cfa_register != DWARF_RSP && s->cfa_register != DWARF_RBP) || s->cfa_offset < 0 ||
+        s->cfa_offset >= (int64_t)1 << 31)
+        return;
+    if (!(s->ra.how == SAME || (s->ra.how == AT_OFFSET && s->ra.offset == -8)))
+        return;  // SAME: the CIE never named the return address: at CFA-8, as on every x86-64 frame
+    if (s->rbp.how == OTHER || (s->rbp.how == AT_OFFSET && (s->rbp.offset < -32768 || s->rbp.offset > 32767)))
+        return;
+    row->cfa_rule = s->cfa_register == DWARF_RSP ? CFA_RSP : CFA_RBP;
+    row->cfa_offset = (s32)s->cfa_offset;
+    if (s->rbp.how == AT_OFFSET) {
+        row->rbp_rule = RBP_SAVED;
+        row->rbp_offset = (s16)s->rbp.offset;
+    }
+}
+
+// The FDE whose range holds pc, by binary search of .eh_frame_hdr's table.
+static const uint8_t *find_fde(uintptr_t pc, uintptr_t *data_base)
+{
+    struct dl_find_object object;
+    if (_dl_find_object((void *)pc, &object) != 0 || !object.dlfo_eh_frame)
+        return NULL;
+    const uint8_t *header = object.dlfo_eh_frame;
+    *data_base = (uintptr_t)header;
+    if (header[0] != 1 || header[3] != 0x3b)  // version 1; table of datarel sdata4 pairs
+        return NULL;
+    struct reader r = {header + 4, header + 4 + 16, 0};
+    read_encoded(&r, header[1], (uintptr_t)header);  // .eh_frame's address: not needed
+    uintptr_t count = read_encoded(&r, header[2], (uintptr_t)header);
+    if (r.bad || !count)
+        return NULL;
+    const int32_t *table = (const int32_t *)r.at;  // (initial location, FDE), from the header
+    size_t low = 0, high = count;
+    while (high - low > 1) {
+        size_t middle = low + (high - low) / 2;
+        if ((uintptr_t)header + table[2 * middle] <= pc)
+            low = middle;
+        else
+            high = middle;
+    }
+    if ((uintptr_t)header + table[2 * low] > pc)
+        return NULL;
+    return header + table[2 * low + 1];
+}
+
+int cfi_rule_at(uintptr_t pc, struct unwind_row *rule)
+{
+    uintptr_t data_base;
+    const uint8_t *fde = find_fde(pc, &data_base);
+    struct reader r;
+    if (!fde || !enter_entry(&r, fde))
+        return 0;
+    const uint8_t *id_field = r.at;
+    uint32_t cie_pointer = (uint32_t)read_fixed(&r, 4);
+    struct cie cie;
+    if (!cie_pointer || !read_cie(id_field - cie_pointer, &cie))
+        return 0;
+    uintptr_t start = read_encoded(&r, cie.fde_encoding, data_base);
+    uintptr_t range = read_encoded(&r, cie.fde_encoding & 0x0f, 0);
+    if (r.bad || pc < start || pc - start >= range)
+        return 0;
+    if (cie.has_augmentation_data)
+        skip_block(&r);
+    struct interpreter in = {.location = start, .target = pc, .cie = &cie};
+    in.state.ra.how = SAME;  // not yet named by the CIE
+    struct reader initial = {cie.instructions, cie.end, 0};
+    int whole = run(&in, &initial, data_base);
+    in.initial = in.state;
+    in.depth = 0;
+    whole = whole && run(&in, &r, data_base);
+    if (!whole) {
+        *rule = (struct unwind_row){.cfa_rule = CFA_UNKNOWN};
+        return 1;
+    }
+    to_row(&in.state, cie.signal_frame, rule);
+    return 1;
+}
