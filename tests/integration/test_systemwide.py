@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from leaktrace import EngineSettings, Trace
-from leaktrace.sources.bpf.trace import Selection
+from leaktrace.sources.bpf.process_tracking import Selection
 
 from conftest import leaktrace_command
 from helpers import TIMEOUT, reports, wait_for_line

@@ -11,14 +11,14 @@ import sys
 # (the privilege checks are skipped: this runs anywhere).
 SCRIPT = """
 import sys
-import leaktrace.commands.trace as trace
+import leaktrace.commands.engines as engines
 
 def report(*args, **kwargs):
     print(sorted(sys.modules))
     raise SystemExit(0)
 
-trace.check_system = lambda: None
-trace.compile_ahead = report
+engines.check_system = lambda: None
+engines.compile_ahead = report
 from leaktrace.cli import main
 main(["-p", "1"])
 """

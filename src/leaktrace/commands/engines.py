@@ -1,0 +1,91 @@
+"""How the trace command starts each engine: one factory per engine, and what each cannot do."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from leaktrace.android.options import SIZE_MAX, MallocDebugConfig
+from leaktrace.errors import UsageError
+from leaktrace.platform.system import check_system
+from leaktrace.sources.bpf.compile import EngineSettings, compile_ahead, discard_compile_ahead
+
+if TYPE_CHECKING:
+    from leaktrace.sources.protocol import TraceSource
+
+
+def command_argv(args: argparse.Namespace) -> list[str]:
+    argv = shlex.split(args.command)
+    if not argv:
+        raise UsageError("-c needs a command")
+    return argv
+
+
+def start_preload(
+    args: argparse.Namespace, settings: EngineSettings, config: MallocDebugConfig
+) -> tuple[TraceSource, str]:
+    """--engine preload: -c's command run with the library, told the same options; or -p's
+    process, started with the library elsewhere, asked for dumps."""
+    from leaktrace.sources.preload.trace import PreloadTrace
+
+    if args.pid is not None:
+        return PreloadTrace.attach(args.pid), f"pid {args.pid}"
+    argv = command_argv(args)
+    # The user's string (allocator-side options included), then what the flags decided: last wins.
+    stacks = (
+        "backtrace_enable_on_signal"
+        if "backtrace_enable_on_signal" in config.options and "backtrace" not in config.options
+        else "backtrace"
+    )
+    options = [args.options, f"{stacks}={settings.stack_depth}"]
+    options += [f"backtrace_min_size={settings.size_min}"] if settings.size_min else []
+    options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != SIZE_MAX else []
+    options += ["leak_track"] if args.leak_track else []
+    trace = PreloadTrace.launch(argv, " ".join(option for option in options if option))
+    return trace, f"command '{args.command}' {trace.pid}"
+
+
+def start_bpf(args: argparse.Namespace, settings: EngineSettings, config: MallocDebugConfig) -> tuple[TraceSource, str]:
+    """The trace the arguments ask for, and how to name its target."""
+    check_system()
+    if args.command is None:
+        # The target is known: clang starts before the rest of leaktrace loads and the
+        # target is looked at. (-c's pid exists only once its command is spawned.)
+        compile_ahead(settings, 0 if args.all else args.pid)
+    try:
+        from leaktrace.sources.bpf.process_tracking import Selection
+        from leaktrace.sources.bpf.trace import Trace
+
+        if args.all:
+            selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid)
+            return Trace.everything(settings, tuple(args.lib or ()), selection), "every process"
+        library = args.lib[0] if args.lib else None
+        if args.command is None:
+            return Trace.attach(args.pid, settings, library), f"pid {args.pid}"
+        trace = Trace.launch(command_argv(args), settings, library)
+        return trace, f"command '{args.command}' {trace.pid}"
+    except BaseException:
+        discard_compile_ahead()  # fds 1 and 2 are the compile's log until it ends: the error waits for it
+        raise
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How the trace command starts one engine, and what it cannot do."""
+
+    start: Callable[[argparse.Namespace, EngineSettings, MallocDebugConfig], tuple[TraceSource, str]]
+    traces_every_process: bool
+    refuses: tuple[tuple[str, str], ...] = ()  # (flag, argparse name) the engine has no use for
+
+
+ENGINES = {
+    "bpf": Engine(start_bpf, traces_every_process=True),
+    "preload": Engine(
+        start_preload,
+        traces_every_process=False,
+        refuses=(("--older-than", "older_than"), ("-f", "follow_forks"), ("--lib", "lib")),
+    ),
+}

@@ -1,0 +1,172 @@
+"""The processes a BPF trace follows (forked children, every process of --all): their maps
+and unwind tables kept current, those the selection leaves out ignored, exited ones taken
+leave of (their last records reported once) and their records swept from the kernel tables."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from dataclasses import dataclass
+
+from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform.process import read_process, unmapped_mappings
+from leaktrace.sources.bpf.engine import BpfEngine
+from leaktrace.sources.bpf.map_reading import TracedProcess
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which processes a systemwide trace keeps (all of them when every field is empty)."""
+
+    pids: frozenset[int] = frozenset()
+    comm: re.Pattern | None = None  # searched in the 15-character comm
+    uid: int | None = None  # real uid
+
+    def matches(self, pid: int, process: TracedProcess) -> bool:
+        return (
+            (not self.pids or pid in self.pids)
+            and (self.comm is None or self.comm.search(process.comm) is not None)
+            and (self.uid is None or process.uid == self.uid)
+        )
+
+
+class ProcessTracking:
+    """Trace's bookkeeping of the processes it follows (the target is pid; 0: every process)."""
+
+    engine: BpfEngine
+    pid: int
+    selection: Selection
+    final_with_allocations: bool
+    _exited: bool
+
+    def _start_tracking(self, info: ProcessInfo | None) -> None:
+        self._infos: dict[int, ProcessInfo] = {self.pid: info} if info is not None else {}
+        self._forked: set[int] = set()  # forked from a traced process, same image (ProcessInfo.forked)
+        self._info_read_at = time.monotonic()
+        self._gens: dict[int, int] = {}  # traced pid -> image generation, as last seen
+        # Processes that exited leave the process tables at once; their records are read in one
+        # go at the next snapshot or sweep (_gone), and dropped by the sweep after (_exited_images).
+        # A sweep walks the live table (about 1 s per million records), so it waits at least a
+        # second and ten times its last duration: at most a tenth of a CPU.
+        self._gone: dict[int, tuple[int, ProcessInfo]] = {}  # pid -> (generation, what is known of it)
+        self._exited_images: dict[int, int] = {}  # pid -> the last generation to drop
+        self._sweep_due = False
+        self._swept_at = 0.0
+        self._sweep_pause = 1.0
+        # Children that exited since the last snapshot: their last state, shown once.
+        self._departed: list[tuple[ProcessInfo, list, list]] = []
+
+    def _process_info(self, pid: int, alive: bool = True) -> ProcessInfo:
+        alive = alive and not (pid == self.pid and self._exited)
+        if alive:
+            info = read_process(pid)
+            if info is not None and info.maps:
+                earlier = self._infos.get(pid)
+                info = dataclasses.replace(
+                    info,
+                    forked=pid in self._forked,
+                    unmapped=unmapped_mappings(earlier, info.maps) if earlier is not None else "",
+                )
+                self._infos[pid] = info
+                self._load_tables(info)
+                return info
+        cached = self._infos.get(pid) or ProcessInfo(pid)
+        # Unreadable but not known to be gone (a zombie): exited is for trace.poll to say.
+        return cached if alive else dataclasses.replace(cached, exited=True)
+
+    def _load_tables(self, info: ProcessInfo) -> None:
+        """The stack walk's view of a process's executable mappings, kept current as they change
+        (the target's current image as the kernel side has it: an exec may be newer than _gens)."""
+        gen = self.engine.target_gen() if info.pid == self.pid else self._gens.get(info.pid, 0)
+        if gen:
+            self.engine.load_tables(info, gen)
+
+    def _departed_info(self, pid: int, known: dict[int, TracedProcess]) -> ProcessInfo:
+        """What is known of an exited child, even one that lived and died between two polls:
+        then its name comes from the kernel side and, unless it exec'd, its maps from its parent
+        (known: the kernel side's records, which exited processes leave at once)."""
+        info = self._process_info(pid, alive=False)
+        recorded = known.get(pid)
+        if info.maps or recorded is None:
+            return info
+        comm, parent, execed, forked = recorded.comm, recorded.parent, recorded.execed, recorded.forked
+        while not execed and parent:  # up through ancestors that were never read either
+            if parent in self._infos:
+                return dataclasses.replace(self._infos[parent], pid=pid, comm=comm, exited=True, forked=forked)
+            ancestor = known.get(parent)
+            parent, execed = (ancestor.parent, ancestor.execed) if ancestor else (0, True)
+        return dataclasses.replace(info, comm=comm, name=comm, forked=forked)
+
+    def _refresh_infos(self) -> None:
+        """Keeps recent maps of every traced process, to symbolize one that dies without warning."""
+        for pid in self._traced_pids():
+            self._process_info(pid)
+        self._info_read_at = time.monotonic()
+
+    def _traced_pids(self) -> list[int]:
+        """The target first, then the children followed (fork following only); or every traced process."""
+        children = sorted(self._gens) if self.engine.settings.follow_forks else []
+        return ([self.pid] if self.pid else []) + [pid for pid in children if pid != self.pid]
+
+    def _track_processes(self) -> None:
+        """Copies what new children inherited; leaves out processes outside the selection; takes
+        leave of exited children (out of the process tables at once, their records read at the
+        next snapshot or sweep); sweeps the records of those and of replaced images."""
+        if self.engine.settings.follow_forks:
+            self.engine.copy_inherited()
+        known = self.engine.processes()
+        # New images (first seen, or exec'd) that the selection leaves out are not traced further.
+        unselected = {
+            pid: p.gen
+            for pid, p in known.items()
+            if not p.ignored and self._gens.get(pid) != p.gen and not self.selection.matches(pid, p)
+        }
+        if unselected:
+            self.engine.ignore(unselected)
+        traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}
+        gone = {pid: p for pid, p in known.items() if p.exited and pid != self.pid}
+        for pid, p in gone.items():
+            if pid in traced:
+                self._gone[pid] = (p.gen, self._departed_info(pid, known))
+            else:  # left out: nothing of it is reported
+                self._exited_images[pid] = p.gen
+            self._infos.pop(pid, None)
+        if gone:
+            self.engine.drop_processes(set(gone))
+        replaced = any(self._gens.get(pid, p.gen) != p.gen for pid, p in traced.items())
+        self._sweep_due |= bool(gone or replaced or unselected)
+        new_images = [pid for pid, p in traced.items() if self._gens.get(pid) != p.gen and pid not in gone]
+        self._gens = {pid: p.gen for pid, p in traced.items() if pid not in gone}
+        self._forked = {pid for pid, p in traced.items() if p.forked}
+        # New images (new processes, or exec'd): read now, in case they are short-lived, and
+        # so that their stacks are walked from their modules' tables from now on.
+        for pid in new_images:
+            self._process_info(pid)
+        if time.monotonic() - self._swept_at >= self._sweep_pause:
+            self._sweep()
+
+    def _read_departed(self) -> None:
+        """Reads the records of the processes that exited since this was last done, in one go:
+        they are reported at the next snapshot, and the next sweep may drop them."""
+        if not self._gone:
+            return
+        images = {pid: gen for pid, (gen, _) in self._gone.items()}
+        groups: dict[int, list] = {pid: [] for pid in images}
+        allocations: dict[int, list] = {pid: [] for pid in images}
+        for group in self.engine.groups(images=images):
+            groups[group.pid].append(group)
+        for allocation in self.engine.allocations(images=images) if self.final_with_allocations else ():
+            allocations[allocation.pid].append(allocation)
+        for pid in sorted(images):
+            self._departed.append((self._gone[pid][1], groups[pid], allocations[pid]))
+        self._exited_images.update(images)
+        self._gone = {}
+
+    def _sweep(self) -> None:
+        self._read_departed()
+        if self._sweep_due:
+            started = time.monotonic()
+            self.engine.sweep(self._exited_images)
+            self._exited_images, self._sweep_due, self._swept_at = {}, False, time.monotonic()
+            self._sweep_pause = max(1.0, 10 * (self._swept_at - started))
