@@ -1,6 +1,7 @@
-"""Builds the LD_PRELOAD library (src/leaktrace/sources/preload/native/*.c) with the package; the rest of the
-package is described in pyproject.toml. The library is an ordinary shared object
-that setuptools builds as an extension module, so that pip install builds it."""
+"""Builds the LD_PRELOAD library (src/leaktrace/sources/preload/native/*.c) and the CFI module
+(src/leaktrace/sources/bpf/cfi.c, in the library too) with the package; the rest of the package is
+described in pyproject.toml. Both are ordinary shared objects that setuptools builds as extension
+modules, so that pip install builds them."""
 from glob import glob
 
 from setuptools import Extension, setup
@@ -8,11 +9,25 @@ from setuptools import Extension, setup
 NATIVE = "src/leaktrace/sources/preload/native"
 BPF = "src/leaktrace/sources/bpf"
 
-setup(ext_modules=[Extension(
-    "leaktrace.sources.preload._malloc_debug",
-    sources=sorted(glob(f"{NATIVE}/*.c")),
-    depends=sorted(glob(f"{NATIVE}/*.h")) + [f"{BPF}/layout.h"],
-    include_dirs=[NATIVE, BPF],  # cfi.h takes the unwind row from the BPF engine's layout.h
-    libraries=["gcc_s", "dl", "pthread"],
-    extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
-)])
+FLAGS = ["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"]
+CFI = [f"{BPF}/cfi.h", f"{BPF}/layout.h"]  # the CFI interpreter both engines use, and its rows
+
+setup(ext_modules=[
+    Extension(
+        "leaktrace.sources.preload._malloc_debug",
+        sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{BPF}/cfi.c"],
+        depends=sorted(glob(f"{NATIVE}/*.h")) + CFI,
+        include_dirs=[NATIVE, BPF],
+        libraries=["gcc_s", "dl", "pthread"],
+        extra_compile_args=FLAGS,
+    ),
+    # The same interpreter for unwind_tables.py (through ctypes): a module's .eh_frame compiled to rows.
+    Extension(
+        "leaktrace.sources.bpf._cfi",
+        sources=[f"{BPF}/cfi.c"],
+        depends=CFI,
+        include_dirs=[BPF],
+        define_macros=[("CFI_EXPORT", '__attribute__((visibility("default")))')],
+        extra_compile_args=FLAGS,
+    ),
+])

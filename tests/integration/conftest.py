@@ -17,6 +17,7 @@ import pytest
 from leaktrace.platform.system import bpf
 
 PROGRAMS = Path(__file__).parent / "programs"
+DEBUG_BUILD = ["gcc", "-O0", "-g", "-fno-omit-frame-pointer", "-pthread"]  # the test programs' build
 BPF_OBJ_GET_INFO_BY_FD, BPF_LINK_GET_FD_BY_ID, BPF_LINK_GET_NEXT_ID = 15, 30, 31
 BPF_LINK_TYPE_UPROBE_MULTI = 12
 
@@ -41,17 +42,7 @@ def program(build_dir):
         if key not in built:
             out = build_dir / (name + "".join(f.replace("-", "_") for f in flags))
             subprocess.run(
-                [
-                    "gcc",
-                    "-O0",
-                    "-g",
-                    "-fno-omit-frame-pointer",
-                    "-pthread",
-                    *flags,
-                    "-o",
-                    str(out),
-                    str(PROGRAMS / f"{name}.c"),
-                ],
+                [*DEBUG_BUILD, *flags, "-o", str(out), str(PROGRAMS / f"{name}.c")],
                 check=True,
             )
             built[key] = out

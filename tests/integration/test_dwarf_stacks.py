@@ -207,6 +207,7 @@ def test_tables_kept_across_starts_give_the_same_stacks(unwind_programs, tmp_pat
     """Compiled tables are cached by build-id: a second start reads them back, a damaged file
     is compiled again, and a directory others may write is not used (tables steer the walk)."""
     from leaktrace.platform.elf import ElfFile
+    from leaktrace.sources.bpf.unwind_tables import CACHE_FORMAT
 
     cache = tmp_path / "cache"
     command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
@@ -218,8 +219,8 @@ def test_tables_kept_across_starts_give_the_same_stacks(unwind_programs, tmp_pat
         return stacks_by_size(final_report(result), SIZES)
 
     first = stacks()
-    program_file = cache / f"{ElfFile(str(unwind_programs['unwind'])).build_id}.v1"
-    libc_file = cache / f"{ElfFile('/lib/x86_64-linux-gnu/libc.so.6').build_id}.v1"
+    program_file = cache / f"{ElfFile(str(unwind_programs['unwind'])).build_id}.v{CACHE_FORMAT}"
+    libc_file = cache / f"{ElfFile('/lib/x86_64-linux-gnu/libc.so.6').build_id}.v{CACHE_FORMAT}"
     assert program_file.exists() and libc_file.exists() and cache.stat().st_mode & 0o777 == 0o700
     program_file.write_bytes(program_file.read_bytes()[:100])  # damaged: compiled again
     assert stacks() == first and program_file.stat().st_size > 100

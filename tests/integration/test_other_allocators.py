@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
+from conftest import DEBUG_BUILD
 from helpers import final_report, run_command, sites
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -13,11 +14,7 @@ def link_against(build_dir, program_source: str, library: str, name: str) -> str
     out = build_dir / name
     subprocess.run(
         [
-            "gcc",
-            "-O0",
-            "-g",
-            "-fno-omit-frame-pointer",
-            "-pthread",
+            *DEBUG_BUILD,
             "-o",
             str(out),
             program_source,

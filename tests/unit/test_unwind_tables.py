@@ -4,12 +4,15 @@ page index the BPF walk narrows each row search with (searched here as the kerne
 from __future__ import annotations
 
 import bisect
+import glob
+import os
 import random
 import struct
 import subprocess
 
 import pytest
 
+from leaktrace.platform.elf import ElfFile
 from leaktrace.sources.bpf.unwind_tables import (
     CFA_END,
     CFA_RSP,
@@ -17,9 +20,12 @@ from leaktrace.sources.bpf.unwind_tables import (
     PAGE,
     ROW_PAGE_SHIFT,
     UNWIND_ROW,
+    compile_eh_frame,
     compile_rows,
     file_table,
     parse_frames_interp,
+    readelf_frames,
+    section_rows,
 )
 
 LIBRARIES = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11", "/lib64/ld-linux-x86-64.so.2"]
@@ -75,3 +81,38 @@ def test_rules_of_known_functions():
     # glibc's __restore_rt (the signal trampoline) is marked a signal frame; clone3's end has ra undefined.
     assert any(row[3] == CFA_SIGNAL for row in rows) and any(row[3] == CFA_END for row in rows)
     assert struct.calcsize("<IihBB") == UNWIND_ROW.size == 12
+
+
+def modules_with_cfi() -> list[str]:
+    """Debian's own: the libraries above, every shared library of the C and C++ runtimes, and
+    some programs, C and C++ (readelf and cfi.c must agree on each)."""
+    found = LIBRARIES + sorted(glob.glob("/lib/x86_64-linux-gnu/lib*.so.*"))[:60]
+    found += [
+        path for path in ("/usr/bin/gdb", "/usr/bin/ls", "/usr/bin/readelf", "/usr/bin/g++") if os.path.exists(path)
+    ]
+    return [os.path.realpath(path) for path in found if os.path.exists(path)]
+
+
+@pytest.mark.parametrize("path", sorted(set(modules_with_cfi())))
+def test_cfi_c_compiles_the_rows_readelf_gives(path):
+    """The interpreter the preload library walks with (cfi.c) is the one that compiles the BPF
+    walk's tables: for every module, its rows equal those of readelf's interpreted CFI."""
+    elf = ElfFile(path)
+    ours = compile_eh_frame(elf)
+    if ours is None:
+        assert ".eh_frame" not in elf.section_names()
+        return
+    assert compile_rows(ours) == compile_rows(parse_frames_interp(readelf_frames(elf)))
+
+
+def test_cfi_c_survives_damaged_sections():
+    """A file is untrusted input: any byte of .eh_frame changed, or the section cut short, gives
+    rows or none, never a read outside the section (the process would die)."""
+    section, address = ElfFile("/lib64/ld-linux-x86-64.so.2").section_bytes(".eh_frame")
+    rng = random.Random(11)
+    for _ in range(2000):
+        damaged = bytearray(section)
+        for _ in range(rng.randint(1, 8)):
+            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        cut = rng.randrange(len(damaged) + 1) if rng.random() < 0.3 else len(damaged)
+        section_rows(bytes(damaged[:cut]), address)

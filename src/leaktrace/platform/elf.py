@@ -15,7 +15,7 @@ from leaktrace.platform.target_files import open_regular
 
 PT_LOAD, PT_INTERP, PT_NOTE, PT_TLS = 1, 3, 4, 7
 NT_GNU_BUILD_ID = 3
-SHT_SYMTAB, SHT_DYNSYM, SHT_GNU_HASH = 2, 11, 0x6FFFFFF6
+SHT_SYMTAB, SHT_NOBITS, SHT_DYNSYM, SHT_GNU_HASH = 2, 8, 11, 0x6FFFFFF6
 STT_OBJECT, STT_FUNC, STT_TLS, STT_GNU_IFUNC = 1, 2, 6, 10
 SHN_UNDEF = 0
 
@@ -133,6 +133,15 @@ class ElfFile:
 
     def section_names(self) -> set[str]:
         return {s[0] for s in self._sections}
+
+    def section_bytes(self, name: str) -> tuple[bytes, int] | None:
+        """A section's bytes and the address they are loaded at (None: no such section in the file,
+        or one outside every segment)."""
+        for section, typ, offset, size, _, _ in self._sections:
+            if section == name and typ != SHT_NOBITS and offset + size <= len(self._data):
+                address = self.file_offset_to_vaddr(offset)
+                return None if address is None else (bytes(self._data[offset : offset + size]), address)
+        return None
 
     @cached_property
     def build_id(self) -> str | None:

@@ -86,6 +86,17 @@ struct unwind_row {
     u8 cfa_rule;  // CFA_*
     u8 rbp_rule;  // RBP_*
 };
+// A row of a module file's .eh_frame as cfi.c compiles it for unwind_tables.py: the rule in
+// force from pc on, within the FDE [fde_start, fde_end).
+struct cfi_section_row {
+    u64 fde_start;
+    u64 fde_end;
+    u64 pc;
+    s32 cfa_offset;
+    s16 rbp_offset;
+    u8 cfa_rule;  // CFA_*
+    u8 rbp_rule;  // RBP_*
+};
 #define CFA_UNKNOWN 0  // no rule the walk can apply: try the frame-pointer chain
 #define CFA_RSP 1
 #define CFA_RBP 2

@@ -79,4 +79,6 @@ PROC = struct.Struct('<IIII16sIII')   # gen, exited, parent, execed, comm, uid, 
 
 UNWIND_ROW = struct.Struct('<IihBB')   # pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
 
+CFI_SECTION_ROW = struct.Struct('<QQQihBB')   # fde_start, fde_end, pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
+
 EXEC_MAP = struct.Struct('<QQQIIIIII')   # start, end, bias, first_row, row_count, first_page, page_count, page_origin, pad

@@ -1,9 +1,10 @@
 """Unwind tables: a module's call frame information (.eh_frame, else .debug_frame) compiled
 into the sorted rows the BPF stack walk searches.
 
-binutils' `readelf --debug-dump=frames-interp` interprets the CFI programs (a parser
-binutils keeps right for every compiler's output); this module reads its table and keeps,
-per address range, only what an x86-64 walk needs: how to find the CFA (rsp+N, rbp+N), where
+.eh_frame is interpreted by cfi.c (the _cfi module, through ctypes), the interpreter the
+preload library walks its stacks with; binutils' `readelf --debug-dump=frames-interp` serves
+a module with only .debug_frame, and tests hold both to the same rows. Per address range,
+only what an x86-64 walk needs is kept: how to find the CFA (rsp+N, rbp+N), where
 the caller's rbp was saved, and where a stack ends (the return address is undefined, as in
 _start and clone3). The return address is always at CFA-8 on x86-64. Signal trampolines
 (CIE augmentation "S", as glibc's __restore_rt) get a rule of their own: the registers are
@@ -13,12 +14,15 @@ DWARF expression), get CFA_UNKNOWN: there the walk tries the frame-pointer chain
 
 from __future__ import annotations
 
+import ctypes as ct
 import functools
+import glob
 import os
 import re
 import struct
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 from leaktrace.errors import RuntimeFailure
@@ -30,6 +34,7 @@ from leaktrace.sources.bpf.layout import (  # the rules and rows as leaktrace.bp
     CFA_RSP,
     CFA_SIGNAL,
     CFA_UNKNOWN,
+    CFI_SECTION_ROW,
     RBP_SAME,
     RBP_SAVED,
     ROW_PAGE_SHIFT,
@@ -43,6 +48,7 @@ _CIE = re.compile(r"^([0-9a-f]+) [0-9a-f]+ [0-9a-f]+ CIE \"([^\"]*)\"")
 _FDE = re.compile(r"^[0-9a-f]+ [0-9a-f]+ [0-9a-f]+ FDE cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+)")
 _ROW = re.compile(r"^([0-9a-f]{8,16}) +(\S+)((?: +\S+)*) *$")
 _OFFSET_RULE = re.compile(r"^(rsp|rbp)\+(\d+)$")
+_IN_REGISTER = re.compile(r" \((\w+)\)")
 
 
 class Rule(NamedTuple):
@@ -59,7 +65,8 @@ UNKNOWN = Rule(CFA_UNKNOWN)
 def _rule_of_row(cfa: str, registers: str, columns: tuple[str, ...], signal_frame: bool) -> Rule:
     """The rule of a row of readelf's table (its CFA column and the register columns after it);
     rows repeat a few rules many times over, so each is worked out once."""
-    return _rule(cfa, dict(zip(columns, registers.split())), signal_frame)
+    # A register kept in another prints as "r10 (r10)": one column, whose space must not split it.
+    return _rule(cfa, dict(zip(columns, _IN_REGISTER.sub(r"(\1)", registers).split())), signal_frame)
 
 
 def _rule(cfa: str, columns: dict[str, str], signal_frame: bool) -> Rule:
@@ -107,6 +114,8 @@ def parse_frames_interp(text: str) -> list[tuple[int, int, list[tuple[int, Rule]
             current = []
             fdes.append((start, end, current, signal_frame, initial))
             cie_offset = None
+        elif line.endswith(" ZERO terminator"):  # a section's end, not a row
+            current = None
         elif line.startswith("   LOC"):
             columns = tuple(line.split()[2:])
         elif (found := _ROW.match(line)) and columns:
@@ -125,6 +134,56 @@ def parse_frames_interp(text: str) -> list[tuple[int, int, list[tuple[int, Rule]
             rows = [(start, Rule(CFA_SIGNAL) if signal_frame else initial or UNKNOWN)]
         result.append((start, end, rows))
     return result
+
+
+@functools.cache
+def _cfi_module() -> ct.CDLL:
+    """cfi.c as pip install built it, for ctypes."""
+    found = sorted(glob.glob(str(Path(__file__).parent / "_cfi*.so")))
+    if not found:
+        raise RuntimeFailure("leaktrace's CFI module is not built: reinstall leaktrace (pip install)")
+    module = ct.CDLL(found[0])
+    module.cfi_section_rows.restype = ct.c_long
+    module.cfi_section_rows.argtypes = [ct.c_char_p, ct.c_size_t, ct.c_uint64, ct.c_void_p, ct.c_size_t]
+    return module
+
+
+def section_rows(data: bytes, address: int) -> list[tuple[int, ...]]:
+    """cfi.c's rows of an .eh_frame section loaded at address: (FDE start, FDE end, pc, CFA
+    offset, rbp offset, CFA rule, rbp rule), FDE after FDE."""
+    room = len(data) // 4 + 1024
+    while True:
+        out = ct.create_string_buffer(room * CFI_SECTION_ROW.size)
+        count = _cfi_module().cfi_section_rows(data, len(data), address, out, room)
+        if count >= 0:
+            return list(CFI_SECTION_ROW.iter_unpack(out.raw[: count * CFI_SECTION_ROW.size]))
+        room *= 2
+
+
+def compile_eh_frame(elf: ElfFile) -> list[tuple[int, int, list[tuple[int, Rule]]]] | None:
+    """The module's .eh_frame as [(start, end, [(pc, rule)])] per FDE, as parse_frames_interp
+    gives readelf's; None when it has no .eh_frame with an FDE."""
+    section = elf.section_bytes(".eh_frame")
+    if section is None:
+        return None
+    fdes: list[tuple[int, int, list[tuple[int, Rule]]]] = []
+    for start, end, pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule in section_rows(*section):
+        if not fdes or fdes[-1][2][-1][0] > pc or fdes[-1][:2] != (start, end):  # the next FDE
+            fdes.append((start, end, []))
+        fdes[-1][2].append((pc, Rule(cfa_rule, cfa_offset, rbp_rule, rbp_offset)))
+    return fdes or None
+
+
+def readelf_frames(elf: ElfFile) -> str:
+    """readelf's interpreted CFI of the module (it exits 1 over warnings some libraries give,
+    libc's among them, with its table whole)."""
+    return subprocess.run(
+        ["readelf", "--wide", "--debug-dump=frames-interp", elf.descriptor],
+        capture_output=True,
+        text=True,
+        check=False,
+        pass_fds=(elf.fd,),
+    ).stdout
 
 
 def compile_rows(fdes: list[tuple[int, int, list[tuple[int, Rule]]]]) -> list[tuple[int, Rule]]:
@@ -185,7 +244,7 @@ def file_table(rows: list[tuple[int, Rule]]) -> FileTable:
     return FileTable(packed, b"".join(PAGE.pack(low, high) for low, high in zip(starts, ends)), origin)
 
 
-CACHE_FORMAT = 1  # of the cache's files: bump whenever the rows a file compiles to change
+CACHE_FORMAT = 2  # of the cache's files: bump whenever the rows a file compiles to change
 CACHE_HEADER = struct.Struct("<4sIIII")  # magic, format, page origin, rows, pages
 CACHE_KEEP = 1000  # cache files kept: the least recently used go first
 
@@ -259,14 +318,8 @@ class UnwindTables:
         if elf.identity not in self._tables:
             table = self._cache.load(elf) if self._cache else None
             if table is None:
-                listing = subprocess.run(
-                    ["readelf", "--wide", "--debug-dump=frames-interp", elf.descriptor],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                    pass_fds=(elf.fd,),
-                )
-                table = file_table(compile_rows(parse_frames_interp(listing.stdout)))
+                fdes = compile_eh_frame(elf) or parse_frames_interp(readelf_frames(elf))
+                table = file_table(compile_rows(fdes))
                 if self._cache:
                     self._cache.store(elf, table)
             self._tables[elf.identity] = table

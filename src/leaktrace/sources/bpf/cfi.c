@@ -1,6 +1,8 @@
-// The CFI interpreter of the preload library's stack walk: .eh_frame_hdr's sorted table finds
-// the FDE of a pc, and the CIE's and FDE's instructions are run up to that pc. The rule kept
-// is what an x86-64 walk needs (unwind_tables.py keeps the same from readelf's rows).
+// The CFI interpreter both engines use: the preload library's walk asks for the rule at one pc
+// of its own process (.eh_frame_hdr's sorted table finds the FDE, whose instructions run up to
+// that pc); unwind_tables.py has every row of a module file's .eh_frame compiled for the BPF
+// walk. The rule kept is what an x86-64 walk needs. A file is untrusted input: every read of
+// it is bounded by the section, and no pointer in it is followed.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -21,8 +23,18 @@ int cfi_usable(void)
 #define DWARF_RA 16
 #define REMEMBERED_MAX 8  // DW_CFA_remember_state nesting followed; deeper gives an unknown rule
 
+// Where CFI is read: this process's own memory, or a copy of a file's .eh_frame, bounded, whose
+// bytes are at an address bias away from where the file's code expects them when loaded.
+struct image {
+    const uint8_t *start, *end;
+    uintptr_t bias;
+    int in_memory;  // pointers may be followed (DW_EH_PE_indirect)
+};
+static const struct image own_memory = {NULL, (const uint8_t *)UINTPTR_MAX, 0, 1};
+
 struct reader {
     const uint8_t *at, *end;
+    const struct image *image;
     int bad;  // read past the end, or an encoding not handled
 };
 
@@ -83,7 +95,7 @@ static uintptr_t read_encoded(struct reader *r, uint8_t encoding, uintptr_t data
         base = 0;
         break;
     case 0x10:
-        base = (uintptr_t)r->at;  // pcrel: from the field itself
+        base = (uintptr_t)r->at + r->image->bias;  // pcrel: from the field itself
         break;
     case 0x30:
         base = data_base;
@@ -124,21 +136,27 @@ static uintptr_t read_encoded(struct reader *r, uint8_t encoding, uintptr_t data
         return 0;
     }
     uintptr_t result = base + (uintptr_t)value;
-    if ((encoding & 0x80) && !r->bad)  // DW_EH_PE_indirect
+    if ((encoding & 0x80) && !r->image->in_memory)  // DW_EH_PE_indirect: not in a file
+        r->bad = 1;
+    else if ((encoding & 0x80) && !r->bad)
         memcpy(&result, (const void *)result, sizeof result);
     return result;
 }
 
-// A CIE or FDE's extent: its length field (32 or 64 bits) read, r->end set to its end.
-static int enter_entry(struct reader *r, const uint8_t *entry)
+// A CIE or FDE's extent: its length field (32 or 64 bits) read, r->end set to its end; 0 for
+// the zero length that ends a section, or an entry that does not fit in the image.
+static int enter_entry(struct reader *r, const uint8_t *entry, const struct image *image)
 {
+    if (entry < image->start || entry >= image->end)
+        return 0;
     r->at = entry;
-    r->end = entry + 12;
+    r->end = (uintptr_t)image->end - (uintptr_t)entry < 12 ? image->end : entry + 12;
+    r->image = image;
     r->bad = 0;
     uint64_t length = read_fixed(r, 4);
     if (length == 0xffffffffu)
         length = read_fixed(r, 8);
-    if (!length || r->bad || length > (1u << 30))
+    if (!length || r->bad || length > (1u << 30) || length > (uintptr_t)image->end - (uintptr_t)r->at)
         return 0;
     r->end = r->at + length;
     return 1;
@@ -150,17 +168,19 @@ struct cie {
     uint8_t fde_encoding;
     uint8_t has_augmentation_data;
     uint8_t signal_frame;
-    const uint8_t *instructions, *end;
+    struct reader instructions;
 };
 
-static int read_cie(const uint8_t *entry, struct cie *cie)
+static int read_cie(const uint8_t *entry, const struct image *image, struct cie *cie)
 {
     struct reader r;
-    if (!enter_entry(&r, entry) || read_fixed(&r, 4) != 0)  // a CIE's id in .eh_frame is 0
+    if (!enter_entry(&r, entry, image) || read_fixed(&r, 4) != 0)  // a CIE's id in .eh_frame is 0
         return 0;
     uint8_t version = (uint8_t)read_fixed(&r, 1);
     const char *augmentation = (const char *)r.at;
     size_t length = strnlen(augmentation, (size_t)(r.end - r.at));
+    if (r.bad || length == (size_t)(r.end - r.at))
+        return 0;  // no end to the string within the entry
     r.at += length + 1;
     if (strstr(augmentation, "eh"))
         read_fixed(&r, 8);  // an old GCC's pointer to exception tables
@@ -175,12 +195,14 @@ static int read_cie(const uint8_t *entry, struct cie *cie)
     cie->has_augmentation_data = augmentation[0] == 'z';
     if (cie->has_augmentation_data) {
         uint64_t data_length = read_uleb(&r);
+        if (r.bad || data_length > (uint64_t)(r.end - r.at))
+            return 0;
         const uint8_t *data_end = r.at + data_length;
         for (const char *c = augmentation + 1; *c && !r.bad; c++) {
             if (*c == 'R')
                 cie->fde_encoding = (uint8_t)read_fixed(&r, 1);
-            else if (*c == 'P')
-                read_encoded(&r, (uint8_t)read_fixed(&r, 1), 0);
+            else if (*c == 'P')  // the personality routine: skipped, never followed
+                read_encoded(&r, (uint8_t)(read_fixed(&r, 1) & 0x7f), 0);
             else if (*c == 'L')
                 read_fixed(&r, 1);
             else if (*c == 'S')
@@ -192,8 +214,7 @@ static int read_cie(const uint8_t *entry, struct cie *cie)
     } else if (augmentation[0] && strcmp(augmentation, "eh") != 0) {
         return 0;  // an augmentation whose data cannot be skipped
     }
-    cie->instructions = r.at;
-    cie->end = r.end;
+    cie->instructions = r;
     return !r.bad && r.at <= r.end;
 }
 
@@ -218,6 +239,9 @@ struct interpreter {
     int depth;
     uintptr_t location, target;
     const struct cie *cie;
+    // Called with the rule in force from in->location on, before each move to a later row.
+    void (*emit)(struct interpreter *in);
+    void *emit_to;
 };
 
 static struct register_rule *followed(struct frame_state *state, uint64_t reg)
@@ -253,6 +277,8 @@ static int advance(struct interpreter *in, uintptr_t location)
 {
     if (location > in->target)
         return 1;
+    if (in->emit)
+        in->emit(in);
     in->location = location;
     return 0;
 }
@@ -409,7 +435,7 @@ static const uint8_t *find_fde(uintptr_t pc, uintptr_t *data_base)
     *data_base = (uintptr_t)header;
     if (header[0] != 1 || header[3] != 0x3b)  // version 1; table of datarel sdata4 pairs
         return NULL;
-    struct reader r = {header + 4, header + 4 + 16, 0};
+    struct reader r = {header + 4, header + 4 + 16, &own_memory, 0};
     read_encoded(&r, header[1], (uintptr_t)header);  // .eh_frame's address: not needed
     uintptr_t count = read_encoded(&r, header[2], (uintptr_t)header);
     if (r.bad || !count)
@@ -428,35 +454,104 @@ static const uint8_t *find_fde(uintptr_t pc, uintptr_t *data_base)
     return header + table[2 * low + 1];
 }
 
+struct fde {
+    uintptr_t start, range;
+    struct cie cie;
+    struct reader instructions;
+};
+
+// The FDE at entry (the length read by enter_entry) and its CIE; 0 if either is malformed.
+static int read_fde(struct reader *r, uintptr_t data_base, struct fde *fde)
+{
+    const uint8_t *id_field = r->at;
+    uint32_t cie_pointer = (uint32_t)read_fixed(r, 4);
+    if (!cie_pointer || r->bad || cie_pointer > (uintptr_t)id_field - (uintptr_t)r->image->start ||
+        !read_cie(id_field - cie_pointer, r->image, &fde->cie))
+        return 0;
+    fde->start = read_encoded(r, fde->cie.fde_encoding, data_base);
+    fde->range = read_encoded(r, fde->cie.fde_encoding & 0x0f, 0);
+    if (fde->cie.has_augmentation_data)
+        skip_block(r);
+    fde->instructions = *r;
+    return !r->bad;
+}
+
+// Runs the CIE's initial instructions, then the FDE's, up to in->target; 0 on a malformed program.
+static int interpret(const struct fde *fde, struct interpreter *in, uintptr_t data_base)
+{
+    in->location = fde->start;
+    in->cie = &fde->cie;
+    in->depth = 0;
+    in->state = (struct frame_state){.ra.how = SAME};  // SAME: not yet named by the CIE
+    struct reader initial = fde->cie.instructions, own = fde->instructions;
+    void (*emit)(struct interpreter *) = in->emit;
+    in->emit = NULL;  // the CIE's instructions make no row of their own
+    int whole = run(in, &initial, data_base);
+    in->emit = emit;
+    in->initial = in->state;
+    in->depth = 0;
+    return whole && run(in, &own, data_base);
+}
+
 int cfi_rule_at(uintptr_t pc, struct unwind_row *rule)
 {
     uintptr_t data_base;
-    const uint8_t *fde = find_fde(pc, &data_base);
+    const uint8_t *entry = find_fde(pc, &data_base);
     struct reader r;
-    if (!fde || !enter_entry(&r, fde))
+    struct fde fde;
+    if (!entry || !enter_entry(&r, entry, &own_memory) || !read_fde(&r, data_base, &fde) || pc < fde.start ||
+        pc - fde.start >= fde.range)
         return 0;
-    const uint8_t *id_field = r.at;
-    uint32_t cie_pointer = (uint32_t)read_fixed(&r, 4);
-    struct cie cie;
-    if (!cie_pointer || !read_cie(id_field - cie_pointer, &cie))
-        return 0;
-    uintptr_t start = read_encoded(&r, cie.fde_encoding, data_base);
-    uintptr_t range = read_encoded(&r, cie.fde_encoding & 0x0f, 0);
-    if (r.bad || pc < start || pc - start >= range)
-        return 0;
-    if (cie.has_augmentation_data)
-        skip_block(&r);
-    struct interpreter in = {.location = start, .target = pc, .cie = &cie};
-    in.state.ra.how = SAME;  // not yet named by the CIE
-    struct reader initial = {cie.instructions, cie.end, 0};
-    int whole = run(&in, &initial, data_base);
-    in.initial = in.state;
-    in.depth = 0;
-    whole = whole && run(&in, &r, data_base);
-    if (!whole) {
+    struct interpreter in = {.target = pc};
+    if (!interpret(&fde, &in, data_base)) {
         *rule = (struct unwind_row){.cfa_rule = CFA_UNKNOWN};
         return 1;
     }
-    to_row(&in.state, cie.signal_frame, rule);
+    to_row(&in.state, fde.cie.signal_frame, rule);
     return 1;
+}
+
+struct section_rows {
+    struct cfi_section_row *out;
+    size_t count, max;
+    const struct fde *fde;
+};
+
+static void emit_section_row(struct interpreter *in)
+{
+    struct section_rows *rows = in->emit_to;
+    struct unwind_row rule;
+    to_row(&in->state, rows->fde->cie.signal_frame, &rule);
+    if (rows->count < rows->max)
+        rows->out[rows->count] = (struct cfi_section_row){
+            .fde_start = rows->fde->start,
+            .fde_end = rows->fde->start + rows->fde->range,
+            .pc = in->location,
+            .cfa_offset = rule.cfa_offset,
+            .rbp_offset = rule.rbp_offset,
+            .cfa_rule = rule.cfa_rule,
+            .rbp_rule = rule.rbp_rule,
+        };
+    rows->count++;
+}
+
+long cfi_section_rows(const uint8_t *section, size_t size, uint64_t address, struct cfi_section_row *out, size_t max)
+{
+    const struct image image = {section, section + size, (uintptr_t)address - (uintptr_t)section, 0};
+    struct section_rows rows = {out, 0, max, NULL};
+    struct reader r;
+    for (const uint8_t *entry = section; enter_entry(&r, entry, &image); entry = r.end) {
+        const uint8_t *next = r.end;
+        struct reader peek = r;
+        struct fde fde;
+        if (read_fixed(&peek, 4) != 0 && read_fde(&r, (uintptr_t)address, &fde)) {  // id 0: a CIE
+            struct interpreter in = {.target = UINTPTR_MAX, .emit = emit_section_row, .emit_to = &rows};
+            rows.fde = &fde;
+            if (!interpret(&fde, &in, (uintptr_t)address))
+                in.state.cfa_by_expression = 1;  // from where the program went wrong: no rule
+            emit_section_row(&in);
+        }
+        r.end = next;
+    }
+    return rows.count > max ? -1 : (long)rows.count;
 }
