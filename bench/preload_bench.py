@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -21,9 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from run_bench import ns_per_call, print_medians  # the workload's timing line, the table
+
 HERE = Path(__file__).parent
 DEEP = 16  # the deep workload's calls below each thread's start routine
-TIMING = re.compile(r"^calls (\d+) elapsed_ns (\d+)$", re.M)
 # memray traces a Python process: the workload's main is called through ctypes.
 MEMRAY_HOST = (
     "import ctypes, sys; a = [x.encode() for x in sys.argv[1:]]; "
@@ -41,13 +41,13 @@ def build(out: Path) -> tuple[Path, Path]:
     return program, library
 
 
-def ns_per_call(argv: list[str], env: dict[str, str] | None = None) -> float:
-    """Runs a tool on the workload to its end; a tool that failed is an error, never a figure."""
+def run_to_end(argv: list[str], env: dict[str, str] | None = None) -> float:
+    """Runs a tool on the workload to its end, for its ns per call; a tool that failed is an
+    error, never a figure."""
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-    found = TIMING.search(done.stdout)
-    if done.returncode != 0 or not found or "Traceback" in done.stderr:
+    if done.returncode != 0 or "Traceback" in done.stderr:
         raise RuntimeError(f"{' '.join(argv)} failed (exit status {done.returncode}): {done.stderr[-2000:]}")
-    return int(found.group(2)) / int(found.group(1))
+    return ns_per_call(done.stdout)
 
 
 def tools(program: Path, library: Path, workload: list[str], out: Path) -> dict[str, tuple[list[str], dict | None]]:
@@ -101,15 +101,13 @@ def main() -> None:
                 samples: dict[str, list[float]] = {name: [] for name in runs}
                 for _ in range(args.rounds):
                     for name, (argv, env) in runs.items():
-                        samples[name].append(ns_per_call(argv, env))
+                        samples[name].append(run_to_end(argv, env))
                 medians = {name: statistics.median(values) for name, values in samples.items()}
-                print(
+                print_medians(
                     f"{threads} thread(s) x {args.calls} malloc/free pairs, {depth} calls below the thread's "
-                    f"start; whole stacks; {args.rounds} rounds, interleaved"
+                    f"start; whole stacks; {args.rounds} rounds, interleaved",
+                    medians,
                 )
-                print(f"{'':26}{'ns/call (median)':>18}{'slowdown':>10}")
-                for name, median in medians.items():
-                    print(f"{name:26}{median:18.1f}{median / medians['untraced']:9.1f}x")
                 if "heaptrack" in medians:
                     ours = medians["preload stacks (rules)"]
                     print(f"preload stacks (rules) / heaptrack time per call: {ours / medians['heaptrack']:.2f}")

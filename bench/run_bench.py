@@ -93,11 +93,16 @@ def interleaved(tools: dict[str, list[str]], workload: str, rounds: int) -> dict
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def print_table(title: str, medians: dict[str, float], leaktrace: str) -> None:
+def print_medians(title: str, medians: dict[str, float]) -> None:
+    """Each tool's median and its slowdown against the "untraced" one."""
     print(title)
     print(f"{'':26}{'ns/call (median)':>18}{'slowdown':>10}")
     for name, median in medians.items():
         print(f"{name:26}{median:18.1f}{median / medians['untraced']:9.1f}x")
+
+
+def print_table(title: str, medians: dict[str, float], leaktrace: str) -> None:
+    print_medians(title, medians)
     if "memleak-bpfcc" in medians:
         print(f"memleak-bpfcc / {leaktrace} time per call: {medians['memleak-bpfcc'] / medians[leaktrace]:.2f}")
     else:

@@ -124,9 +124,10 @@ def test_top_view_shows_the_leaker_on_top_sorts_and_restores_the_terminal(worker
         pane.keys("l")  # back to live bytes; the leaker is selected (first row): its stacks
         pane.wait_for(r"sort live +h: help")
         pane.keys("Enter")
-        # tmux may capture a screen half drawn: wait until the leak's frame is on it too (its line
-        # number may be cut off at the pane's edge when the checkout's path is long, as in CI)
-        text = pane.wait_for(rf"^pid {leak} \(workers\): (?s:.*)^    leak_site\+0x[0-9a-f]+ \(workers\) .*workers\.c")
+        # tmux may capture a screen half drawn: wait until the frame under the leak's is on it too
+        # (not its file name, which the pane's edge cuts off when the checkout's path is long)
+        frames = r"^    leak_site\+0x[0-9a-f]+ \(workers\) .*\n    main\+0x"
+        text = pane.wait_for(rf"^pid {leak} \(workers\): (?s:.*){frames}")
         assert re.search(r"in \d+ allocations \(1000 x\d+\)  LEAK\? ", text)
         pane.keys("Escape")
         pane.wait_for(r"PID +COMM")

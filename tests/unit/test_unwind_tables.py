@@ -32,11 +32,7 @@ LIBRARIES = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11", "/lib64/l
 
 
 def table(path: str):
-    # readelf exits 1 over warnings some libraries give (libc's), with its table whole.
-    text = subprocess.run(
-        ["readelf", "--wide", "--debug-dump=frames-interp", path], capture_output=True, text=True, check=False
-    ).stdout
-    return file_table(compile_rows(parse_frames_interp(text)))
+    return file_table(compile_rows(parse_frames_interp(readelf_frames(ElfFile(path)))))
 
 
 def symbol(path: str, name: str) -> int:

@@ -168,7 +168,7 @@ def compile_eh_frame(elf: ElfFile) -> list[tuple[int, int, list[tuple[int, Rule]
         return None
     fdes: list[tuple[int, int, list[tuple[int, Rule]]]] = []
     for start, end, pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule in section_rows(*section):
-        if not fdes or fdes[-1][2][-1][0] > pc or fdes[-1][:2] != (start, end):  # the next FDE
+        if not fdes or fdes[-1][:2] != (start, end):  # the next FDE
             fdes.append((start, end, []))
         fdes[-1][2].append((pc, Rule(cfa_rule, cfa_offset, rbp_rule, rbp_offset)))
     return fdes or None

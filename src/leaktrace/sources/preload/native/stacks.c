@@ -39,6 +39,15 @@ void find_own_code(void)
     dl_iterate_phdr(find_in_object, (void *)(uintptr_t)find_own_code);
 }
 
+// Records a return address as both walks do: none while still inside this library, then
+// each one moved into its call instruction, as bionic adjusts it on x86.
+static void record_frame(uintptr_t *frames, size_t *count, uintptr_t pc)
+{
+    if (*count == 0 && pc >= own_start && pc < own_end)
+        return;
+    frames[(*count)++] = pc >= 4096 ? pc - 1 : pc;
+}
+
 struct unwind_state {
     uintptr_t *frames;
     size_t count, max;
@@ -50,11 +59,7 @@ static _Unwind_Reason_Code take_frame(struct _Unwind_Context *context, void *arg
     uintptr_t pc = _Unwind_GetIP(context);
     if (!pc)
         return _URC_END_OF_STACK;
-    if (pc >= own_start && pc < own_end && state->count == 0)
-        return _URC_NO_REASON;  // still inside this library
-    if (pc >= 4096)
-        pc -= 1;  // into the call instruction, as bionic adjusts it on x86
-    state->frames[state->count++] = pc;
+    record_frame(state->frames, &state->count, pc);
     return state->count >= state->max ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
@@ -139,7 +144,8 @@ unsigned long stacks_walked_by_libgcc(void)
     return __atomic_load_n(&libgcc_walks, __ATOMIC_RELAXED);
 }
 
-// The frames above this call, as take_frame records them; -1 at a frame the rules cannot follow.
+// The frames above this call, recorded as take_frame records them; -1 at a frame the rules
+// cannot follow.
 __attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max)
 {
     uintptr_t pc, sp, bp;
@@ -173,8 +179,7 @@ __attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max)
         }
         if (!caller_pc)
             return (long)count;
-        if (count || caller_pc < own_start || caller_pc >= own_end)
-            frames[count++] = caller_pc >= 4096 ? caller_pc - 1 : caller_pc;
+        record_frame(frames, &count, caller_pc);
         pc = caller_pc;
         sp = caller_sp;
         bp = caller_bp;
