@@ -4,7 +4,7 @@
 #   - kernel headers for bcc: the running kernel's, or the distro's default linked in
 #   - tracefs at /sys/kernel/tracing
 #   - the HTML page's flame graph library (npm: d3, d3-flame-graph) in src/leaktrace/outputs/web/
-#   - llvm (llvm-symbolizer), debuginfod (its client; its server for a test); for the tests: libc6-dbg, golang-go (go tool pprof), chromium (the HTML page), valgrind (the heap walk's oracle)
+#   - llvm (llvm-symbolizer), debuginfod (its client; its server for a test); for the tests: libc6-dbg, golang-go (go tool pprof), chromium (the HTML page), valgrind (the heap walk's oracle), speedscope (npm, in build/: the folded stacks' reader)
 #   - for bench/: heaptrack (Debian) and memray (PyPI, the bench extra)
 #   - .venv (with system site packages, for bcc) holding leaktrace in editable mode
 set -euo pipefail
@@ -67,6 +67,11 @@ if [ ! -f "$web/d3-flamegraph.umd.min.js" ]; then
     cp "$build/node_modules/d3/LICENSE" "$web/d3.LICENSE"
     cp "$build/node_modules/d3-flame-graph/LICENSE" "$web/d3-flame-graph.LICENSE"
     rm -rf "$build"
+fi
+
+# speedscope (npm registry), for the tests only: its own parser reads the folded stacks in Chromium.
+if [ ! -f build/speedscope/node_modules/speedscope/dist/release/index.html ]; then
+    npm install --prefix build/speedscope --no-audit --no-fund --silent speedscope@1.25.0
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import select
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections import defaultdict
 
 from conftest import leaktrace_command
 
 TIMEOUT = 120
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 def library_env(options: str) -> dict[str, str]:
@@ -78,3 +81,32 @@ class AttachedTrace:
         self.process.send_signal(sig)
         out, err = self.process.communicate(timeout=TIMEOUT)
         return self.process.returncode, out, err
+
+
+def chromium(url: str, *what: str) -> str:
+    """Chromium headless on a local page, offline, given time for the page's timers to run."""
+    with tempfile.TemporaryDirectory() as profile:
+        result = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=3000",
+                "--window-size=1280,900",
+                "--proxy-server=127.0.0.1:9",
+                *what,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout

@@ -1,20 +1,25 @@
-"""--pprof and --folded, read by independent readers (go tool pprof; the folded format's
-rules as flamegraph.pl reads them), with figures equal to the JSON report's."""
+"""--pprof and --folded, read by independent readers (go tool pprof; speedscope's own parser,
+in Chromium), with figures equal to the JSON report's."""
 
 from __future__ import annotations
 
+import base64
 import gzip
+import html
+import json
 import os
 import re
 import shutil
 import subprocess
 from collections import Counter
+from pathlib import Path
 
 from leaktrace.outputs.pprof import profile_class
 
-from helpers import final_report, reports, run_command
+from helpers import chromium, final_report, reports, run_command
 
 GO = shutil.which("go") or "/usr/bin/go"
+SPEEDSCOPE = Path(__file__).parents[2] / "build/speedscope/node_modules/speedscope/dist/release/index.html"
 
 
 def innermost_totals(report: dict) -> tuple[Counter, Counter]:
@@ -43,6 +48,22 @@ def pprof_top(path, sample_index: str, tmp_path) -> dict[str, int]:
         if row and int(row.group(1)):
             flat[row.group(2).strip()] = int(row.group(1))
     return flat
+
+
+def speedscope_sandwich(folded: Path, tmp_path: Path) -> dict[str, tuple[int, int]]:
+    """(total, self) per function, from the table of speedscope's sandwich view (scripts/setup.sh
+    installs speedscope), given the file as its command line gives one."""
+    script = tmp_path / "profile.js"
+    content = base64.b64encode(folded.read_bytes()).decode()
+    script.write_text(f"speedscope.loadFileFromBase64({json.dumps(folded.name)}, {json.dumps(content)})")
+    dom = chromium(f"{SPEEDSCOPE.as_uri()}#localProfilePath={script}&view=sandwich", "--lang=en-US", "--dump-dom")
+    table = {}
+    for row in re.findall(r"<tr[^>]*>(<td.*?)</tr>", dom):
+        cells = [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        total, own, name = (cell.split(" (")[0].replace(",", "") if i < 2 else cell for i, cell in enumerate(cells))
+        table[name] = (int(total), int(own))
+    assert table, dom[-3000:]
+    return table
 
 
 def test_pprof_and_folded_agree_with_the_report(program, tmp_path):
@@ -82,6 +103,9 @@ def test_pprof_and_folded_agree_with_the_report(program, tmp_path):
         assert frames[0] == f"sites ({pid})" and frames[-2] == "main" and value.isdigit()
         by_leaf[frames[-1]] += int(value)
     assert by_leaf == space
+    sandwich = speedscope_sandwich(folded, tmp_path)
+    assert {name: own for name, (_, own) in sandwich.items() if own} == space
+    assert sandwich["main"][0] == sandwich[f"sites ({pid})"][0] == report["live_bytes"]
 
 
 def test_pprof_of_a_family_labels_each_process(program, tmp_path):

@@ -6,44 +6,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from helpers import final_report, run_command
+from helpers import chromium, final_report, run_command
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("LEAKTRACE_ARTIFACTS", tempfile.gettempdir())) / "leaktrace-artifacts"
-
-
-def chromium(page: Path, *what: str) -> str:
-    """Chromium headless on a local file, offline, given time for the page's timers to run."""
-    with tempfile.TemporaryDirectory() as profile:
-        result = subprocess.run(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                "--virtual-time-budget=3000",
-                "--window-size=1280,900",
-                "--proxy-server=127.0.0.1:9",
-                *what,
-                page.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
 
 
 def test_html_flame_graph_draws_the_report(program, tmp_path):
@@ -51,7 +20,7 @@ def test_html_flame_graph_draws_the_report(program, tmp_path):
     report = final_report(run_command(["-c", str(program("sites")), "--json", "--html", str(page)]))
     text = page.read_text()
     assert not re.search(r"""<(script|link|img)[^>]+(src|href)=""", text)  # nothing fetched
-    dom = chromium(page, "--dump-dom")
+    dom = chromium(page.as_uri(), "--dump-dom")
     assert 'data-rendered="yes"' in dom and re.search(r'<pre id="errors"></pre>', dom), dom[-3000:]
     assert f"{report['live_bytes']} live bytes in {report['live_allocations']} allocations" in dom
     titles = dict(re.findall(r"<title>([^<:]+): (\d+) bytes in \d+ blocks", dom))
@@ -66,7 +35,7 @@ def test_html_flame_graph_draws_the_report(program, tmp_path):
     assert drawn and float(drawn.group(1)) > 0, dom[-3000:]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "flamegraph.png"
-    chromium(page, f"--screenshot={shot}")
+    chromium(page.as_uri(), f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000
 
 
@@ -74,7 +43,7 @@ def test_html_of_a_family_lists_its_processes(program, tmp_path):
     page = tmp_path / "family.html"
     result = run_command(["-c", str(program("forks")), "-f", "--html", str(page), "3600"])  # one report: all of them
     assert result.returncode == 0, result.stderr
-    dom = chromium(page, "--dump-dom")
+    dom = chromium(page.as_uri(), "--dump-dom")
     assert 'data-rendered="yes"' in dom and "<h2>Processes</h2>" in dom and "[inherited]" in dom
 
 
@@ -96,11 +65,11 @@ def test_html_of_the_demo_for_the_readme(tmp_path):
     )
     result = run_command(["-c", f"{demo} 10", "--html", str(page)])
     assert result.returncode == 0, result.stderr
-    dom = chromium(page, "--dump-dom")
+    dom = chromium(page.as_uri(), "--dump-dom")
     assert 'data-rendered="yes"' in dom and '<pre id="errors"></pre>' in dom
     assert 'name="render_response"' in dom and 'name="cache_insert"' in dom
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    chromium(page, f"--screenshot={ARTIFACTS / 'demo-flamegraph.png'}")
+    chromium(page.as_uri(), f"--screenshot={ARTIFACTS / 'demo-flamegraph.png'}")
 
 
 def test_html_lists_unreachable_leaks_with_what_they_hold():
