@@ -54,6 +54,10 @@ def test_same_leak_groups_as_the_bpf_engine(program, args):
     # The rest differ for a reason: the library brings a TLS module of its own, so each
     # thread's DTV (allocated by ld.so) is 16 bytes longer under the preload engine.
     assert preload["live_allocations"] == bpf["live_allocations"]
+    # The library counts the calls the probes count, read from the file it writes at exit.
+    assert [preload["counters"][name] for name in ("allocations", "frees", "unknown_frees", "missed_frees")] == [
+        bpf["counters"][name] for name in ("allocations", "frees", "unknown_frees", "missed_frees")
+    ]
 
 
 def test_size_filters_match(program):
@@ -190,6 +194,7 @@ def test_attach_to_a_process_started_with_the_library(program, tmp_path):
         worker.kill()
     assert tool.returncode == 0, err
     assert [p["pid"] for p in first["processes"]] == [worker.pid]
+    assert first["counters"]["allocations"] > first["counters"]["frees"] > 0  # read in place beside the dump
     assert any(g["frames"] and g["frames"][0]["function"] == "_IO_file_doallocate" for g in first["groups"])
     assert json.loads(out.splitlines()[-1])["processes"][0]["exited"]
     assert f"pid {worker.pid} exited" in err
@@ -213,6 +218,9 @@ def test_an_idle_program_is_read_in_place_without_a_signal(program):
     assert result.returncode == 0, result.stderr
     assert len(found) >= 5 and all(sites(report)["keep_some"] == [(4321, 5)] for report in found)
     assert elapsed >= 2.0
+    for report in found:  # the library's counters, read in place with its table
+        counters = report["counters"]
+        assert counters["allocations"] - counters["frees"] == report["live_allocations"] > 0
 
 
 def test_snapshots_of_a_program_that_never_stops_allocating(program):

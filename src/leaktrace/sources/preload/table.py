@@ -32,8 +32,9 @@ from leaktrace.model.snapshot import (
     StackStatus,
 )
 from leaktrace.platform.elf import ElfFile
-from leaktrace.platform.process import Mapping
+from leaktrace.platform.process import Mapping, parse_maps, read_target
 from leaktrace.reachability.freeze import FrozenImage, freeze_and_copy, frozen
+from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import MAX_FRAMES, RECORD, RECORD_INHERITED  # from native/record.h
 
 TABLE_TRIES = 100  # stops of the process to find its table unlocked (a lock is held for microseconds)
@@ -70,7 +71,13 @@ def _table_symbols() -> dict[str, int]:
     symbols = ElfFile(preload_library()).dynamic_objects
     return {
         name: symbols[name]
-        for name in ("leaktrace_table", "leaktrace_table_slots", "leaktrace_table_lock", "leaktrace_forked")
+        for name in (
+            "leaktrace_table",
+            "leaktrace_table_slots",
+            "leaktrace_table_lock",
+            "leaktrace_forked",
+            "leaktrace_counters",
+        )
     }
 
 
@@ -89,6 +96,28 @@ def _table_busy(read, addresses: dict[str, int]) -> bool:
 
 class DamagedTable(RuntimeFailure):
     """A value read from the library's table that the library could not have written."""
+
+
+def counters_from_words(words: tuple[int, ...] | list[int], pid: int) -> Counters:
+    """The library's leaktrace_counters, in layout.h's enum counter order."""
+    if len(words) != C_COUNTERS:
+        raise DamagedTable(f"pid {pid}'s library gave {len(words)} counters, not {C_COUNTERS}")
+    return Counters(**dict(zip(COUNTER_FIELDS, words)))
+
+
+def _read_counters(read, addresses: dict[str, int], pid: int) -> Counters:
+    data = read(addresses["leaktrace_counters"], 8 * C_COUNTERS)
+    return counters_from_words(struct.unpack(f"<{len(data) // 8}Q", data[: len(data) // 8 * 8]), pid)
+
+
+def counters_in_place(pid: int) -> Counters:
+    """The library's counters, read from the process as it runs (each one a word written atomically)."""
+    addresses = _table_addresses(parse_maps(read_target(pid).maps), pid)
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _read_counters(lambda address, size: os.pread(fd, size, address), addresses, pid)
+    finally:
+        os.close(fd)
 
 
 ADDRESS_LIMIT = 1 << 47  # user addresses end below this on x86-64 (4-level page tables)
@@ -118,6 +147,7 @@ class CopiedTable:
     records: list[tuple[int, ...]]  # live ones: pointer, size, flags, frame count, frames at
     spans: list[tuple[int, bytes]]  # (start, bytes) of the memory holding the frames, sorted
     forked: bool  # the library's leaktrace_forked
+    counters: Counters  # the library's leaktrace_counters
 
     @property
     def occupied(self) -> tuple[int, int]:
@@ -179,7 +209,7 @@ def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) 
             )
     spans = _read_spans(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
     forked = read(addresses["leaktrace_forked"], 4) not in (b"\0\0\0\0", b"")
-    return CopiedTable(pid, maps, table, slots, live, spans, forked)
+    return CopiedTable(pid, maps, table, slots, live, spans, forked, _read_counters(read, addresses, pid))
 
 
 def _read_spans(read, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
@@ -250,4 +280,4 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Cred
         for (size, stack, status, inherited), count in tally.items()
     )
     info = ProcessInfo(pid, comm, comm, maps, credentials=credentials, forked=table.forked)
-    return Snapshot(time.time(), groups, Counters(), {pid: info}, backtrace_frames, tuple(allocations))
+    return Snapshot(time.time(), groups, table.counters, {pid: info}, backtrace_frames, tuple(allocations))

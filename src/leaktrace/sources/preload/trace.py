@@ -47,12 +47,22 @@ from leaktrace.platform.target_files import (
     read_target_file,
     unlink_target_file,
 )
-from leaktrace.sources.preload.table import copy_with_table, library_base, preload_library, stack_status, table_snapshot
+from leaktrace.sources.bpf.layout import C_COUNTERS
+from leaktrace.sources.preload.table import (
+    copy_with_table,
+    counters_from_words,
+    counters_in_place,
+    library_base,
+    preload_library,
+    stack_status,
+    table_snapshot,
+)
 from leaktrace.sources.protocol import PollingSource
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the dump asked for
 DUMP_READ_LIMIT = 512 << 20  # bytes of one heap dump read from a target (about 2.5 million records)
+COUNTERS_READ_LIMIT = 4096  # the library's counters file: one line of numbers
 ENVIRON_READ_LIMIT = 4 << 20
 MAX_FRAMES = 256  # the library's largest backtrace option
 # Numbers are bounded by their digits: a size fits 64 bits, a count 32, a pc 64.
@@ -223,18 +233,35 @@ class PreloadTrace(PollingSource):
         path = f"{self.prefix}.{self.pid}{suffix}"
         try:
             data = read_target_file(self.credentials, path, DUMP_READ_LIMIT)
-            return (
-                None
-                if data is None
-                else snapshot_from_heap_dump(
-                    data.decode(errors="replace"), self.pid, self.comm, time.time(), exited, self.credentials
-                )
+            if data is None:
+                return None
+            found = snapshot_from_heap_dump(
+                data.decode(errors="replace"), self.pid, self.comm, time.time(), exited, self.credentials
             )
+            return dataclasses.replace(found, counters=self._counters_of_dump(exited))
         except RefusedFile as e:
             self._refuse_dumps(str(e))
         except ValueError as e:
             self._refuse_dumps(f"the heap dump {path} is damaged: {e}")
         return None
+
+    def _counters_of_dump(self, exited: bool) -> Counters:
+        """The library's counters at a dump: read in place, or at exit from the file it writes
+        before its exit dump (the last ones read where there is none)."""
+        last = self._last.counters if self._last else Counters()
+        if not exited:
+            try:
+                return counters_in_place(self.pid)
+            except (OSError, RuntimeFailure):  # gone since its dump
+                return last
+        path = f"{self.prefix}.{self.pid}.exit.counters"
+        data = read_target_file(self.credentials, path, COUNTERS_READ_LIMIT)
+        if data is None:
+            return last
+        words = data.split()
+        if len(words) != C_COUNTERS or not all(word.isdigit() for word in words):
+            raise ValueError(f"its counters file {path} is damaged")
+        return counters_from_words([int(word) for word in words], self.pid)
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live blocks now (the final dump once the process has exited).

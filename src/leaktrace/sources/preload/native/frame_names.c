@@ -16,7 +16,7 @@
 
 #define ARENA_SIZE (256UL << 20)  // address space reserved; pages are used as touched
 
-struct function {
+struct function_symbol {
     uintptr_t value, size;
     const char *name;
     const char *readable;  // demangled name, once asked for (NULL: not yet)
@@ -27,7 +27,7 @@ struct module {
     const char *path;
     const uint8_t *image;  // the file, mapped read-only; NULL if it could not be read
     size_t image_size;
-    struct function *functions;  // sorted by value, one per address
+    struct function_symbol *functions;  // sorted by value, one per address
     size_t count;
     struct module *next;  // every module opened for this report
 };
@@ -121,7 +121,7 @@ static const struct mapping *mapping_of(const struct frame_names *names, uintptr
 
 static int compare_functions(const void *left, const void *right)
 {
-    const struct function *a = left, *b = right;
+    const struct function_symbol *a = left, *b = right;
     if (a->value != b->value)
         return a->value < b->value ? -1 : 1;
     // Among aliases: sized first, then a name without a leading '_' (malloc over __libc_malloc).
@@ -140,7 +140,7 @@ static int within(const struct module *m, uint64_t offset, uint64_t size)
 
 // Counts the defined functions of .dynsym, then of .symtab, and stores them in out when it is
 // given (their order of appearance settles ties between aliases).
-static size_t collect_functions(const struct module *m, struct function *out)
+static size_t collect_functions(const struct module *m, struct function_symbol *out)
 {
     static const uint32_t tables[] = {SHT_DYNSYM, SHT_SYMTAB};
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)m->image;
@@ -164,8 +164,8 @@ static size_t collect_functions(const struct module *m, struct function *out)
                     sym->st_name >= strings->sh_size)
                     continue;
                 if (out)
-                    out[count] =
-                        (struct function){sym->st_value, sym->st_size, text + sym->st_name, NULL, (uint32_t)count};
+                    out[count] = (struct function_symbol){sym->st_value, sym->st_size, text + sym->st_name, NULL,
+                                                          (uint32_t)count};
                 count++;
             }
         }
@@ -241,7 +241,7 @@ static int file_offset_to_vaddr(const struct module *m, uintptr_t offset, uintpt
     return 0;
 }
 
-static struct function *function_at(const struct module *m, uintptr_t vaddr)
+static struct function_symbol *function_at(const struct module *m, uintptr_t vaddr)
 {
     size_t low = 0, high = m->count;  // the last function starting at or below vaddr
     while (low < high) {
@@ -253,7 +253,7 @@ static struct function *function_at(const struct module *m, uintptr_t vaddr)
     }
     if (!low)
         return NULL;
-    struct function *f = &m->functions[low - 1];
+    struct function_symbol *f = &m->functions[low - 1];
     return f->size && vaddr >= f->value + f->size ? NULL : f;
 }
 
@@ -299,7 +299,7 @@ void frame_name(struct frame_names *names, uintptr_t pc, struct frame_name *out)
     if (!m || !m->image || !file_offset_to_vaddr(m, pc - mapping->start + mapping->offset, &vaddr))
         return;
     out->rel_pc = vaddr;
-    struct function *f = function_at(m, vaddr);
+    struct function_symbol *f = function_at(m, vaddr);
     if (!f)
         return;
     if (!f->readable) {  // demangled once, into the arena

@@ -32,7 +32,18 @@ static volatile sig_atomic_t dump_requested, stacks_on;
 static __thread int depth __attribute__((tls_model("initial-exec")));
 static __thread unsigned pending_count __attribute__((tls_model("initial-exec")));
 static __thread struct pending_call pending[PENDING_SLOTS] __attribute__((tls_model("initial-exec")));
-static size_t unrecorded;  // nested calls beyond PENDING_SLOTS: said at exit
+// The BPF engine's counters, where the library has the same events; leaktrace reads them in place.
+EXPORT uint64_t leaktrace_counters[C_COUNTERS];
+
+void count_event(enum counter which)
+{
+    __atomic_fetch_add(&leaktrace_counters[which], 1, __ATOMIC_RELAXED);
+}
+
+uint64_t counter_value(enum counter which)
+{
+    return __atomic_load_n(&leaktrace_counters[which], __ATOMIC_RELAXED);
+}
 
 static void on_dump_signal(int sig)
 {
@@ -135,8 +146,15 @@ static void defer(void *pointer, size_t size, int is_free)
         pending[slot] = (struct pending_call){pointer, size, is_free};
     } else {
         __atomic_fetch_sub(&pending_count, 1, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&unrecorded, 1, __ATOMIC_RELAXED);  // a free is then left undone: its block stays valid
+        count_event(C_PENDING_LOST);  // a free is then left undone: its block stays valid
     }
+}
+
+// A new block into the table, counted.
+static void record_block(void *pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
+{
+    if (table_insert((uintptr_t)pointer, size, flags, frames, frame_count))
+        count_event(C_ALLOCS);
 }
 
 // free's work: the header checked, the record taken out (its absence is an unknown pointer).
@@ -147,9 +165,13 @@ static void release(void *pointer, const char *function)
         return;
     if (table_take((uintptr_t)pointer, &gone)) {
         __libc_free(gone.frames);
-    } else if (config.track_allocs) {
-        unknown_pointer(pointer, function);
-        return;
+        count_event(C_FREES);
+    } else {
+        count_event(C_UNKNOWN_FREE);
+        if (config.track_allocs) {
+            unknown_pointer(pointer, function);
+            return;
+        }
     }
     block_release(pointer);
 }
@@ -179,7 +201,7 @@ void library_leave(void)
             if (call.is_free)
                 release(call.pointer, "free");
             else
-                table_insert((uintptr_t)call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
+                record_block(call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
         }
     } while (!__sync_bool_compare_and_swap(&pending_count, seen, 0));
     depth--;  // a call queued by a handler from here on waits for this thread's next call
@@ -202,7 +224,9 @@ static void note_allocation(void *pointer, size_t size)
     else if (config.frames && size >= config.min_size && size <= config.max_size)
         count = take_stack(frames, config.frames);
     uintptr_t *kept = count ? copy_frames(frames, count) : NULL;
-    table_insert((uintptr_t)pointer, size, flags, kept, kept ? (uint32_t)count : 0);
+    if (count && !kept)
+        count_event(C_STACK_FULL);  // no memory to keep its frames: recorded without them
+    record_block(pointer, size, flags, kept, kept ? (uint32_t)count : 0);
 }
 
 static void *allocate(size_t size, size_t alignment, int zeroed)
@@ -237,11 +261,13 @@ __attribute__((destructor)) static void at_exit(void)
         verify_all_freed();
     if (config.leak_track)
         log_leaks();
-    if (config.dump_on_exit)
+    if (config.dump_on_exit) {
+        write_counters(".exit.counters");  // first: the dump's arrival says both are there
         write_dump(".exit.txt");
-    if (unrecorded)
-        log_line("%s: leaktrace's library could not record %zu allocator calls made inside others",
-                 program_invocation_short_name, unrecorded);
+    }
+    if (counter_value(C_PENDING_LOST))
+        log_line("%s: leaktrace's library could not record %lu allocator calls made inside others",
+                 program_invocation_short_name, (unsigned long)counter_value(C_PENDING_LOST));
     if (stacks_walked_by_libgcc())
         log_line("%s: leaktrace's library took %lu stacks with libgcc's unwinder (a frame its CFI rules do not follow)",
                  program_invocation_short_name, stacks_walked_by_libgcc());
@@ -303,18 +329,21 @@ EXPORT void *realloc(void *pointer, size_t size)
         free_block(pointer, "realloc");
     } else if (outer && !blocks_changed()) {
         // Out of the table before glibc may hand the address to another thread.
+        // Counted as the BPF engine counts it: a free here, and a failed realloc's block recorded again.
         int had = table_take((uintptr_t)pointer, &old);
+        count_event(had ? C_FREES : C_UNKNOWN_FREE);
         if (!had && config.track_allocs) {
             unknown_pointer(pointer, "realloc");
         } else {
             result = __libc_realloc(pointer, size);
             if (had && !result)  // failed: the block stays
-                table_insert(old.pointer, old.size, old.flags, old.frames, old.frame_count);
+                record_block((void *)old.pointer, old.size, old.flags, old.frames, old.frame_count);
             else if (had)
                 __libc_free(old.frames);
             note_allocation(result, size);
         }
     } else if (outer && config.track_allocs && !table_contains((uintptr_t)pointer)) {
+        count_event(C_UNKNOWN_FREE);
         unknown_pointer(pointer, "realloc");
     } else if ((result = block_alloc(size, 0, 0))) {
         size_t old_size = block_usable_size(pointer);

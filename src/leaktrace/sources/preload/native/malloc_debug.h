@@ -44,7 +44,8 @@ int parse_options(const char *text);
 
 #include "record.h"  // the table's records, as leaktrace reads them (layout.py is generated from it)
 
-void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count);
+// 0 if not recorded (no memory for the table: counted as live_map_full).
+int table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count);
 int table_take(uintptr_t pointer, struct record *out);  // 0 if not there
 int table_contains(uintptr_t pointer);
 size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max);
@@ -93,9 +94,17 @@ void verify_all_freed(void);
 void blocks_before_fork(void);
 void blocks_after_fork(int child);
 
+// --- counters (malloc_debug.c) -----------------------------------------------
+
+#include "cfi.h"  // layout.h with its types: enum counter, the BPF engine's counters, read in place
+
+void count_event(enum counter which);
+uint64_t counter_value(enum counter which);
+
 // --- reports (reports.c) ---------------------------------------------------
 
 void write_dump(const char *suffix);
+void write_counters(const char *suffix);  // PREFIX.PID<suffix>: the counters as one line, in enum order
 void log_leaks(void);
 
 // --- entry and exit of the library's own work (malloc_debug.c) -------------

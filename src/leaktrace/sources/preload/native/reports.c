@@ -95,17 +95,48 @@ static void put_bt_info(int fd, struct frame_names *names, const struct record *
     put(fd, "\n");
 }
 
+// A file of the dump prefix's, PREFIX.PID<suffix>, opened as a temporary to be renamed into
+// place by put_in_place; -1 (said on stderr) if it cannot be made.
+struct report_file {
+    char path[512], temporary[520];
+};
+
+static int open_report(struct report_file *file, const char *what, const char *suffix)
+{
+    snprintf(file->path, sizeof file->path, "%s.%d%s", config.prefix, getpid(), suffix);
+    snprintf(file->temporary, sizeof file->temporary, "%s.tmp", file->path);
+    int fd = open(file->temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        log_line("%s: cannot write %s %s: %s", program_invocation_short_name, what, file->path, strerror(errno));
+    return fd;
+}
+
+static void put_in_place(int fd, const struct report_file *file)
+{
+    close(fd);
+    if (rename(file->temporary, file->path) != 0)
+        unlink(file->temporary);
+}
+
+void write_counters(const char *suffix)
+{
+    struct report_file file;
+    int fd = open_report(&file, "counters", suffix);
+    if (fd < 0)
+        return;
+    for (int i = 0; i < C_COUNTERS; i++)
+        put(fd, i ? " %lu" : "%lu", (unsigned long)counter_value((enum counter)i));
+    put(fd, "\n");
+    put_in_place(fd, &file);
+}
+
 // The v1.2 heap dump, written to a temporary file and renamed into place.
 void write_dump(const char *suffix)
 {
-    char path[512], temporary[520];
-    snprintf(path, sizeof path, "%s.%d%s", config.prefix, getpid(), suffix);
-    snprintf(temporary, sizeof temporary, "%s.tmp", path);
-    int fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        log_line("%s: cannot write heap dump %s: %s", program_invocation_short_name, path, strerror(errno));
+    struct report_file file;
+    int fd = open_report(&file, "heap dump", suffix);
+    if (fd < 0)
         return;
-    }
     size_t count, total = 0, entries = 0;
     struct record *list = table_snapshot(&count);
     for (size_t i = 0; i < count; i++) {
@@ -144,9 +175,7 @@ void write_dump(const char *suffix)
         close(maps);
     }
     put(fd, "END\n");
-    close(fd);
-    if (rename(temporary, path) != 0)
-        unlink(temporary);
+    put_in_place(fd, &file);
 }
 
 // leak_track: every live block, in malloc_debug's order and words.

@@ -48,17 +48,19 @@ static int grow(void)
     return 1;
 }
 
-void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
+int table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
 {
     pthread_mutex_lock(&leaktrace_table_lock);
     if ((table_used + 1) * 2 > leaktrace_table_slots && !grow()) {
         pthread_mutex_unlock(&leaktrace_table_lock);
         __libc_free(frames);
-        return;
+        count_event(C_LIVE_FULL);
+        return 0;
     }
     size_t j = find_slot(pointer);
     if (leaktrace_table[j].pointer == pointer) {
         __libc_free(leaktrace_table[j].frames);  // glibc handed the address out again: its free went unseen
+        count_event(C_MISSED_FREE);
     } else {
         for (j = slot_of(pointer); leaktrace_table[j].pointer > 1; j = (j + 1) & (leaktrace_table_slots - 1))
             ;  // the first deleted or empty slot of the probe
@@ -68,6 +70,7 @@ void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *fra
     }
     leaktrace_table[j] = (struct record){pointer, size, flags, frame_count, frames};
     pthread_mutex_unlock(&leaktrace_table_lock);
+    return 1;
 }
 
 int table_take(uintptr_t pointer, struct record *out)
