@@ -32,18 +32,6 @@ static volatile sig_atomic_t dump_requested, stacks_on;
 static __thread int depth __attribute__((tls_model("initial-exec")));
 static __thread unsigned pending_count __attribute__((tls_model("initial-exec")));
 static __thread struct pending_call pending[PENDING_SLOTS] __attribute__((tls_model("initial-exec")));
-// The BPF engine's counters, where the library has the same events; leaktrace reads them in place.
-EXPORT uint64_t leaktrace_counters[C_COUNTERS];
-
-void count_event(enum counter which)
-{
-    __atomic_fetch_add(&leaktrace_counters[which], 1, __ATOMIC_RELAXED);
-}
-
-uint64_t counter_value(enum counter which)
-{
-    return __atomic_load_n(&leaktrace_counters[which], __ATOMIC_RELAXED);
-}
 
 static void on_dump_signal(int sig)
 {
@@ -150,13 +138,6 @@ static void defer(void *pointer, size_t size, int is_free)
     }
 }
 
-// A new block into the table, counted.
-static void record_block(void *pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
-{
-    if (table_insert((uintptr_t)pointer, size, flags, frames, frame_count))
-        count_event(C_ALLOCS);
-}
-
 // free's work: the header checked, the record taken out (its absence is an unknown pointer).
 static void release(void *pointer, const char *function)
 {
@@ -165,7 +146,6 @@ static void release(void *pointer, const char *function)
         return;
     if (table_take((uintptr_t)pointer, &gone)) {
         __libc_free(gone.frames);
-        count_event(C_FREES);
     } else {
         count_event(C_UNKNOWN_FREE);
         if (config.track_allocs) {
@@ -201,7 +181,7 @@ void library_leave(void)
             if (call.is_free)
                 release(call.pointer, "free");
             else
-                record_block(call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
+                table_insert((uintptr_t)call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
         }
     } while (!__sync_bool_compare_and_swap(&pending_count, seen, 0));
     depth--;  // a call queued by a handler from here on waits for this thread's next call
@@ -226,7 +206,7 @@ static void note_allocation(void *pointer, size_t size)
     uintptr_t *kept = count ? copy_frames(frames, count) : NULL;
     if (count && !kept)
         count_event(C_STACK_FULL);  // no memory to keep its frames: recorded without them
-    record_block(pointer, size, flags, kept, kept ? (uint32_t)count : 0);
+    table_insert((uintptr_t)pointer, size, flags, kept, kept ? (uint32_t)count : 0);
 }
 
 static void *allocate(size_t size, size_t alignment, int zeroed)
@@ -331,13 +311,14 @@ EXPORT void *realloc(void *pointer, size_t size)
         // Out of the table before glibc may hand the address to another thread.
         // Counted as the BPF engine counts it: a free here, and a failed realloc's block recorded again.
         int had = table_take((uintptr_t)pointer, &old);
-        count_event(had ? C_FREES : C_UNKNOWN_FREE);
+        if (!had)
+            count_event(C_UNKNOWN_FREE);
         if (!had && config.track_allocs) {
             unknown_pointer(pointer, "realloc");
         } else {
             result = __libc_realloc(pointer, size);
             if (had && !result)  // failed: the block stays
-                record_block((void *)old.pointer, old.size, old.flags, old.frames, old.frame_count);
+                table_insert(old.pointer, old.size, old.flags, old.frames, old.frame_count);
             else if (had)
                 __libc_free(old.frames);
             note_allocation(result, size);

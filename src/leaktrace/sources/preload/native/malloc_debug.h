@@ -43,10 +43,11 @@ int parse_options(const char *text);
 // --- the table of live blocks (table.c) ------------------------------------
 
 #include "record.h"  // the table's records, as leaktrace reads them (layout.py is generated from it)
+#include "cfi.h"     // layout.h with its types: enum counter, the BPF engine's counters, read in place
 
-// 0 if not recorded (no memory for the table: counted as live_map_full).
-int table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count);
-int table_take(uintptr_t pointer, struct record *out);  // 0 if not there
+// Counted in allocations, or in live_map_full when the table has no room and no memory to grow.
+void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count);
+int table_take(uintptr_t pointer, struct record *out);  // 0 if not there; counted (frees) if there
 int table_contains(uintptr_t pointer);
 size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max);
 // Android's zygote bit: made by this process after it was forked from a traced one.
@@ -56,6 +57,8 @@ void free_records(struct record *list, size_t count);
 int same_entry(const struct record *a, const struct record *b);
 void table_before_fork(void);
 void table_after_fork(int child);
+void count_event(enum counter which);  // leaktrace_counters[which] + 1
+uint64_t counter_value(enum counter which);
 
 // --- stacks and the log on stderr (stacks.c) -----------------------------
 
@@ -93,13 +96,6 @@ void block_release(void *pointer);                                      // guard
 void verify_all_freed(void);
 void blocks_before_fork(void);
 void blocks_after_fork(int child);
-
-// --- counters (malloc_debug.c) -----------------------------------------------
-
-#include "cfi.h"  // layout.h with its types: enum counter, the BPF engine's counters, read in place
-
-void count_event(enum counter which);
-uint64_t counter_value(enum counter which);
 
 // --- reports (reports.c) ---------------------------------------------------
 

@@ -15,6 +15,26 @@ EXPORT size_t leaktrace_table_slots;
 EXPORT pthread_mutex_t leaktrace_table_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t table_used, table_live;
 
+// The BPF engine's counters, where the library has the same events; leaktrace reads them in place.
+EXPORT uint64_t leaktrace_counters[C_COUNTERS];
+
+void count_event(enum counter which)
+{
+    __atomic_fetch_add(&leaktrace_counters[which], 1, __ATOMIC_RELAXED);
+}
+
+// With the table's lock held, no other thread adds to allocations or frees: a plain add.
+static void count_under_lock(enum counter which)
+{
+    __atomic_store_n(&leaktrace_counters[which], __atomic_load_n(&leaktrace_counters[which], __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
+}
+
+uint64_t counter_value(enum counter which)
+{
+    return __atomic_load_n(&leaktrace_counters[which], __ATOMIC_RELAXED);
+}
+
 static size_t slot_of(uintptr_t pointer)
 {
     uint64_t h = pointer * 0x9e3779b97f4a7c15ULL;
@@ -48,14 +68,14 @@ static int grow(void)
     return 1;
 }
 
-int table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
+void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
 {
     pthread_mutex_lock(&leaktrace_table_lock);
     if ((table_used + 1) * 2 > leaktrace_table_slots && !grow()) {
         pthread_mutex_unlock(&leaktrace_table_lock);
         __libc_free(frames);
         count_event(C_LIVE_FULL);
-        return 0;
+        return;
     }
     size_t j = find_slot(pointer);
     if (leaktrace_table[j].pointer == pointer) {
@@ -69,8 +89,8 @@ int table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *fram
         table_live++;
     }
     leaktrace_table[j] = (struct record){pointer, size, flags, frame_count, frames};
+    count_under_lock(C_ALLOCS);
     pthread_mutex_unlock(&leaktrace_table_lock);
-    return 1;
 }
 
 int table_take(uintptr_t pointer, struct record *out)
@@ -83,6 +103,7 @@ int table_take(uintptr_t pointer, struct record *out)
             *out = leaktrace_table[j];
             leaktrace_table[j].pointer = 1;
             table_live--;
+            count_under_lock(C_FREES);
             found = 1;
         }
     }
