@@ -11,6 +11,7 @@ import pytest
 from leaktrace.model.snapshot import Counters
 from leaktrace.sources.bpf import layout
 from leaktrace.sources.bpf.layout_gen import LAYOUTS, generated
+from leaktrace.sources.preload import layout as preload_layout
 
 
 @pytest.mark.parametrize("header", sorted(LAYOUTS), ids=lambda path: path.name)
@@ -33,3 +34,5 @@ def test_struct_formats_have_the_c_sizes():
         layout.UNWIND_ROW.size,
         layout.EXEC_MAP.size,
     ) == (16, 32, 24, 44, 12, 48)
+    # native/table.c asserts the same of struct table_shard: two shards never share a cache line
+    assert (preload_layout.RECORD.size, preload_layout.TABLE_SHARD.size) == (32, 128)

@@ -1,5 +1,5 @@
 // Run with leaktrace's preload library: makes five blocks of 4321 bytes, then damages the
-// library's exported table as MODE says (as any program could: the symbols are exported),
+// library's exported table (its shards) as MODE says (as any program could: the symbols are exported),
 // says "ready" and waits argv[2] seconds without an allocator call, then _exits (no exit dump).
 //   huge_slots, max_slots, null_table, kernel_table, locked, wild_frames,
 //   huge_frame_count, huge_size, fake_million
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-struct record {   // src/leaktrace/sources/preload/native/malloc_debug.h
+struct record {   // src/leaktrace/sources/preload/native/record.h
     uintptr_t pointer;
     size_t size;
     uint32_t flags;
@@ -20,13 +20,26 @@ struct record {   // src/leaktrace/sources/preload/native/malloc_debug.h
     uintptr_t *frames;
 };
 
+struct table_shard {   // the same
+    pthread_mutex_t lock;
+    struct record *records;
+    size_t slots, used, live;
+    uint64_t allocations, frees;
+    char pad[40];
+};
+#define TABLE_SHARDS 16
+
 void *volatile kept[5];
 
-static struct record *first_live(struct record *table, size_t slots)
+// The shard holding the first of the blocks of 4321 bytes, and that block's record.
+static struct table_shard *shard_of_first(struct table_shard *shards, struct record **live)
 {
-    for (size_t i = 0; i < slots; i++)
-        if (table[i].pointer > 1 && table[i].size == 4321)
-            return &table[i];
+    for (int s = 0; s < TABLE_SHARDS; s++)
+        for (size_t i = 0; i < shards[s].slots; i++)
+            if (shards[s].records[i].pointer > 1 && shards[s].records[i].size == 4321) {
+                *live = &shards[s].records[i];
+                return &shards[s];
+            }
     return NULL;
 }
 
@@ -35,11 +48,9 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "";
     for (int i = 0; i < 5; i++)
         kept[i] = malloc(4321);
-    struct record **table = dlsym(RTLD_DEFAULT, "leaktrace_table");
-    size_t *slots = dlsym(RTLD_DEFAULT, "leaktrace_table_slots");
-    pthread_mutex_t *lock = dlsym(RTLD_DEFAULT, "leaktrace_table_lock");
-    struct record *fake = NULL;
-    if (!table || !slots || !lock)
+    struct table_shard *shards = dlsym(RTLD_DEFAULT, "leaktrace_shards");
+    struct record *fake = NULL, *live = NULL;
+    if (!shards)
         return 2;
     if (!strcmp(mode, "fake_million")) {
         size_t count = 1 << 20;
@@ -47,25 +58,28 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < count; i++)
             fake[i].pointer = 0x10000 + 16 * i, fake[i].size = 8;
     }
-    struct record *live = first_live(*table, *slots);
+    struct table_shard *shard = shard_of_first(shards, &live);
+    if (!shard)
+        return 2;
     if (!strcmp(mode, "huge_slots"))
-        *slots = (size_t)1 << 40;
+        shard->slots = (size_t)1 << 40;
     else if (!strcmp(mode, "max_slots"))
-        *slots = SIZE_MAX;
+        shard->slots = SIZE_MAX;
     else if (!strcmp(mode, "null_table"))
-        *table = NULL;
+        shard->records = NULL;
     else if (!strcmp(mode, "kernel_table"))
-        *table = (struct record *)0xffff888000000000ULL;
+        shard->records = (struct record *)0xffff888000000000ULL;
     else if (!strcmp(mode, "locked"))
-        pthread_mutex_lock(lock);
-    else if (!strcmp(mode, "wild_frames") && live)
+        pthread_mutex_lock(&shard->lock);
+    else if (!strcmp(mode, "wild_frames"))
         live->frames = (uintptr_t *)0xdead0000000ULL;
-    else if (!strcmp(mode, "huge_frame_count") && live)
+    else if (!strcmp(mode, "huge_frame_count"))
         live->frame_count = 1u << 31;
-    else if (!strcmp(mode, "huge_size") && live)
+    else if (!strcmp(mode, "huge_size"))
         live->size = (size_t)1 << 62;
     else if (!strcmp(mode, "fake_million"))
-        *table = fake, *slots = 1 << 20;
+        for (int s = 0; s < TABLE_SHARDS; s++)  // one shard of a million records, the others empty
+            shards[s].records = s ? NULL : fake, shards[s].slots = s ? 0 : 1 << 20;
     write(1, "ready\n", 6);
     time_t end = time(NULL) + (argc > 2 ? atoi(argv[2]) : 1);
     while (time(NULL) < end)

@@ -4,5 +4,8 @@ import struct
 MAX_FRAMES = 256
 RECORD_INHERITED = 1
 RECORD_UNTRACED = 2
+TABLE_SHARDS = 16
 
 RECORD = struct.Struct('<QQIIQ')   # pointer, size, flags, frame_count, frames
+
+TABLE_SHARD = struct.Struct('<40sQQQQQQ40s')   # lock, records, slots, used, live, allocations, frees, pad

@@ -1,14 +1,15 @@
 """The preload library's table of live blocks, read from outside the process: in place
 while the process is stopped (table_snapshot), or from a frozen copy of it
-(copy_with_table, for the reachability check). Every change the library makes
-to the table is made under its exported lock, so a stopped process whose lock is
-free holds a consistent table; one caught with the lock held is let go and stopped
-again a moment later.
+(copy_with_table, for the reachability check). The table is TABLE_SHARDS shards, and
+every change the library makes to one is made under the shard's lock, so a stopped
+process whose locks are all free holds a consistent table; one caught with a lock held
+is let go and stopped again a moment later.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import glob
 import os
@@ -35,7 +36,13 @@ from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.process import Mapping, parse_maps, read_target
 from leaktrace.reachability.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS  # the library counts as the BPF engine
-from leaktrace.sources.preload.layout import MAX_FRAMES, RECORD, RECORD_INHERITED  # from native/record.h
+from leaktrace.sources.preload.layout import (  # from native/record.h
+    MAX_FRAMES,
+    RECORD,
+    RECORD_INHERITED,
+    TABLE_SHARD,
+    TABLE_SHARDS,
+)
 
 TABLE_TRIES = 100  # stops of the process to find its table unlocked (a lock is held for microseconds)
 SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20  # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
@@ -69,16 +76,7 @@ def library_base(maps: list[Mapping], library: str) -> int | None:
 @functools.lru_cache(maxsize=1)
 def _table_symbols() -> dict[str, int]:
     symbols = ElfFile(preload_library()).dynamic_objects
-    return {
-        name: symbols[name]
-        for name in (
-            "leaktrace_table",
-            "leaktrace_table_slots",
-            "leaktrace_table_lock",
-            "leaktrace_forked",
-            "leaktrace_counters",
-        )
-    }
+    return {name: symbols[name] for name in ("leaktrace_shards", "leaktrace_forked", "leaktrace_counters")}
 
 
 def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
@@ -89,13 +87,29 @@ def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
     return {name: base + offset for name, offset in _table_symbols().items()}
 
 
-def _table_busy(read, addresses: dict[str, int]) -> bool:
-    """A thread was stopped while changing the table (its lock is held): read it again later."""
-    return read(addresses["leaktrace_table_lock"], 4) != b"\0\0\0\0"
-
-
 class DamagedTable(RuntimeFailure):
     """A value read from the library's table that the library could not have written."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One struct table_shard as read from the target."""
+
+    locked: bool  # a thread was stopped while changing it: the table is read again later
+    records: int  # address of its slots
+    slots: int
+    allocations: int
+    frees: int
+
+
+def _read_shards(read, addresses: dict[str, int], pid: int) -> list[Shard]:
+    data = read(addresses["leaktrace_shards"], TABLE_SHARDS * TABLE_SHARD.size)
+    if len(data) != TABLE_SHARDS * TABLE_SHARD.size:
+        raise DamagedTable(f"the library's table in pid {pid} could not be read")
+    return [
+        Shard(lock[:4] != b"\0\0\0\0", records, slots, allocations, frees)
+        for lock, records, slots, _, _, allocations, frees, _ in TABLE_SHARD.iter_unpack(data)
+    ]
 
 
 def counters_from_words(words: tuple[int, ...] | list[int], pid: int) -> Counters:
@@ -105,17 +119,27 @@ def counters_from_words(words: tuple[int, ...] | list[int], pid: int) -> Counter
     return Counters(**dict(zip(COUNTER_FIELDS, words)))
 
 
-def _read_counters(read, addresses: dict[str, int], pid: int) -> Counters:
+def _read_counters(read, addresses: dict[str, int], pid: int, shards: list[Shard]) -> Counters:
+    """leaktrace_counters, with the allocations and frees its shards count under their locks."""
     data = read(addresses["leaktrace_counters"], 8 * C_COUNTERS)
-    return counters_from_words(struct.unpack(f"<{len(data) // 8}Q", data[: len(data) // 8 * 8]), pid)
+    counters = counters_from_words(struct.unpack(f"<{len(data) // 8}Q", data[: len(data) // 8 * 8]), pid)
+    return dataclasses.replace(
+        counters,
+        allocations=counters.allocations + sum(shard.allocations for shard in shards),
+        frees=counters.frees + sum(shard.frees for shard in shards),
+    )
 
 
 def counters_in_place(pid: int) -> Counters:
-    """The library's counters, read from the process as it runs (each one a word written atomically)."""
+    """The library's counters, read from the process as it runs (each one a word written whole)."""
     addresses = _table_addresses(parse_maps(read_target(pid).maps), pid)
     fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return _read_counters(lambda address, size: os.pread(fd, size, address), addresses, pid)
+
+        def read(address: int, size: int) -> bytes:
+            return os.pread(fd, size, address)
+
+        return _read_counters(read, addresses, pid, _read_shards(read, addresses, pid))
     finally:
         os.close(fd)
 
@@ -142,17 +166,11 @@ class CopiedTable:
 
     pid: int
     maps: list[Mapping]
-    start: int
-    slots: int
+    occupied: tuple[tuple[int, int], ...]  # the ranges the shards' slots take in the target
     records: list[tuple[int, ...]]  # live ones: pointer, size, flags, frame count, frames at
     spans: list[tuple[int, bytes]]  # (start, bytes) of the memory holding the frames, sorted
     forked: bool  # the library's leaktrace_forked
     counters: Counters  # the library's leaktrace_counters
-
-    @property
-    def occupied(self) -> tuple[int, int]:
-        """The range the table's slots take in the target."""
-        return self.start, self.start + self.slots * RECORD.size
 
     def _frames(self, at: int, count: int, starts: list[int]) -> bytes:
         i = bisect.bisect_right(starts, at) - 1
@@ -185,22 +203,28 @@ class CopiedTable:
         return allocations
 
 
-def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) -> CopiedTable:
+def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) -> CopiedTable | None:
     """The library's table and its frames, through read(address, size) (a stopped process or a
-    copy of one). Every value comes from the target: DamagedTable names the first that sizes a
-    read and that the library could not have written (a table outside its mappings, a frame
-    count past its maximum, a block past the end of the address space)."""
-    table, slots = (
-        struct.unpack("<Q", read(addresses[name], 8).ljust(8, b"\0"))[0]
-        for name in ("leaktrace_table", "leaktrace_table_slots")
-    )
-    if slots and not _Readable(maps).holds(table, slots * RECORD.size):
-        raise DamagedTable(
-            f"the library's table in pid {pid} is damaged: {slots} slots at {table:#x} are not in its memory"
-        )
-    records = read(table, slots * RECORD.size)
-    whole = len(records) // RECORD.size * RECORD.size
-    live = [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]  # 0 empty, 1 deleted
+    copy of one); None while a shard is locked. Every value comes from the target: DamagedTable
+    names the first that sizes a read and that the library could not have written (a shard
+    outside its mappings, a frame count past its maximum, a block past the end of the
+    address space)."""
+    shards = _read_shards(read, addresses, pid)
+    if any(shard.locked for shard in shards):
+        return None
+    readable, live, occupied = _Readable(maps), [], []
+    for shard in shards:
+        if not shard.slots:
+            continue
+        if not readable.holds(shard.records, shard.slots * RECORD.size):
+            raise DamagedTable(
+                f"the library's table in pid {pid} is damaged: {shard.slots} slots at {shard.records:#x} "
+                "are not in its memory"
+            )
+        records = read(shard.records, shard.slots * RECORD.size)
+        whole = len(records) // RECORD.size * RECORD.size
+        live += [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]  # 0 empty, 1 deleted
+        occupied.append((shard.records, shard.records + shard.slots * RECORD.size))
     for pointer, size, _, frame_count, frames_at in live:
         if pointer + size >= ADDRESS_LIMIT or frame_count > MAX_FRAMES:
             raise DamagedTable(
@@ -209,7 +233,8 @@ def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) 
             )
     spans = _read_spans(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
     forked = read(addresses["leaktrace_forked"], 4) not in (b"\0\0\0\0", b"")
-    return CopiedTable(pid, maps, table, slots, live, spans, forked, _read_counters(read, addresses, pid))
+    counters = _read_counters(read, addresses, pid, shards)
+    return CopiedTable(pid, maps, tuple(occupied), live, spans, forked, counters)
 
 
 def _read_spans(read, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
@@ -237,7 +262,7 @@ def _read_spans(read, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
 
 
 def _until_unlocked(pid: int, attempt: Callable[[], T | None]) -> T:
-    """attempt() until it finds the table unlocked (it returns None while a thread holds it)."""
+    """attempt() until it finds the table unlocked (it returns None while a thread holds a shard)."""
     for _ in range(TABLE_TRIES):
         found = attempt()
         if found is not None:
@@ -246,17 +271,15 @@ def _until_unlocked(pid: int, attempt: Callable[[], T | None]) -> T:
     raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
 
 
-def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation], tuple[int, int]]:
+def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation], tuple[tuple[int, int], ...]]:
     """A frozen copy of the process (the mappings wanted) taken while the table was unlocked,
-    the live blocks in that table, and the range the table occupies (never a root of a
-    reachability check: it points to every block)."""
+    the live blocks in that table, and the ranges the table occupies (never roots of a
+    reachability check: they point to every block)."""
 
     def attempt() -> tuple[FrozenImage, CopiedTable] | None:
         image = freeze_and_copy(pid, wanted)
-        addresses = _table_addresses(image.maps, pid)
-        if _table_busy(image.read, addresses):
-            return None
-        return image, _copy_table(image.read, image.maps, pid, addresses)
+        table = _copy_table(image.read, image.maps, pid, _table_addresses(image.maps, pid))
+        return None if table is None else (image, table)
 
     image, table = _until_unlocked(pid, attempt)
     return image, table.allocations(), table.occupied
@@ -267,10 +290,8 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Cred
 
     def attempt() -> tuple[CopiedTable, str] | None:
         with frozen(pid) as process:
-            addresses = _table_addresses(process.maps, pid)
-            if _table_busy(process.read, addresses):
-                return None
-            return _copy_table(process.read, process.maps, pid, addresses), process.maps_text
+            table = _copy_table(process.read, process.maps, pid, _table_addresses(process.maps, pid))
+            return None if table is None else (table, process.maps_text)
 
     table, maps = _until_unlocked(pid, attempt)
     allocations = table.allocations()  # decoded with the process running again

@@ -3,7 +3,7 @@
 A command runs with the library (or a process started with it elsewhere is read).
 A snapshot of a launched command stops it for a moment (ptrace, as the reachability
 check does) and reads the library's table of live blocks in place, once no thread
-holds the table's lock. A process started elsewhere is asked for a heap dump, as
+holds a lock of one of its shards. A process started elsewhere is asked for a heap dump, as
 upstream's users do (SIGRTMAX-17, written at its next allocator call), and read in
 place only if none comes. At exit a launched command writes a last dump
 (backtrace_dump_on_exit). Dumps are Android's v1.2 text, MAPS included, so a
@@ -343,7 +343,7 @@ class PreloadTrace(PollingSource):
         )
 
         image, allocations, table = copy_with_table(self.pid, scanned_mapping)
-        return sweep_image(image, allocations, complete=True, limit=limit, excluded=(table,))
+        return sweep_image(image, allocations, complete=True, limit=limit, excluded=table)
 
     def close(self) -> None:
         if self.workdir:

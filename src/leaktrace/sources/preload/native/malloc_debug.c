@@ -8,7 +8,7 @@
 // Every call goes to glibc (__libc_malloc and friends). A call made while the
 // library is at work in the same thread (its unwinder, qsort, a signal handler
 // that interrupted it) is served at once but recorded only when the outermost
-// call leaves: no recursion into the table's lock, and no allocation lost.
+// call leaves: no recursion into the table's locks, and no allocation lost.
 #include "malloc_debug.h"
 
 #include <errno.h>

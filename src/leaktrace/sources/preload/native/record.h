@@ -3,12 +3,14 @@
 #ifndef LEAKTRACE_RECORD_H
 #define LEAKTRACE_RECORD_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define MAX_FRAMES 256
 #define RECORD_INHERITED 1u  // allocated before a fork, in the parent
 #define RECORD_UNTRACED 2u   // made while stacks were switched off: not in leak info (bionic's hash index 0)
+#define TABLE_SHARDS 16      // the table's parts, each behind its own lock; a pointer's hash picks one
 
 struct record {
     uintptr_t pointer;  // 0: empty slot; 1: deleted
@@ -16,6 +18,19 @@ struct record {
     uint32_t flags;  // RECORD_*
     uint32_t frame_count;
     uintptr_t *frames;  // pcs inside the call instruction, as bionic stores them
+};
+
+// One part of the table (leaktrace_shards[TABLE_SHARDS]), changed only under its lock: a
+// reader that stops the process finds it consistent when the lock's first word is zero.
+struct table_shard {
+    pthread_mutex_t lock;
+    struct record *records;  // open addressing keyed by the program's pointer
+    size_t slots;            // a power of two; 0 before its first block
+    size_t used;             // slots not empty: live or deleted
+    size_t live;
+    uint64_t allocations;  // blocks recorded here, counted under the lock
+    uint64_t frees;        // and taken out
+    char pad[40];          // to 128 bytes: two shards never share a cache line
 };
 
 #endif

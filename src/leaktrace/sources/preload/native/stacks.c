@@ -91,25 +91,35 @@ static uint64_t packed_rule(uintptr_t pc, const struct unwind_row *row)
            (saved ? RBP_SAVED_BIT | (row->rbp_offset / 8 & 0x7f) : 0);
 }
 
-static int rule_at(uintptr_t pc, struct unwind_row *row)
+// A rule as the walk uses it, decoded from a cache word into values the compiler keeps in
+// registers (a struct unwind_row, which cfi_rule_at fills through a pointer, would live in memory).
+struct rule {
+    int cfa_rule;  // CFA_*
+    long cfa_offset;
+    int rbp_saved;  // rbp's value is at CFA + rbp_offset
+    long rbp_offset;
+};
+
+// The rule at pc: 0 if no FDE covers it.
+static inline __attribute__((always_inline)) int rule_at(uintptr_t pc, struct rule *rule)
 {
     uint64_t *slot = &rule_cache[pc & ((1u << RULE_INDEX_BITS) - 1)];
     uint64_t word = __atomic_load_n(slot, __ATOMIC_RELAXED);
-    if (word && word >> RULE_TAG_SHIFT == pc >> RULE_INDEX_BITS) {
-        int8_t rbp_eighths = (int8_t)((word & 0x7f) << 1) >> 1;
-        *row = (struct unwind_row){
-            .cfa_rule = (u8)((word >> RULE_KIND_SHIFT & 7) - 1),
-            .cfa_offset = (s32)(word >> RULE_OFFSET_SHIFT & (RULE_OFFSET_LIMIT - 1)),
-            .rbp_rule = word & RBP_SAVED_BIT ? RBP_SAVED : RBP_SAME,
-            .rbp_offset = (s16)(rbp_eighths * 8),
-        };
-        return 1;
+    if (!word || word >> RULE_TAG_SHIFT != pc >> RULE_INDEX_BITS) {
+        struct unwind_row row;
+        if (!cfi_rule_at(pc, &row))
+            return 0;
+        word = packed_rule(pc, &row);
+        if (!word) {  // not kept: used as it is
+            *rule = (struct rule){row.cfa_rule, row.cfa_offset, row.rbp_rule == RBP_SAVED, row.rbp_offset};
+            return 1;
+        }
+        __atomic_store_n(slot, word, __ATOMIC_RELAXED);
     }
-    if (!cfi_rule_at(pc, row))
-        return 0;
-    uint64_t packed = packed_rule(pc, row);
-    if (packed)
-        __atomic_store_n(slot, packed, __ATOMIC_RELAXED);
+    int8_t rbp_eighths = (int8_t)((word & 0x7f) << 1) >> 1;
+    *rule = (struct rule){(int)(word >> RULE_KIND_SHIFT & 7) - 1,
+                          (long)(word >> RULE_OFFSET_SHIFT & (RULE_OFFSET_LIMIT - 1)), (word & RBP_SAVED_BIT) != 0,
+                          rbp_eighths * 8L};
     return 1;
 }
 
@@ -153,25 +163,25 @@ __attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max)
     size_t count = 0;
     int exact = 1;  // pc is where execution is, not a return address (a signal interrupted it)
     while (count < max) {
-        struct unwind_row row;
-        if (!rule_at(exact ? pc : pc - 1, &row))
+        struct rule rule;
+        if (!rule_at(exact ? pc : pc - 1, &rule))
             return (long)count;  // no FDE: libgcc's walk ends here too
         uintptr_t caller_pc, caller_sp, caller_bp = bp;
-        if (row.cfa_rule == CFA_END) {
+        if (rule.cfa_rule == CFA_END) {
             return (long)count;
-        } else if (row.cfa_rule == CFA_SIGNAL) {
+        } else if (rule.cfa_rule == CFA_SIGNAL) {
             const greg_t *registers = ((const ucontext_t *)sp)->uc_mcontext.gregs;
             caller_pc = (uintptr_t)registers[REG_RIP];
             caller_sp = (uintptr_t)registers[REG_RSP];
             caller_bp = (uintptr_t)registers[REG_RBP];
             exact = 1;
-        } else if (row.cfa_rule == CFA_RSP || row.cfa_rule == CFA_RBP) {
-            uintptr_t cfa = (row.cfa_rule == CFA_RSP ? sp : bp) + (uintptr_t)row.cfa_offset;
+        } else if (rule.cfa_rule == CFA_RSP || rule.cfa_rule == CFA_RBP) {
+            uintptr_t cfa = (rule.cfa_rule == CFA_RSP ? sp : bp) + (uintptr_t)rule.cfa_offset;
             if (cfa <= sp)
                 return -1;  // the stack would not shrink
             memcpy(&caller_pc, (const void *)(cfa - 8), sizeof caller_pc);
-            if (row.rbp_rule == RBP_SAVED)
-                memcpy(&caller_bp, (const void *)(cfa + (intptr_t)row.rbp_offset), sizeof caller_bp);
+            if (rule.rbp_saved)
+                memcpy(&caller_bp, (const void *)(cfa + rule.rbp_offset), sizeof caller_bp);
             caller_sp = cfa;
             exact = 0;
         } else {

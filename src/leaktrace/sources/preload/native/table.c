@@ -1,21 +1,18 @@
-// The table of live blocks: open addressing keyed by the program's pointer,
-// behind one mutex. leaktrace reads it from a frozen copy of the process
-// (--unreachable), so its address and size are exported.
+// The table of live blocks: TABLE_SHARDS parts, each open addressing keyed by the
+// program's pointer behind its own mutex, the part picked by the pointer's hash.
+// leaktrace reads them in place and from a frozen copy of the process
+// (--unreachable), so they are exported.
 #include "malloc_debug.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-// Slot i is leaktrace_table[i], 32 bytes as struct record lays it out. Every change is
-// made under leaktrace_table_lock: a reader that stops the process finds it consistent
-// when the lock's first word is zero.
-EXPORT struct record *leaktrace_table;
-EXPORT size_t leaktrace_table_slots;
-EXPORT pthread_mutex_t leaktrace_table_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t table_used, table_live;
+_Static_assert(sizeof(struct table_shard) == 128, "record.h's layout: two shards never share a cache line");
+EXPORT struct table_shard leaktrace_shards[TABLE_SHARDS] __attribute__((aligned(64)));
 
-// The BPF engine's counters, where the library has the same events; leaktrace reads them in place.
+// The BPF engine's counters, where the library has the same events; leaktrace reads them in
+// place. Allocations and frees are the shards' own, counted under their locks.
 EXPORT uint64_t leaktrace_counters[C_COUNTERS];
 
 void count_event(enum counter which)
@@ -23,114 +20,130 @@ void count_event(enum counter which)
     __atomic_fetch_add(&leaktrace_counters[which], 1, __ATOMIC_RELAXED);
 }
 
-// With the table's lock held, no other thread adds to allocations or frees: a plain add.
-static void count_under_lock(enum counter which)
+// With the shard's lock held, no other thread adds to it: a plain add, read whole from outside.
+static void count_under_lock(uint64_t *counter)
 {
-    __atomic_store_n(&leaktrace_counters[which], __atomic_load_n(&leaktrace_counters[which], __ATOMIC_RELAXED) + 1,
-                     __ATOMIC_RELAXED);
+    __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
 uint64_t counter_value(enum counter which)
 {
-    return __atomic_load_n(&leaktrace_counters[which], __ATOMIC_RELAXED);
+    uint64_t total = __atomic_load_n(&leaktrace_counters[which], __ATOMIC_RELAXED);
+    for (int i = 0; i < TABLE_SHARDS && (which == C_ALLOCS || which == C_FREES); i++)
+        total += __atomic_load_n(which == C_ALLOCS ? &leaktrace_shards[i].allocations : &leaktrace_shards[i].frees,
+                                 __ATOMIC_RELAXED);
+    return total;
 }
 
-static size_t slot_of(uintptr_t pointer)
+static uint64_t hash_of(uintptr_t pointer)
 {
-    uint64_t h = pointer * 0x9e3779b97f4a7c15ULL;
-    return (size_t)(h >> 17) & (leaktrace_table_slots - 1);
+    return pointer * 0x9e3779b97f4a7c15ULL;
+}
+
+// The shard of a pointer, locked: picked by the 64 MiB the pointer is in, the size of a glibc
+// arena's heap, so that threads on different arenas take different locks and cache lines.
+static struct table_shard *lock_shard_of(uintptr_t pointer)
+{
+    struct table_shard *shard = &leaktrace_shards[hash_of(pointer >> 26) >> 60 & (TABLE_SHARDS - 1)];
+    pthread_mutex_lock(&shard->lock);
+    return shard;
+}
+
+static size_t slot_of(const struct table_shard *shard, uintptr_t pointer)
+{
+    return (size_t)(hash_of(pointer) >> 17) & (shard->slots - 1);
 }
 
 // The slot holding pointer, or the empty slot where its probe ends; the lock is held.
-static size_t find_slot(uintptr_t pointer)
+static size_t find_slot(const struct table_shard *shard, uintptr_t pointer)
 {
-    size_t j = slot_of(pointer);
-    while (leaktrace_table[j].pointer && leaktrace_table[j].pointer != pointer)
-        j = (j + 1) & (leaktrace_table_slots - 1);
+    size_t j = slot_of(shard, pointer);
+    while (shard->records[j].pointer && shard->records[j].pointer != pointer)
+        j = (j + 1) & (shard->slots - 1);
     return j;
 }
 
-static int grow(void)
+static int grow(struct table_shard *shard)
 {
-    size_t slots = leaktrace_table_slots ? leaktrace_table_slots * 2 : 4096;
+    size_t slots = shard->slots ? shard->slots * 2 : 256;
     struct record *bigger = __libc_calloc(slots, sizeof *bigger);
     if (!bigger)
         return 0;
-    struct record *old = leaktrace_table;
-    size_t old_slots = leaktrace_table_slots;
-    leaktrace_table = bigger;
-    leaktrace_table_slots = slots;
-    table_used = table_live;
+    struct record *old = shard->records;
+    size_t old_slots = shard->slots;
+    shard->records = bigger;
+    shard->slots = slots;
+    shard->used = shard->live;
     for (size_t i = 0; i < old_slots; i++)
         if (old[i].pointer > 1)
-            leaktrace_table[find_slot(old[i].pointer)] = old[i];
+            shard->records[find_slot(shard, old[i].pointer)] = old[i];
     __libc_free(old);
     return 1;
 }
 
 void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
 {
-    pthread_mutex_lock(&leaktrace_table_lock);
-    if ((table_used + 1) * 2 > leaktrace_table_slots && !grow()) {
-        pthread_mutex_unlock(&leaktrace_table_lock);
+    struct table_shard *shard = lock_shard_of(pointer);
+    if ((shard->used + 1) * 2 > shard->slots && !grow(shard)) {
+        pthread_mutex_unlock(&shard->lock);
         __libc_free(frames);
         count_event(C_LIVE_FULL);
         return;
     }
-    size_t j = find_slot(pointer);
-    if (leaktrace_table[j].pointer == pointer) {
-        __libc_free(leaktrace_table[j].frames);  // glibc handed the address out again: its free went unseen
+    size_t j = find_slot(shard, pointer);
+    if (shard->records[j].pointer == pointer) {
+        __libc_free(shard->records[j].frames);  // glibc handed the address out again: its free went unseen
         count_event(C_MISSED_FREE);
     } else {
-        for (j = slot_of(pointer); leaktrace_table[j].pointer > 1; j = (j + 1) & (leaktrace_table_slots - 1))
+        for (j = slot_of(shard, pointer); shard->records[j].pointer > 1; j = (j + 1) & (shard->slots - 1))
             ;  // the first deleted or empty slot of the probe
-        if (!leaktrace_table[j].pointer)
-            table_used++;
-        table_live++;
+        if (!shard->records[j].pointer)
+            shard->used++;
+        shard->live++;
     }
-    leaktrace_table[j] = (struct record){pointer, size, flags, frame_count, frames};
-    count_under_lock(C_ALLOCS);
-    pthread_mutex_unlock(&leaktrace_table_lock);
+    shard->records[j] = (struct record){pointer, size, flags, frame_count, frames};
+    count_under_lock(&shard->allocations);
+    pthread_mutex_unlock(&shard->lock);
 }
 
 int table_take(uintptr_t pointer, struct record *out)
 {
     int found = 0;
-    pthread_mutex_lock(&leaktrace_table_lock);
-    if (leaktrace_table_slots) {
-        size_t j = find_slot(pointer);
-        if (leaktrace_table[j].pointer == pointer) {
-            *out = leaktrace_table[j];
-            leaktrace_table[j].pointer = 1;
-            table_live--;
-            count_under_lock(C_FREES);
+    struct table_shard *shard = lock_shard_of(pointer);
+    if (shard->slots) {
+        size_t j = find_slot(shard, pointer);
+        if (shard->records[j].pointer == pointer) {
+            *out = shard->records[j];
+            shard->records[j].pointer = 1;
+            shard->live--;
+            count_under_lock(&shard->frees);
             found = 1;
         }
     }
-    pthread_mutex_unlock(&leaktrace_table_lock);
+    pthread_mutex_unlock(&shard->lock);
     return found;
 }
 
 int table_contains(uintptr_t pointer)
 {
-    pthread_mutex_lock(&leaktrace_table_lock);
-    int found = leaktrace_table_slots && leaktrace_table[find_slot(pointer)].pointer == pointer;
-    pthread_mutex_unlock(&leaktrace_table_lock);
+    struct table_shard *shard = lock_shard_of(pointer);
+    int found = shard->slots && shard->records[find_slot(shard, pointer)].pointer == pointer;
+    pthread_mutex_unlock(&shard->lock);
     return found;
 }
 
 size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max)
 {
     size_t found = 0;
-    pthread_mutex_lock(&leaktrace_table_lock);
-    if (leaktrace_table_slots) {
-        const struct record *r = &leaktrace_table[find_slot(pointer)];
+    struct table_shard *shard = lock_shard_of(pointer);
+    if (shard->slots) {
+        const struct record *r = &shard->records[find_slot(shard, pointer)];
         if (r->pointer == pointer) {
             found = r->frame_count < max ? r->frame_count : max;
             memcpy(frames, r->frames, found * sizeof *frames);
         }
     }
-    pthread_mutex_unlock(&leaktrace_table_lock);
+    pthread_mutex_unlock(&shard->lock);
     return found;
 }
 
@@ -163,24 +176,32 @@ int same_entry(const struct record *a, const struct record *b)
            (!a->frame_count || !memcmp(a->frames, b->frames, a->frame_count * sizeof *a->frames));
 }
 
-// Every live block, sorted as malloc_debug sorts them; frames are copied. The
-// caller frees the list and each frames array with free_records.
+// Every live block, sorted as malloc_debug sorts them; frames are copied. The caller
+// frees the list and each frames array with free_records. Every shard is locked at once,
+// so the list is the table at one moment.
 struct record *table_snapshot(size_t *count)
 {
-    pthread_mutex_lock(&leaktrace_table_lock);
-    struct record *list = __libc_malloc((table_live ? table_live : 1) * sizeof *list);
-    size_t n = 0;
-    for (size_t i = 0; list && i < leaktrace_table_slots; i++) {
-        const struct record *r = &leaktrace_table[i];
-        if (r->pointer <= 1)
-            continue;
-        list[n] = *r;
-        list[n].frames = r->frame_count ? copy_frames(r->frames, r->frame_count) : NULL;
-        if (!list[n].frames)
-            list[n].frame_count = 0;
-        n++;
+    size_t live = 0, n = 0;
+    for (int s = 0; s < TABLE_SHARDS; s++) {
+        pthread_mutex_lock(&leaktrace_shards[s].lock);
+        live += leaktrace_shards[s].live;
     }
-    pthread_mutex_unlock(&leaktrace_table_lock);
+    struct record *list = __libc_malloc((live ? live : 1) * sizeof *list);
+    for (int s = 0; s < TABLE_SHARDS; s++) {
+        const struct table_shard *shard = &leaktrace_shards[s];
+        for (size_t i = 0; list && i < shard->slots; i++) {
+            const struct record *r = &shard->records[i];
+            if (r->pointer <= 1)
+                continue;
+            list[n] = *r;
+            list[n].frames = r->frame_count ? copy_frames(r->frames, r->frame_count) : NULL;
+            if (!list[n].frames)
+                list[n].frame_count = 0;
+            n++;
+        }
+    }
+    for (int s = TABLE_SHARDS - 1; s >= 0; s--)
+        pthread_mutex_unlock(&leaktrace_shards[s].lock);
     if (list)
         qsort(list, n, sizeof *list, compare_records);
     *count = list ? n : 0;
@@ -196,19 +217,24 @@ void free_records(struct record *list, size_t count)
 
 void table_before_fork(void)
 {
-    pthread_mutex_lock(&leaktrace_table_lock);
+    for (int s = 0; s < TABLE_SHARDS; s++)
+        pthread_mutex_lock(&leaktrace_shards[s].lock);
 }
 
 // In the child, every block is one it inherited; those it makes from now on carry the zygote bit.
 void table_after_fork(int child)
 {
-    if (child) {
-        leaktrace_forked = 1;
-        for (size_t i = 0; i < leaktrace_table_slots; i++)
-            if (leaktrace_table[i].pointer > 1)
-                leaktrace_table[i].flags |= RECORD_INHERITED;
-        pthread_mutex_init(&leaktrace_table_lock, NULL);
-    } else {
-        pthread_mutex_unlock(&leaktrace_table_lock);
+    for (int s = TABLE_SHARDS - 1; s >= 0; s--) {
+        struct table_shard *shard = &leaktrace_shards[s];
+        if (child) {
+            for (size_t i = 0; i < shard->slots; i++)
+                if (shard->records[i].pointer > 1)
+                    shard->records[i].flags |= RECORD_INHERITED;
+            pthread_mutex_init(&shard->lock, NULL);
+        } else {
+            pthread_mutex_unlock(&shard->lock);
+        }
     }
+    if (child)
+        leaktrace_forked = 1;
 }
