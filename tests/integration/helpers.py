@@ -83,8 +83,9 @@ class AttachedTrace:
         return self.process.returncode, out, err
 
 
-def chromium(url: str, *what: str) -> str:
-    """Chromium headless on a local page, offline, given time for the page's timers to run."""
+def chromium(url: str, *what: str, budget_ms: int = 3000) -> str:
+    """Chromium headless on a local page, offline, given budget_ms of virtual time for the
+    page's timers to run."""
     with tempfile.TemporaryDirectory() as profile:
         result = subprocess.run(
             [
@@ -98,7 +99,7 @@ def chromium(url: str, *what: str) -> str:
                 "--disable-component-update",
                 "--disable-sync",
                 f"--user-data-dir={profile}",
-                "--virtual-time-budget=3000",
+                f"--virtual-time-budget={budget_ms}",
                 "--window-size=1280,900",
                 "--proxy-server=127.0.0.1:9",
                 *what,

@@ -52,13 +52,19 @@ def pprof_top(path, sample_index: str, tmp_path) -> dict[str, int]:
 
 def speedscope_sandwich(folded: Path, tmp_path: Path) -> dict[str, tuple[int, int]]:
     """(total, self) per function, from the table of speedscope's sandwich view (scripts/setup.sh
-    installs speedscope), given the file as its command line gives one."""
+    installs speedscope), given the file as its command line gives one. The table's rows are
+    drawn after the page has loaded; a machine under load may need more virtual time."""
     script = tmp_path / "profile.js"
     content = base64.b64encode(folded.read_bytes()).decode()
     script.write_text(f"speedscope.loadFileFromBase64({json.dumps(folded.name)}, {json.dumps(content)})")
-    dom = chromium(f"{SPEEDSCOPE.as_uri()}#localProfilePath={script}&view=sandwich", "--lang=en-US", "--dump-dom")
+    url = f"{SPEEDSCOPE.as_uri()}#localProfilePath={script}&view=sandwich"
+    for budget_ms in (3000, 10000, 30000):
+        dom = chromium(url, "--lang=en-US", "--dump-dom", budget_ms=budget_ms)
+        rows = re.findall(r"<tr[^>]*>(<td.*?)</tr>", dom)
+        if rows:
+            break
     table = {}
-    for row in re.findall(r"<tr[^>]*>(<td.*?)</tr>", dom):
+    for row in rows:
         cells = [html.unescape(re.sub(r"<[^>]+>", "", cell)) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
         total, own, name = (cell.split(" (")[0].replace(",", "") if i < 2 else cell for i, cell in enumerate(cells))
         table[name] = (int(total), int(own))
