@@ -10,7 +10,7 @@
 #define MAX_FRAMES 256
 #define RECORD_INHERITED 1u  // allocated before a fork, in the parent
 #define RECORD_UNTRACED 2u   // made while stacks were switched off: not in leak info (bionic's hash index 0)
-#define TABLE_SHARDS 16      // the table's parts, each behind its own lock; a pointer's hash picks one
+#define TABLE_SHARDS 16      // the table's parts, each behind its own lock; the 64 MiB a pointer is in picks one
 
 struct record {
     uintptr_t pointer;  // 0: empty slot; 1: deleted

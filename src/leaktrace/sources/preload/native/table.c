@@ -1,5 +1,5 @@
 // The table of live blocks: TABLE_SHARDS parts, each open addressing keyed by the
-// program's pointer behind its own mutex, the part picked by the pointer's hash.
+// program's pointer behind its own mutex, the part picked by the 64 MiB the pointer is in.
 // leaktrace reads them in place and from a frozen copy of the process
 // (--unreachable), so they are exported.
 #include "malloc_debug.h"
@@ -29,9 +29,10 @@ static void count_under_lock(uint64_t *counter)
 uint64_t counter_value(enum counter which)
 {
     uint64_t total = __atomic_load_n(&leaktrace_counters[which], __ATOMIC_RELAXED);
-    for (int i = 0; i < TABLE_SHARDS && (which == C_ALLOCS || which == C_FREES); i++)
-        total += __atomic_load_n(which == C_ALLOCS ? &leaktrace_shards[i].allocations : &leaktrace_shards[i].frees,
-                                 __ATOMIC_RELAXED);
+    if (which == C_ALLOCS || which == C_FREES)
+        for (int i = 0; i < TABLE_SHARDS; i++)
+            total += __atomic_load_n(which == C_ALLOCS ? &leaktrace_shards[i].allocations : &leaktrace_shards[i].frees,
+                                     __ATOMIC_RELAXED);
     return total;
 }
 
