@@ -204,10 +204,11 @@ def test_a_library_deleted_since_it_was_loaded_is_read_as_mapped(unwind_programs
 
 
 def test_tables_kept_across_starts_give_the_same_stacks(unwind_programs, tmp_path):
-    """Compiled tables are cached by build-id: a second start reads them back, a damaged file
-    is compiled again, and a directory others may write is not used (tables steer the walk)."""
+    """Compiled tables are cached by the digest of the sections they come from: a second start
+    reads them back, a damaged file is compiled again, and a directory others may write is
+    not used (tables steer the walk)."""
     from leaktrace.platform.elf import ElfFile
-    from leaktrace.sources.bpf.unwind_tables import CACHE_FORMAT
+    from leaktrace.sources.bpf.unwind_tables import CACHE_FORMAT, cfi_digest
 
     cache = tmp_path / "cache"
     command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
@@ -219,8 +220,8 @@ def test_tables_kept_across_starts_give_the_same_stacks(unwind_programs, tmp_pat
         return stacks_by_size(final_report(result), SIZES)
 
     first = stacks()
-    program_file = cache / f"{ElfFile(str(unwind_programs['unwind'])).build_id}.v{CACHE_FORMAT}"
-    libc_file = cache / f"{ElfFile('/lib/x86_64-linux-gnu/libc.so.6').build_id}.v{CACHE_FORMAT}"
+    program_file = cache / f"{cfi_digest(ElfFile(str(unwind_programs['unwind'])))}.v{CACHE_FORMAT}"
+    libc_file = cache / f"{cfi_digest(ElfFile('/lib/x86_64-linux-gnu/libc.so.6'))}.v{CACHE_FORMAT}"
     assert program_file.exists() and libc_file.exists() and cache.stat().st_mode & 0o777 == 0o700
     program_file.write_bytes(program_file.read_bytes()[:100])  # damaged: compiled again
     assert stacks() == first and program_file.stat().st_size > 100
@@ -231,6 +232,27 @@ def test_tables_kept_across_starts_give_the_same_stacks(unwind_programs, tmp_pat
         ["-c", command, "--json", "--frames", "40", "3600"], env=dict(os.environ, LEAKTRACE_CACHE_DIR=str(shared))
     )
     assert stacks_by_size(final_report(result), SIZES) == first and not list(shared.iterdir())
+    assert f"unwind table cache not used: {shared}: others can write to it" in result.stderr
+
+
+def test_a_forged_build_id_does_not_poison_the_table_cache(unwind_programs, tmp_path):
+    """A target chooses its build-id: a program built with libc's, traced first, must not give
+    every later trace libc's frames from its own table (the cache is keyed on the CFI's bytes)."""
+    from leaktrace.platform.elf import ElfFile
+
+    libc_id = ElfFile("/lib/x86_64-linux-gnu/libc.so.6").build_id
+    forged = tmp_path / "forged"
+    subprocess.run(
+        ["gcc", *NO_FP, f"-Wl,--build-id=0x{libc_id}", "-o", forged, PROGRAMS / "uses_plugin.c", "-ldl"], check=True
+    )
+    assert ElfFile(str(forged)).build_id == libc_id
+    env = dict(os.environ, LEAKTRACE_CACHE_DIR=str(tmp_path / "cache"))
+    command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
+    uncached = stacks_by_size(final_report(run_command(["-c", command, "--json", "--frames", "40", "3600"])), SIZES)
+    final_report(run_command(["-c", f"{forged} {unwind_programs['plugin']}", "--json", "3600"], env=env))
+    after = final_report(run_command(["-c", command, "--json", "--frames", "40", "3600"], env=env))
+    assert after["counters"]["stacks_truncated"] == 0
+    assert stacks_by_size(after, SIZES) == uncached
 
 
 def test_frames_of_a_library_unloaded_since_keep_their_names(unwind_programs):

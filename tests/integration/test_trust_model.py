@@ -353,3 +353,92 @@ def test_names_a_target_chooses_reach_the_report_without_their_escapes(program, 
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "pid" in result.stdout and "(x\\x1b]2;pwned\\x07)" in result.stdout
     assert "plugin_leak+0x" in result.stdout and "(lib\\x1b[2Jplugin.so)" in result.stdout
+
+
+@pytest.mark.parametrize("option", ["--pprof", "--folded", "--html", "--leak-info", "--heap-dump"])
+def test_an_output_path_that_is_not_a_regular_file_is_refused_before_the_trace(option, program, tmp_path):
+    """Root must never turn /dev/full or a FIFO into a regular file: the path is refused in
+    one line, exit 2, before anything is attached, and is left as it was. --heap-dump takes
+    a prefix; PREFIX.PID.txt is what is checked."""
+    fifo = tmp_path / ("fifo.PID.txt" if option == "--heap-dump" else "fifo")
+    os.mkfifo(fifo)
+    places = [(str(fifo), "a FIFO")]
+    if option != "--heap-dump":
+        places += [("/dev/full", "a character device"), (str(tmp_path), "a directory")]
+    for path, kind in places:
+        before = os.lstat(path)
+        given = path.removesuffix(".PID.txt") if option == "--heap-dump" else path
+        result = run_command(["-c", str(program("idle")), "1", "1", option, given])
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [f"leaktrace: refusing {option} {path}: it is {kind}, not a regular file"]
+        after = os.lstat(path)
+        assert (after.st_mode, after.st_rdev, after.st_ino) == (before.st_mode, before.st_rdev, before.st_ino)
+    missing = tmp_path / "no" / "such" / "file"
+    result = run_command(["-c", str(program("idle")), "1", "1", option, str(missing)])
+    assert result.returncode == 2 and "probes live" not in result.stderr
+    assert f"{tmp_path / 'no' / 'such'} is not a directory" in result.stderr
+
+
+def test_an_output_that_became_a_fifo_during_the_trace_is_left_alone(tmp_path):
+    from leaktrace.errors import RuntimeFailure
+    from leaktrace.platform.atomic_write import write_atomically
+
+    fifo = tmp_path / "out.folded"
+    os.mkfifo(fifo)
+    with pytest.raises(RuntimeFailure, match="it is a FIFO, not a regular file"):
+        write_atomically(str(fifo), b"main 1\n")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and sorted(os.listdir(tmp_path)) == ["out.folded"]
+    write_atomically(str(tmp_path / "ok"), b"x")
+    assert (tmp_path / "ok").read_bytes() == b"x"
+
+
+def roots_directory_of_files(tmp_path: Path, count: int) -> Path:
+    victims = tmp_path / "roots"
+    victims.mkdir(mode=0o700)
+    for i in range(count):
+        (victims / f"{i:04x}").write_text("root's")
+        os.utime(victims / f"{i:04x}", (i, i))  # older than anything leaktrace writes
+    return victims
+
+
+def test_the_cache_directory_is_not_reached_through_a_users_symlink(program, nobodys_dir, tmp_path):
+    """LEAKTRACE_CACHE_DIR=DIR/cache where DIR is nobody's and cache a symlink to a directory
+    of root's: the cache is not used (one line says why) and not one of root's files goes.
+    A symlink is not followed even in a directory of root's."""
+    victims = roots_directory_of_files(tmp_path, 1100)
+    roots_link = tmp_path / "link"
+    roots_link.symlink_to(victims)
+    users_link = nobodys_dir / "cache"
+    users_link.symlink_to(victims)
+    owned_by_nobody(users_link)
+    for cache, refused in (
+        (users_link, f"{nobodys_dir}: it is owned by uid {NOBODY.pw_uid}"),
+        (nobodys_dir / "made", f"{nobodys_dir}: it is owned by uid {NOBODY.pw_uid}"),
+        (roots_link, f"{roots_link}: a symbolic link or not a directory"),
+        (roots_link / "unwind", f"{roots_link}: a symbolic link or not a directory"),
+    ):
+        result = run_command(
+            ["-c", str(program("idle")), "1", "1"], env=dict(os.environ, LEAKTRACE_CACHE_DIR=str(cache))
+        )
+        assert result.returncode == 0 and "Traceback" not in result.stderr
+        assert f"leaktrace: unwind table cache not used: {refused}\n" in result.stderr
+        assert sorted(os.listdir(victims)) == [f"{i:04x}" for i in range(1100)]
+    assert not (nobodys_dir / "made").exists()
+
+
+def test_pruning_removes_only_leaktraces_own_files(tmp_path):
+    from leaktrace.sources.bpf.unwind_tables import CACHE_FORMAT, CACHE_KEEP, FileTable, TableCache
+
+    cache = roots_directory_of_files(tmp_path, 1100)  # not leaktrace's names
+    ours = [f"{i:064x}.v{CACHE_FORMAT}" for i in range(CACHE_KEEP + 5)]
+    for i, name in enumerate(ours):
+        (cache / name).write_bytes(b"old")
+        os.utime(cache / name, (2000 + i, 2000 + i))
+    (cache / f"{'e' * 64}.v{CACHE_FORMAT}x").symlink_to("/etc/passwd")
+    table_cache = TableCache(str(cache))
+    assert table_cache.usable
+    table_cache.store("f" * 64, FileTable(b"", b"", 0))
+    left = set(os.listdir(cache))
+    assert {f"{i:04x}" for i in range(1100)} <= left  # every foreign file kept
+    assert sum(1 for name in left if name.endswith(f".v{CACHE_FORMAT}")) == CACHE_KEEP
+    assert ours[0] not in left and ours[5] not in left and ours[6] in left and f"{'f' * 64}.v{CACHE_FORMAT}" in left

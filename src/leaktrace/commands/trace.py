@@ -15,7 +15,13 @@ from leaktrace.platform.pacing import poll_pause
 
 from . import ArgumentParser, Command
 from .engines import ENGINES
-from .trace_arguments import add_trace_arguments, check_combinations, engine_settings, malloc_debug_config
+from .trace_arguments import (
+    add_trace_arguments,
+    check_combinations,
+    check_output_paths,
+    engine_settings,
+    malloc_debug_config,
+)
 
 if TYPE_CHECKING:
     from leaktrace.model.snapshot import Snapshot
@@ -149,6 +155,7 @@ class TraceCommand(Command):
             print(preload_library())
             return 0
         check_combinations(args, ENGINES[args.engine])
+        check_output_paths(args, config)
         flags = _SignalFlags()
         trace, what = ENGINES[args.engine].start(args, settings, config)
         with trace:

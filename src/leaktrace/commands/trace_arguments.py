@@ -5,12 +5,20 @@ anything starts."""
 from __future__ import annotations
 
 import argparse
+import os
 import pwd
 import re
 from typing import TYPE_CHECKING
 
-from leaktrace.android.options import MallocDebugConfig, OptionError, check_engine_options, parse_malloc_debug_options
+from leaktrace.android.options import (
+    DEFAULT_DUMP_PREFIX,
+    MallocDebugConfig,
+    OptionError,
+    check_engine_options,
+    parse_malloc_debug_options,
+)
 from leaktrace.errors import UsageError
+from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.sources.bpf.compile import EngineSettings
 
 from . import ArgumentParser
@@ -241,6 +249,31 @@ def engine_settings(args: argparse.Namespace, config: MallocDebugConfig) -> Engi
         follow_forks=args.follow_forks,
         unwind=args.unwind,
     )
+
+
+def _output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> list[tuple[str, str]]:
+    """(option, path) of each file the trace will write; for heap dumps, PREFIX.PID.txt's directory."""
+    paths = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in ("leak_info", "pprof", "folded", "html")]
+    prefix = args.heap_dump or config.values.get("backtrace_dump_prefix")
+    dumps = args.heap_dump is not None or args.heap_dump_on_exit or "backtrace_dump_on_exit" in config.options
+    if dumps:
+        paths.append(("--heap-dump", str(prefix or DEFAULT_DUMP_PREFIX) + ".PID.txt"))
+    return [(option, path) for option, path in paths if path]
+
+
+def check_output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> None:
+    """Refuses, before anything starts, an output path the trace could not write or must not
+    replace: anything there but a regular file (a device, a FIFO, a symlink, a directory), or
+    a directory that is missing or not writable."""
+    for option, path in _output_paths(args, config):
+        why = not_replaceable(path)
+        directory = os.path.dirname(path) or "."
+        if why is None and not os.path.isdir(directory):
+            why = f"{directory} is not a directory"
+        elif why is None and not os.access(directory, os.W_OK):
+            why = f"{directory} is not writable"
+        if why:
+            raise UsageError(f"refusing {option} {path}: {why}")
 
 
 def check_combinations(args: argparse.Namespace, engine: Engine) -> None:

@@ -137,7 +137,7 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         self._links: list[int] = []  # uprobe_multi link fds
         self._text_around_free = (0, 0)
         self._stack_cache: dict[int, tuple[int, ...]] = {}
-        self._tables = UnwindTables(TableCache(settings.table_cache) if settings.table_cache else None)
+        self.tables = UnwindTables(TableCache(settings.table_cache) if settings.table_cache else None)
         # A file's packed rows -> (first row, row count, first page, page count) in the kernel's tables.
         self._uploaded: dict[bytes, tuple[int, int, int, int]] = {}
         self._next_row = self._next_page = 0
@@ -222,7 +222,7 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
             if target_maps is not None and self.settings.unwind == "dwarf":  # readelf meanwhile too
                 for elf in self._modules.open(target_maps, self._executable_mappings(target_maps.maps)).values():
                     if elf is not None:
-                        self._tables.table_of(elf)
+                        self.tables.table_of(elf)
         finally:
             self._bpf, self._programs = compile_job.result()
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])

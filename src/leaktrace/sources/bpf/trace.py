@@ -245,9 +245,13 @@ class Trace(PollingSource, ProcessTracking):
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
         placements = [probe.placement.why for probe in self.engine.probes] if verbose else []
-        return placements + [
-            f"tracing {what} through {', '.join(self.engine.library_paths)}: {len(self.engine.probes)} probes live"
-        ]
+        refused = self.engine.tables.cache_refused
+        cache = [f"unwind table cache not used: {refused}"] if refused else []
+        return (
+            placements
+            + cache
+            + [f"tracing {what} through {', '.join(self.engine.library_paths)}: {len(self.engine.probes)} probes live"]
+        )
 
     @property
     def exited(self) -> bool:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import ctypes as ct
 import functools
 import glob
+import hashlib
 import os
 import re
+import stat
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from typing import NamedTuple
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.atomic_write import write_atomically
 from leaktrace.platform.elf import ElfFile
+from leaktrace.platform.safe_directory import open_trusted_directory
 from leaktrace.sources.bpf.layout import (  # the rules and rows as leaktrace.bpf.c reads them
     CFA_END,
     CFA_RBP,
@@ -244,65 +247,106 @@ def file_table(rows: list[tuple[int, Rule]]) -> FileTable:
     return FileTable(packed, b"".join(PAGE.pack(low, high) for low, high in zip(starts, ends)), origin)
 
 
-CACHE_FORMAT = 2  # of the cache's files: bump whenever the rows a file compiles to change
+CACHE_FORMAT = 3  # of the cache's files: bump whenever the rows a file compiles to change
 CACHE_HEADER = struct.Struct("<4sIIII")  # magic, format, page origin, rows, pages
 CACHE_KEEP = 1000  # cache files kept: the least recently used go first
+CACHE_FILE_LIMIT = 64 << 20  # a larger cache file is not read (the kernel's tables hold less)
+# The names leaktrace gives cache files (this format's, and the build-ids and file identities
+# of earlier ones): pruning removes these and nothing else.
+CACHE_FILE_NAME = re.compile(r"(?:[0-9a-f]{2,128}|\d+-\d+-\d+-\d+)\.v\d+")
+CFI_SECTIONS = (".eh_frame", ".debug_frame")  # what a module's rows are compiled from
+
+
+def cfi_digest(elf: ElfFile) -> str:
+    """What a module's rows are a function of: its CFI sections' bytes and load addresses,
+    hashed. A target chooses its build-id, so a build-id is no proof that two files compile
+    to the same rows; this digest is."""
+    digest = hashlib.sha256(CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, 0, 0, 0))
+    for name in CFI_SECTIONS:
+        section = elf.section_bytes(name)
+        data, address = section if section else (b"", 0)
+        digest.update(struct.pack("<8sQQ", name.encode(), address, len(data)))
+        digest.update(data)
+    return digest.hexdigest()
 
 
 class TableCache:
-    """Compiled tables on disk, one file per module (by its build-id, else by its identity),
-    so that a module seen at an earlier start is not compiled again. The directory is root's
-    (mode 0700): one anybody else could write is not used, as tables steer the kernel's walk."""
+    """Compiled tables on disk, one file per module, named by the digest of the sections
+    they come from, so that a module seen at an earlier start is not compiled again. The
+    directory and every directory above it is root's (or leaktrace's user's) and writable by
+    nobody else: tables steer the kernel's walk, so a directory anybody else could write or
+    redirect (a symlink at any component) is not used. Files are opened relative to the
+    directory's descriptor, and pruning removes only files named as leaktrace names them."""
 
     def __init__(self, directory: str):
         self.directory = directory
         try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            st = os.stat(directory)
-            self.usable = st.st_uid == os.geteuid() and not st.st_mode & 0o022
-        except OSError:
-            self.usable = False
+            self._fd: int | None = open_trusted_directory(os.path.abspath(directory), create_mode=0o700)
+        except RuntimeFailure as e:
+            self._fd = None
+            self.refused = str(e)  # why the cache is not used, for -v
 
-    def _path(self, elf: ElfFile) -> str:
-        name = elf.build_id or "-".join(str(part) for part in elf.identity)
-        return os.path.join(self.directory, f"{name}.v{CACHE_FORMAT}")
+    @property
+    def usable(self) -> bool:
+        return self._fd is not None
 
-    def load(self, elf: ElfFile) -> FileTable | None:
-        """The module's table, if the cache holds a whole one."""
-        if not self.usable:
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    @staticmethod
+    def _name(digest: str) -> str:
+        return f"{digest}.v{CACHE_FORMAT}"
+
+    def load(self, digest: str) -> FileTable | None:
+        """The table compiled from sections of this digest, if the cache holds a whole one."""
+        if self._fd is None:
             return None
-        path = self._path(elf)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(
+                self._name(digest), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._fd
+            )
         except OSError:
             return None
         with os.fdopen(fd, "rb") as f:
-            data = f.read()
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > CACHE_FILE_LIMIT:
+                return None
+            data = f.read(CACHE_FILE_LIMIT)
+            os.utime(fd)  # recently used
         if len(data) < CACHE_HEADER.size:
             return None
         magic, version, origin, rows, pages = CACHE_HEADER.unpack_from(data)
         body = data[CACHE_HEADER.size :]
         if (magic, version) != (b"LTUW", CACHE_FORMAT) or len(body) != rows * UNWIND_ROW.size + pages * PAGE.size:
             return None
-        os.utime(path)  # recently used
         return FileTable(body[: rows * UNWIND_ROW.size], body[rows * UNWIND_ROW.size :], origin)
 
-    def store(self, elf: ElfFile, table: FileTable) -> None:
-        if not self.usable:
+    def store(self, digest: str, table: FileTable) -> None:
+        if self._fd is None:
             return
         header = CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, table.page_origin, table.row_count, table.page_count)
         try:
-            write_atomically(self._path(elf), header + table.rows + table.pages)
+            write_atomically(self._name(digest), header + table.rows + table.pages, dir_fd=self._fd)
             self._prune()
         except (RuntimeFailure, OSError):
             pass  # a cache that cannot be written only costs the next start its compile
 
     def _prune(self) -> None:
-        entries = list(os.scandir(self.directory))
-        if len(entries) > CACHE_KEEP:
-            entries.sort(key=lambda entry: entry.stat(follow_symlinks=False).st_mtime)
-            for entry in entries[: len(entries) - CACHE_KEEP]:
-                os.unlink(entry.path)
+        """Removes the least recently used of leaktrace's own files past CACHE_KEEP."""
+        assert self._fd is not None
+        own = []
+        with os.scandir(self._fd) as entries:
+            for entry in entries:
+                if CACHE_FILE_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                    own.append((entry.stat(follow_symlinks=False).st_mtime, entry.name))
+        own.sort()
+        for _, name in own[: max(0, len(own) - CACHE_KEEP)]:
+            os.unlink(name, dir_fd=self._fd)
 
 
 class UnwindTables:
@@ -313,14 +357,20 @@ class UnwindTables:
         self._tables: dict[tuple, FileTable] = {}
         self._cache = cache
 
+    @property
+    def cache_refused(self) -> str | None:
+        """Why the table cache given is not used (its directory is not to be trusted), or None."""
+        return None if self._cache is None or self._cache.usable else self._cache.refused
+
     def table_of(self, elf: ElfFile) -> FileTable:
         """A module file's rows and page index (none when it has no CFI)."""
         if elf.identity not in self._tables:
-            table = self._cache.load(elf) if self._cache else None
+            digest = cfi_digest(elf) if self._cache and self._cache.usable else None
+            table = self._cache.load(digest) if self._cache and digest else None
             if table is None:
                 fdes = compile_eh_frame(elf) or parse_frames_interp(readelf_frames(elf))
                 table = file_table(compile_rows(fdes))
-                if self._cache:
-                    self._cache.store(elf, table)
+                if self._cache and digest:
+                    self._cache.store(digest, table)
             self._tables[elf.identity] = table
         return self._tables[elf.identity]

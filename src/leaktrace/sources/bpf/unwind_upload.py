@@ -23,7 +23,7 @@ class UnwindUpload(KernelState):
     """Uploading unwind tables and per-process mappings."""
 
     settings: EngineSettings
-    _tables: UnwindTables
+    tables: UnwindTables
     _uploaded: dict[bytes, tuple[int, int, int, int]]
     _next_row: int
     _next_page: int
@@ -73,7 +73,7 @@ class UnwindUpload(KernelState):
             if elf is not None and vaddr is not None:  # address - module virtual address
                 bias = m.start - vaddr
                 if self.settings.unwind == "dwarf":
-                    file_table = self._tables.table_of(elf)
+                    file_table = self.tables.table_of(elf)
                     located, page_origin = self._upload(file_table), file_table.page_origin
             entries.append(EXEC_MAP.pack(m.start, m.end, bias, *located, page_origin, 0))
         table = self._bpf[b"exec_maps"]
