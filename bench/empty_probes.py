@@ -2,6 +2,7 @@
 what the traps alone cost, the floor under any per-call uprobe tracer. Run as root:
 
     .venv/bin/python bench/empty_probes.py COMMAND ARGS...
+    .venv/bin/python bench/empty_probes.py -p PID      (until SIGINT; "attached" on stdout once live)
 
 The probes are attached as the command starts, and its output is passed through.
 """
@@ -16,7 +17,8 @@ import sys
 from bcc import BPF
 
 from leaktrace.platform.elf import ElfFile
-from leaktrace.platform.process import library_of_executable, resolve_executable
+from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process
+from leaktrace.platform.process import library_of_executable, read_target, resolve_executable
 from leaktrace.sources.bpf.engine import file_offsets, place_probes
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
 
@@ -32,19 +34,34 @@ def probe_offsets(library: str) -> tuple[list[int], int]:
     return allocating, file_offsets(elf, [free.address])[0]
 
 
-def main() -> None:
-    library = library_of_executable(resolve_executable(sys.argv[1]))
+def attach(library: str, pid: int) -> list[int]:
+    """Empty programs on leaktrace's probe spots of library, for pid: the links."""
     allocating, free = probe_offsets(library)
     bpf = BPF(text=EMPTY)
     program = bpf.load_func(b"empty", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
+    return [
+        attach_uprobes(program, library, allocating, [0] * len(allocating), pid),
+        attach_uprobes(program, library, allocating, [0] * len(allocating), pid, returns=True),
+        attach_uprobes(program, library, [free], [0], pid),
+    ]
+
+
+def main() -> None:
+    if sys.argv[1] == "-p":
+        pid = int(sys.argv[2])
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        links = attach(allocator_library_of_process(read_target(pid), ModuleFiles()).path, pid)
+        print("attached", flush=True)
+        try:
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        finally:
+            for link in links:
+                os.close(link)
+        return
+    library = library_of_executable(resolve_executable(sys.argv[1]))
     workload = subprocess.Popen(sys.argv[1:])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench's stop: the workload ends by itself
-    # The links filter by the workload's pid, which its exec keeps.
-    links = [
-        attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid),
-        attach_uprobes(program, library, allocating, [0] * len(allocating), workload.pid, returns=True),
-        attach_uprobes(program, library, [free], [0], workload.pid),
-    ]
+    links = attach(library, workload.pid)  # the links filter by the workload's pid, which its exec keeps
     status = workload.wait()
     for link in links:
         os.close(link)

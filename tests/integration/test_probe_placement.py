@@ -12,6 +12,11 @@ from helpers import run_command
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2.0"
+# The one probe on these four that stays single-stepped: glibc's reallocarray multiplies
+# into rdx (its third argument) before its first jump; it is a wrapper of realloc, rarely hot.
+SINGLE_STEPPED = {(LIBC, "reallocarray")}
 
 
 @pytest.mark.parametrize(
@@ -52,15 +57,29 @@ def test_glibc_free_probe_moves_past_its_test_onto_the_jump():
     assert found["reallocarray"].moved == 0 and "writes rdx" in found["reallocarray"].why
 
 
-@pytest.mark.parametrize("library", [LIBC, JEMALLOC])
-def test_every_probe_sits_on_an_emulated_instruction_or_says_why_not(library):
+@pytest.mark.parametrize("library", [LIBC, JEMALLOC, TCMALLOC, MIMALLOC])
+def test_no_probe_on_debians_allocators_is_single_stepped(library):
+    """The probed bytes, read back from the file and decoded by the kernel's rule: emulated
+    for every function of the four allocators (but glibc's reallocarray, which says why)."""
     elf = ElfFile(library)
-    for placement in placements(library).values():
+    for function, placement in placements(library).items():
         assert elf.read(placement.address, len(placement.instruction)) == placement.instruction
-        if kernel_emulates(placement.instruction):
-            assert "emulated" in placement.why, placement.why
+        if (library, function) in SINGLE_STEPPED:
+            assert placement.single_stepped and "single-stepped" in placement.why, placement.why
         else:
-            assert placement.moved == 0 and "single-stepped" in placement.why, placement.why
+            assert kernel_emulates(placement.instruction) and "emulated" in placement.why, placement.why
+
+
+def test_arguments_are_read_where_the_function_moved_them():
+    """jemalloc's free keeps its pointer in rdi past nine loads and moves; mimalloc's malloc,
+    calloc and realloc move theirs before their first jump, and the probe reads them there."""
+    free = placements(JEMALLOC)["free"]
+    assert free.moved == 0x30 and free.registers == ("rdi",)
+    mimalloc = placements(MIMALLOC)
+    assert mimalloc["malloc"].registers == ("rsi",) and mimalloc["malloc"].moved == 0x15
+    assert mimalloc["calloc"].registers == ("rax", "rsi")
+    assert mimalloc["realloc"].registers == ("rsi", "rdx")
+    assert "rdi in rsi, rsi in rdx there" in mimalloc["realloc"].why
 
 
 def test_verbose_says_where_each_probe_went(program):

@@ -18,6 +18,9 @@ from leaktrace.platform.process import read_process
 from leaktrace.sources.bpf.compile import EngineSettings, bcc_output, claim_or_start_compile
 from leaktrace.sources.bpf.inheritance import ForkInheritance
 from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
+    AR_RAX,
+    COOKIE_FUNCTION_BITS,
+    COOKIE_REGISTER_BITS,
     CTL_NEXT_GEN,
     CTL_TABLES_GEN,
     CTL_TARGET_GEN,
@@ -58,6 +61,23 @@ PROBES = {
     "pvalloc": (F_PVALLOC, (RDI,)),
 }
 FREE_ARGUMENTS = (RDI,)
+# A general register -> its code in a probe's cookie (layout.h's enum argument_register).
+REGISTER_CODES = {
+    name: code
+    for code, name in enumerate(
+        ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"), start=AR_RAX
+    )
+}
+
+
+def probe_cookie(function_code: int, arguments: tuple[str, ...], placement: Placement) -> int:
+    """The cookie of a probe: the function, and where each argument it reads is at the probe."""
+    cookie = function_code
+    for argument, register in zip(arguments, placement.registers):
+        if register != argument:
+            shift = COOKIE_FUNCTION_BITS + ARGUMENT_REGISTERS.index(argument) * COOKIE_REGISTER_BITS
+            cookie |= REGISTER_CODES[register] << shift
+    return cookie
 
 
 def _why_refused(error: OSError, library: ElfFile, offsets: list[int]) -> str:
@@ -202,11 +222,11 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         allocating = list(by_address.values())
         free = AttachedProbe(elf.path, "free", functions["free"], placements["free"])
         offsets = file_offsets(elf, [probe.placement.address for probe in allocating + [free]])
-        cookies = [PROBES[probe.function][0] for probe in allocating]
+        cookies = [probe_cookie(*PROBES[probe.function], probe.placement) for probe in allocating]
         self._link(b"alloc_enter", elf, offsets[:-1], cookies)
         # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
         self._link(b"alloc_return", elf, offsets[:-1], cookies, returns=True)
-        self._link(b"free_enter", elf, offsets[-1:], [0])
+        self._link(b"free_enter", elf, offsets[-1:], [probe_cookie(0, FREE_ARGUMENTS, free.placement)])
         self.probes += allocating + [free]
 
     def start(self) -> None:

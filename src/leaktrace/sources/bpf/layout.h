@@ -30,6 +30,31 @@ enum counter {
     C_COUNTERS,
 };
 
+// A probe's cookie: the allocating function (alloc_enter's; 0 for free_enter) in its low
+// COOKIE_FUNCTION_BITS, then for each argument (the first, second, third) where the
+// probe finds it, COOKIE_REGISTER_BITS each: a probe placed past the entry may find an
+// argument moved to another register (mimalloc's malloc: `mov rsi, rdi`).
+#define COOKIE_FUNCTION_BITS 8
+#define COOKIE_REGISTER_BITS 4
+
+enum argument_register {
+    AR_ABI,  // still in the register the calling convention put it in
+    AR_RAX,
+    AR_RBX,
+    AR_RCX,
+    AR_RDX,
+    AR_RSI,
+    AR_RDI,
+    AR_R8,
+    AR_R9,
+    AR_R10,
+    AR_R11,
+    AR_R12,
+    AR_R13,
+    AR_R14,
+    AR_R15,
+};
+
 // The allocating functions, as cookies of alloc_enter's probes.
 enum function {
     F_MALLOC,

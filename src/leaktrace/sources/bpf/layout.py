@@ -4,6 +4,8 @@ import struct
 STACK_NONE = 0
 STACK_LOST = 1
 FIRST_STACK_KEY = 2
+COOKIE_FUNCTION_BITS = 8
+COOKIE_REGISTER_BITS = 4
 IGNORED_UNSELECTED = 1
 IGNORED_TRACER = 2
 CFA_UNKNOWN = 0
@@ -59,6 +61,22 @@ COUNTER_FIELDS = (   # the Python names, in the enum's order
     'inheritance_lost',
     'stacks_truncated',
 )
+
+AR_ABI = 0
+AR_RAX = 1
+AR_RBX = 2
+AR_RCX = 3
+AR_RDX = 4
+AR_RSI = 5
+AR_RDI = 6
+AR_R8 = 7
+AR_R9 = 8
+AR_R10 = 9
+AR_R11 = 10
+AR_R12 = 11
+AR_R13 = 12
+AR_R14 = 13
+AR_R15 = 14
 
 F_MALLOC = 0
 F_CALLOC = 1

@@ -741,14 +741,75 @@ static __always_inline int product_overflows(u64 a, u64 b)
     return a > limit;
 }
 
+// Argument index (0: the first) of a call, where the probe's cookie says it is. The
+// verifier allows only constant offsets into ctx, so a moved argument is read as kernel
+// memory at its register's offset in pt_regs.
+static __always_inline u64 argument(struct pt_regs *ctx, u64 cookie, u32 index, u64 abi_value)
+{
+    u32 offset;
+    switch ((cookie >> (COOKIE_FUNCTION_BITS + index * COOKIE_REGISTER_BITS)) & ((1 << COOKIE_REGISTER_BITS) - 1)) {
+    case AR_RAX:
+        offset = offsetof(struct pt_regs, ax);
+        break;
+    case AR_RBX:
+        offset = offsetof(struct pt_regs, bx);
+        break;
+    case AR_RCX:
+        offset = offsetof(struct pt_regs, cx);
+        break;
+    case AR_RDX:
+        offset = offsetof(struct pt_regs, dx);
+        break;
+    case AR_RSI:
+        offset = offsetof(struct pt_regs, si);
+        break;
+    case AR_RDI:
+        offset = offsetof(struct pt_regs, di);
+        break;
+    case AR_R8:
+        offset = offsetof(struct pt_regs, r8);
+        break;
+    case AR_R9:
+        offset = offsetof(struct pt_regs, r9);
+        break;
+    case AR_R10:
+        offset = offsetof(struct pt_regs, r10);
+        break;
+    case AR_R11:
+        offset = offsetof(struct pt_regs, r11);
+        break;
+    case AR_R12:
+        offset = offsetof(struct pt_regs, r12);
+        break;
+    case AR_R13:
+        offset = offsetof(struct pt_regs, r13);
+        break;
+    case AR_R14:
+        offset = offsetof(struct pt_regs, r14);
+        break;
+    case AR_R15:
+        offset = offsetof(struct pt_regs, r15);
+        break;
+    default:
+        return abi_value;
+    }
+    u64 value = 0;
+    bpf_probe_read_kernel(&value, sizeof(value), (void *)ctx + offset);
+    return value;
+}
+
 // One program for every allocating entry point; the cookie of the probe's
-// link says which function it sits on (F_*, as engine.py numbers them).
+// link says which function it sits on (F_*, as engine.py numbers them) and
+// where its arguments are.
 int alloc_enter(struct pt_regs *ctx)
 {
-    u64 a = PT_REGS_PARM1(ctx), b = PT_REGS_PARM2(ctx), c = PT_REGS_PARM3(ctx);
+    u64 cookie = bpf_get_attach_cookie(ctx);
+    u64 a = argument(ctx, cookie, 0, PT_REGS_PARM1(ctx));
+    u64 b = argument(ctx, cookie, 1, PT_REGS_PARM2(ctx));
+    u64 c = argument(ctx, cookie, 2, PT_REGS_PARM3(ctx));
     u64 size = a, arg = 0;
     u32 kind = K_ALLOC;
-    switch (bpf_get_attach_cookie(ctx)) {
+    switch (cookie & ((1 << COOKIE_FUNCTION_BITS) - 1)) {
     case F_MALLOC:
     case F_VALLOC:
         break;
@@ -788,7 +849,7 @@ int alloc_return(struct pt_regs *ctx)
 
 int free_enter(struct pt_regs *ctx)
 {
-    u64 addr = PT_REGS_PARM1(ctx);
+    u64 addr = argument(ctx, bpf_get_attach_cookie(ctx), 0, PT_REGS_PARM1(ctx));
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
     u32 gen = addr ? current_gen(tgid) : 0;

@@ -1,12 +1,16 @@
 """Where each allocator probe goes: the first instruction the kernel can emulate.
 
 A uprobe costs what the kernel must do to run the instruction under it: x86
-emulates push, nop and relative jumps and calls (well under a microsecond),
-and single-steps anything else out of line (ten times that). glibc's free
-starts with `test rdi, rdi`, so its probe moves to the `je` behind it. A probe
-moves only over instructions that leave the stack pointer, the frame pointer
-and the argument registers as they were, write no memory and do not branch,
-and only when no branch inside the function lands on or before the new spot.
+emulates push, nop and relative jumps and calls (about a microsecond on this
+VM), and single-steps anything else out of line (about 15 us). glibc's free
+starts with `test rdi, rdi`, so its probe moves to the `je` behind it; jemalloc's
+free runs ten loads and register moves before its first `jne`. A probe moves
+only along the straight line from the entry (so every call passes it), over
+instructions that leave the stack pointer and the frame pointer as they were,
+write no memory and do not branch, and only when no branch inside the function
+lands on or before the new spot. An argument may change register on the way
+(mimalloc's malloc: `mov rsi, rdi`, then `mov rdi, fs:[rax]`): the placement
+says where each one is at the probe, and the probe's cookie tells the BPF program.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from leaktrace.platform.elf import ElfError, ElfFile
 # Registers the BPF program reads at every probe: the stack pointer (the return
 # address, the call's identity) and the frame pointer (the stack walk).
 ALWAYS_KEPT = frozenset(("rsp", "rbp"))
-SKIP_AT_MOST = 4  # instructions a probe may move over
+SKIP_AT_MOST = 24  # instructions a probe may move over
 EM_X86_64 = 62
 LEGACY_PREFIXES = frozenset((0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65))
 _BRANCH_GROUPS = (x86.X86_GRP_JUMP, x86.X86_GRP_CALL, x86.X86_GRP_RET, x86.X86_GRP_INT, x86.X86_GRP_IRET)
@@ -34,10 +38,16 @@ class Placement:
     address: int  # where the probe goes
     why: str  # one line for --verbose
     instruction: bytes = b""  # the probed instruction, when it could be decoded
+    registers: tuple[str, ...] = ()  # where each argument asked for is at the probe (empty: where the ABI put it)
 
     @property
     def moved(self) -> int:
         return self.address - self.entry
+
+    @property
+    def single_stepped(self) -> bool:
+        """The kernel runs the probed instruction out of line (the slow trap), or it is not known."""
+        return not kernel_emulates(self.instruction)
 
 
 def kernel_emulates(code: bytes) -> bool:
@@ -85,17 +95,33 @@ def _full_register(md: Cs, reg: int) -> str:
     return families.get(name.removeprefix("e").removeprefix("r"), name)
 
 
-def _why_not_skippable(md: Cs, insn, kept: frozenset[str]) -> str | None:
+def _skip(md: Cs, insn, found: dict[str, frozenset[str]]) -> str | dict[str, frozenset[str]]:
+    """Where each argument is after insn (argument -> the registers holding it), or why the
+    probe cannot move over insn."""
     if any(insn.group(group) for group in _BRANCH_GROUPS):
         return "a branch"
-    _, written = insn.regs_access()
-    clobbered = sorted({_full_register(md, reg) for reg in written} & kept)
-    if clobbered:
-        return f"it writes {', '.join(clobbered)}"
     for op in insn.operands:
         if op.type == CS_OP_MEM and op.access & 2:  # CS_AC_WRITE
             return "it writes memory"
-    return None
+    _, written_regs = insn.regs_access()
+    written = {_full_register(md, reg) for reg in written_regs}
+    clobbered = sorted(written & ALWAYS_KEPT)
+    if clobbered:
+        return f"it writes {', '.join(clobbered)}"
+    copied_from = None
+    if insn.id == x86.X86_INS_MOV and len(insn.operands) == 2 and insn.operands[0].size == 8:
+        destination, source = insn.operands
+        if destination.type == source.type == x86.X86_OP_REG:
+            copied_from = _full_register(md, source.reg)
+    moved = {}
+    for argument, registers in found.items():
+        kept = registers - written
+        if copied_from in registers:
+            kept |= written  # a full 64-bit copy: the argument is in both
+        if not kept:
+            return f"it overwrites {argument}"
+        moved[argument] = kept
+    return moved
 
 
 def _branch_targets(instructions) -> set[int]:
@@ -113,7 +139,6 @@ def place_probe(elf: ElfFile, function: str, entry: int, arguments: tuple[str, .
 
     arguments: the registers the BPF program reads there (rdi, rsi, ...).
     """
-    kept = ALWAYS_KEPT | frozenset(arguments)
 
     def at_entry(reason: str, instruction: bytes = b"") -> Placement:
         return Placement(function, entry, entry, f"{function}: probe at entry ({reason})", instruction)
@@ -140,6 +165,8 @@ def place_probe(elf: ElfFile, function: str, entry: int, arguments: tuple[str, .
         return at_entry(f"{first.mnemonic} {first.op_str} is emulated", first_bytes)
     if not size:
         return at_entry("function size unknown: cannot check branches into it", first_bytes)
+    if instructions[-1].address + instructions[-1].size < entry + size:
+        return at_entry("cannot disassemble all of it: cannot check branches into it", first_bytes)
     if any(
         insn.group(x86.X86_GRP_JUMP) and insn.operands and insn.operands[0].type != x86.X86_OP_IMM
         for insn in instructions
@@ -147,26 +174,33 @@ def place_probe(elf: ElfFile, function: str, entry: int, arguments: tuple[str, .
         return at_entry("it has an indirect jump", first_bytes)
     targets = _branch_targets(instructions)
     skipped: list[str] = []
+    found = {argument: frozenset((argument,)) for argument in arguments}
     for insn in instructions[: SKIP_AT_MOST + 1]:
         if any(entry < target <= insn.address for target in targets):
             return at_entry(f"a branch lands on {insn.mnemonic} at +{insn.address - entry:#x}", first_bytes)
         if kernel_emulates(bytes(insn.bytes)):
-            shown = "; ".join(skipped)
+            registers = tuple(
+                argument if argument in found[argument] else min(found[argument]) for argument in arguments
+            )
+            moves = [f"{argument} in {where}" for argument, where in zip(arguments, registers) if argument != where]
             return Placement(
                 function,
                 entry,
                 insn.address,
                 f"{function}: probe at +{insn.address - entry:#x} on {insn.mnemonic} {insn.op_str} "
-                f"(emulated), after {shown}",
+                f"(emulated), after {len(skipped)} instructions ({'; '.join(skipped)})"
+                + (f"; {', '.join(moves)} there" if moves else ""),
                 bytes(insn.bytes),
+                registers,
             )
-        reason = _why_not_skippable(md, insn, kept)
-        if reason:
+        after = _skip(md, insn, found)
+        if isinstance(after, str):
             return at_entry(
                 f"{first.mnemonic} {first.op_str} is single-stepped; "
-                f"{insn.mnemonic} {insn.op_str} cannot be skipped: {reason}",
+                f"{insn.mnemonic} {insn.op_str} cannot be skipped: {after}",
                 first_bytes,
             )
+        found = after
         skipped.append(f"{insn.mnemonic} {insn.op_str}")
     return at_entry(
         f"{first.mnemonic} {first.op_str} is single-stepped; no emulated instruction in the first {SKIP_AT_MOST + 1}",

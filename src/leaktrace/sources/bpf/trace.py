@@ -247,11 +247,10 @@ class Trace(PollingSource, ProcessTracking):
         placements = [probe.placement.why for probe in self.engine.probes] if verbose else []
         refused = self.engine.tables.cache_refused
         cache = [f"unwind table cache not used: {refused}"] if refused else []
-        return (
-            placements
-            + cache
-            + [f"tracing {what} through {', '.join(self.engine.library_paths)}: {len(self.engine.probes)} probes live"]
-        )
+        slow = sorted({probe.function for probe in self.engine.probes if probe.placement.single_stepped})
+        trapped = f" ({len(slow)} single-stepped, ~15 us a call: {', '.join(slow)}; -v says why)" if slow else ""
+        live = f"tracing {what} through {', '.join(self.engine.library_paths)}: {len(self.engine.probes)} probes live"
+        return placements + cache + [live + trapped]
 
     @property
     def exited(self) -> bool:
