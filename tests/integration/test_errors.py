@@ -268,14 +268,14 @@ def test_a_refused_program_is_named_by_the_verifiers_verdict():
 
 
 def test_an_output_that_cannot_be_written_exits_3_and_leaves_no_part_of_it(program, tmp_path):
-    """A symlink planted at an output path, and a full disk: one line each, the trace runs to its
-    end, exit status 3, and no partial file under any name."""
+    """A symlink planted at an output path is refused before the trace (exit 2); a full disk:
+    one line, the trace runs to its end, exit status 3, and no partial file under any name."""
     planted = tmp_path / "leak.bin"
     planted.symlink_to("/etc/passwd")
     result = run_command(["-c", str(program("sites")), "--leak-info", str(planted), "3600"])
-    assert result.returncode == 3 and "Traceback" not in result.stderr
-    assert f"refusing to write {planted}: it is a symbolic link" in result.stderr
-    assert "pid" in result.stdout and planted.is_symlink()
+    assert result.returncode == 2 and "Traceback" not in result.stderr and result.stdout == ""
+    assert f"refusing --leak-info {planted}: it is a symbolic link, not a regular file" in result.stderr
+    assert planted.is_symlink()
     full = tmp_path / "full"
     full.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "leaktrace-test", str(full)], check=True)

@@ -4,6 +4,10 @@ For each moment: leaktrace ends within a bounded time with its documented status
 line that says what happened; the final report it could still give is there; no uprobe link
 or BPF program of its own is left; no process it touched is left stopped or traced; no
 output file is left partial under its final name. Real BPF, real processes, real signals.
+
+Every test here runs with a CPU hog on every core (an idle machine hides races), and the
+random moments come from one seed, printed with each test's output (LEAKTRACE_FAULT_SEED
+replays a failure).
 """
 
 from __future__ import annotations
@@ -26,6 +30,27 @@ from helpers import reports
 
 TRIES = int(os.environ.get("LEAKTRACE_FAULT_TRIES", "20"))  # per moment; more for a soak
 ENDS_WITHIN = 10.0  # seconds from the target's death (or leaktrace's) to all being let go
+ENDS_AFTER_TARGET = 2.0  # seconds from the target's exit to leaktrace's own, final report written
+SEED = int(os.environ.get("LEAKTRACE_FAULT_SEED", str(time.time_ns() % 1_000_000_007)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_hogs():
+    """A busy loop on every core for the whole module."""
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(os.cpu_count() or 1)]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+@pytest.fixture(autouse=True)
+def seeded():
+    """Each test's random moments from SEED, printed (pytest shows it with a failure)."""
+    print(f"LEAKTRACE_FAULT_SEED={SEED}")
+    random.seed(SEED)
+
+
 # The names of the BPF programs leaktrace loads (bpftool shows 15 characters).
 OUR_PROGRAMS = {
     "alloc_enter",
@@ -320,5 +345,62 @@ def test_leaktrace_killed_while_writing_its_files(small_heap, tmp_path):
             run.wait_until(lambda: False, timeout=random.uniform(0.3, 1.2))
             run.kill_leaktrace()
             whole_outputs(prefix, leak_info)
+        finally:
+            run.cleanup()
+
+
+@pytest.fixture(scope="module")
+def busy(program):
+    """busy_heap: 5,000 blocks kept, three threads allocating and freeing, each replaced by a
+    new one every few hundred calls (threads exit all the time), for MS milliseconds."""
+    return lambda ms, *more: " ".join([str(program("busy_heap")), "5000", "3", str(ms), *more])
+
+
+def ends_soon_after_its_target(run: Run) -> tuple[int, str, str]:
+    """Waits for the target to be gone, then for leaktrace: within ENDS_AFTER_TARGET of it."""
+    deadline = time.monotonic() + 60
+    while status_of(run.target) is not None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    gone_at = time.monotonic()
+    try:
+        run.process.wait(timeout=ENDS_AFTER_TARGET)
+    except subprocess.TimeoutExpired:
+        pass
+    took = time.monotonic() - gone_at
+    status, out, err = run.finish()
+    assert took < ENDS_AFTER_TARGET, f"leaktrace ended {took:.2f} s after its target: {err[-1500:]}"
+    return status, out, err
+
+
+@pytest.mark.parametrize("engine", ["preload", "bpf"])
+def test_a_target_exiting_while_a_report_holds_it_never_hangs_leaktrace(busy, engine):
+    """Reports every 0.05 s hold the target (the preload table read; the BPF engine's
+    reachability freeze) while it exits at a random moment, with threads exiting all the
+    time: every seized thread is let go or reaped, and leaktrace ends with its final report."""
+    args = ("--engine", "preload") if engine == "preload" else ("--unreachable",)
+    for _ in range(TRIES):
+        run = Run(busy(random.randint(300, 1500)), *args, "--json", "0.05")
+        try:
+            status, out, err = ends_soon_after_its_target(run)
+            assert status == 0, err
+            assert err.splitlines()[-1].endswith("exited with status 0"), err
+            assert reports(out), "no final report"
+            assert "traces it" not in err, err  # never held by leaktrace itself
+        finally:
+            run.cleanup()
+
+
+@pytest.mark.parametrize("engine", ["preload", "bpf"])
+def test_a_target_killed_while_a_report_holds_it_never_hangs_leaktrace(busy, engine):
+    args = ("--engine", "preload") if engine == "preload" else ("--unreachable",)
+    for _ in range(TRIES):
+        run = Run(busy(0), *args, "--json", "0.05")
+        try:
+            run.first_report()
+            run.wait_until(run.held_by_leaktrace, timeout=5)
+            time.sleep(random.uniform(0, 0.005))
+            run.kill_target()
+            status, out, err = ends_soon_after_its_target(run)
+            assert_ended_by_the_kill(status, out, err)
         finally:
             run.cleanup()

@@ -74,15 +74,37 @@ def unmapped_mappings(earlier: ProcessInfo, now: str) -> str:
     )
 
 
+def _read_address_space_file(pid: int, name: str, tries: int = 200) -> bytes:
+    """/proc's maps or cmdline of a process, read through its first thread or, when that one
+    has exited (pthread_exit), through any other: each thread's file reads empty once it is a
+    zombie, and threads may come and go between the listing and the read."""
+    for _ in range(tries):
+        try:
+            threads = [pid] + [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        for tid in threads:
+            path = f"/proc/{pid}/{name}" if tid == pid else f"/proc/{pid}/task/{tid}/{name}"
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if data or tid == pid and not zombie(pid):
+                return data
+        if live_thread(pid) is None:
+            break
+    with open(f"/proc/{pid}/{name}", "rb") as f:  # gone, or every thread a zombie: what its first has
+        return f.read()
+
+
 def read_process(pid: int) -> ProcessInfo | None:
     """Reads a process's name and maps; None when it is gone."""
     try:
         with open(f"/proc/{pid}/comm") as f:
             comm = f.read().strip()
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
-        with open(f"/proc/{pid}/maps") as f:
-            maps = f.read()
+        argv0 = _read_address_space_file(pid, "cmdline").split(b"\0", 1)[0].decode(errors="replace")
+        maps = _read_address_space_file(pid, "maps").decode(errors="replace")
         credentials = credentials_of(pid)
     except (FileNotFoundError, ProcessLookupError):
         return None
@@ -93,7 +115,7 @@ def read_process(pid: int) -> ProcessInfo | None:
     return ProcessInfo(pid, printable(comm), printable(os.path.basename(argv0) or comm), maps, credentials=credentials)
 
 
-def _stat_fields(pid: int) -> list[str]:
+def _stat_fields(pid: int | str) -> list[str]:
     """The fields of /proc/PID/stat after the command name (state first); none if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -103,9 +125,40 @@ def _stat_fields(pid: int) -> list[str]:
 
 
 def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
+    """The process lives: any of its threads does (its first thread may have called
+    pthread_exit and wait, a zombie, for the others)."""
+    return live_thread(pid) is not None
+
+
+def zombie(tid: int) -> bool:
+    """The thread (a process's first) has exited: its own state is Z or X, or it is gone."""
+    fields = _stat_fields(tid)
+    return not fields or fields[0] in ("Z", "X")
+
+
+def live_thread(pid: int) -> int | None:
+    """A thread of the process that is not a zombie (pid itself if it is one), through which
+    its memory and maps can be read; None once every thread has exited."""
     fields = _stat_fields(pid)
-    return bool(fields) and fields[0] not in ("Z", "X")
+    if not fields:
+        return None
+    if fields[0] not in ("Z", "X"):
+        return pid
+    try:
+        threads = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    for tid in threads:
+        thread = _stat_fields(f"{pid}/task/{tid}")
+        if thread and thread[0] not in ("Z", "X"):
+            return tid
+    return None
+
+
+def proc_path(pid: int, name: str) -> str:
+    """/proc's file of the process's address space (maps, mem) through a live thread of it."""
+    tid = live_thread(pid)
+    return f"/proc/{pid}/{name}" if tid in (pid, None) else f"/proc/{pid}/task/{tid}/{name}"
 
 
 def parent_of(pid: int) -> int | None:

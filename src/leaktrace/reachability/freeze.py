@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import RSP_INDEX, USER_REGS_WORDS
-from leaktrace.platform.process import Mapping, alive, parent_of, parse_maps
+from leaktrace.platform.process import Mapping, alive, live_thread, parent_of, parse_maps, proc_path, zombie
 
 PTRACE_GETREGS, PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 12, 17, 0x4206, 0x4207
 WALL = 0x40000000
@@ -91,9 +91,11 @@ def _read_memory(pid: int, mem_fd: int, into: memoryview, address: int) -> int:
     /proc/PID/mem where it reads nothing."""
     local = _IoVec(ctypes.addressof(ctypes.c_char.from_buffer(into)), len(into))
     remote = _IoVec(address, len(into))
-    done = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    done = _libc.process_vm_readv(live_thread(pid) or pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     if done > 0:
         return done
+    if ctypes.get_errno() == errno.ESRCH:  # its address space is gone: not one page more to try
+        raise RuntimeFailure(f"pid {pid} exited while it was being copied")
     try:
         return os.preadv(mem_fd, [into], address)
     except OSError:
@@ -131,7 +133,7 @@ def _buffers(pid: int, wanted) -> dict[tuple[int, int], mmap.mmap]:
     fault each one in while the process stands still (3 s per GiB here, against 0.25 s).
     The target sizes them: more than COPY_SHARE of the memory available is refused."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
+        with open(proc_path(pid, "maps")) as f:
             mappings = [m for m in parse_maps(f.read()) if wanted(m)]
     except OSError:
         return {}
@@ -167,22 +169,35 @@ class FrozenProcess:
 
 def _seize_every_thread(pid: int) -> set[int]:
     """PTRACE_SEIZE + PTRACE_INTERRUPT on every thread; threads may start while others are
-    being stopped, so the list is read again until none is new."""
+    being stopped, so the list is read again until none is new. A process whose threads all
+    came and went meanwhile (each replaced by a new one) is tried again while it lives."""
+    for _ in range(100):
+        seized = _seize_threads_once(pid)
+        if seized or not alive(pid):
+            return seized
+        time.sleep(0.001)
+    return seized
+
+
+def _seize_threads_once(pid: int) -> set[int]:
     seized: set[int] = set()
+    tried: set[int] = set()
     while True:
-        new = _threads(pid) - seized
+        new = _threads(pid) - tried
         if not new:
             return seized
         for tid in new:
+            tried.add(tid)
             try:
                 _ptrace(PTRACE_SEIZE, tid)
                 _ptrace(PTRACE_INTERRUPT, tid)
                 seized.add(tid)
             except OSError as e:
-                # ESRCH: gone; EPERM on a thread other than the first: it is exiting.
-                if e.errno == errno.ESRCH or (e.errno == errno.EPERM and tid != pid):
+                # ESRCH: gone; EPERM: exiting, or (the first thread) a zombie that called
+                # pthread_exit and waits for the others.
+                if e.errno == errno.ESRCH or (e.errno == errno.EPERM and (tid != pid or zombie(pid))):
                     continue
-                _release(seized)
+                _release(pid, seized)
                 raise RuntimeFailure(_why_not_stopped(pid, e)) from None
 
 
@@ -209,27 +224,90 @@ def _why_not_stopped(pid: int, error: OSError) -> str:
     return f"cannot stop pid {pid}: {error.strerror}"
 
 
-def _release(seized: set[int]) -> None:
-    for tid in seized:
-        try:
-            _ptrace(PTRACE_DETACH, tid)
-        except OSError:
-            pass  # gone, or already released by its exit
+RELEASE_TIMEOUT = 2.0  # seconds for a seized thread to reach a stop it can be detached from, or exit
+PTRACE_EVENT_STOP = 128
+# Threads seized by a freeze that could not be let go in time (a thread in uninterruptible
+# sleep): tid -> the process; every later freeze, and the end of the trace, tries them again.
+_unreleased: dict[int, int] = {}
+
+
+def _detach(tid: int, signal_number: int = 0) -> bool:
+    """PTRACE_DETACH, passing on a signal the thread was stopped to be given; False while the
+    thread is not in a ptrace stop (ESRCH), True once it is released or gone."""
+    if _libc.ptrace(PTRACE_DETACH, tid, None, signal_number) == 0:
+        return True
+    return ctypes.get_errno() != errno.ESRCH
+
+
+def _release(pid: int, seized: set[int], pending_signals: dict[int, int] | None = None) -> None:
+    """Lets every seized thread go: each is detached in a ptrace stop (one not yet stopped is
+    interrupted and waited for; a signal it was stopped for is handed on), or reaped when it
+    exited meanwhile (waited for with __WALL, so no zombie stays attached to leaktrace). The
+    first thread of our own child is not reaped here: its parent's wait takes its status."""
+    pending_signals = pending_signals or {}
+    waiting = {tid for tid in seized if not _detach(tid, pending_signals.get(tid, 0))}
+    for tid in waiting:
+        with contextlib.suppress(OSError):
+            _ptrace(PTRACE_INTERRUPT, tid)
+    our_child = parent_of(pid) == os.getpid()
+    deadline = time.monotonic() + RELEASE_TIMEOUT
+    while waiting:
+        for tid in list(waiting):
+            if tid == pid and our_child and _leader_exited(pid):
+                waiting.discard(tid)
+                continue
+            try:
+                done, status = os.waitpid(tid, os.WNOHANG | WALL)
+            except ChildProcessError:  # neither traced by us nor ours any more
+                waiting.discard(tid)
+                continue
+            if done == 0:
+                continue
+            if not os.WIFSTOPPED(status):
+                waiting.discard(tid)  # it exited, and is reaped
+            elif _detach(tid, _signal_of_stop(status)):
+                waiting.discard(tid)
+        if waiting:
+            if time.monotonic() > deadline:
+                _unreleased.update(dict.fromkeys(waiting, pid))
+                return
+            time.sleep(0.0005)
+
+
+def _signal_of_stop(status: int) -> int:
+    """The signal a ptrace stop holds back, to be handed on when the thread is let go (0 for
+    the interrupt's own stop, a group stop, or an event)."""
+    signal_number = os.WSTOPSIG(status)
+    if status >> 16 or signal_number == 5:  # an event stop (PTRACE_INTERRUPT's), or SIGTRAP
+        return 0
+    return signal_number
+
+
+def release_leftovers() -> None:
+    """Tries again to let go the threads an earlier freeze could not release in time."""
+    by_process: dict[int, set[int]] = {}
+    for tid, pid in _unreleased.items():
+        by_process.setdefault(pid, set()).add(tid)
+    _unreleased.clear()
+    for pid, tids in by_process.items():
+        _release(pid, tids)
 
 
 @contextlib.contextmanager
 def frozen(pid: int) -> Iterator[FrozenProcess]:
     """Every thread of pid stopped, its registers and maps read, until the block ends;
     raises RuntimeFailure if the process cannot be stopped or is gone."""
+    release_leftovers()
     seized = _seize_every_thread(pid)
+    held_signals: dict[int, int] = {}
     try:
         if not seized:
             raise RuntimeFailure(f"pid {pid} has exited")
-        registers = _wait_and_read_registers(pid, seized)
+        registers = _wait_and_read_registers(pid, seized, held_signals)
         try:
-            with open(f"/proc/{pid}/maps") as f:
+            with open(proc_path(pid, "maps")) as f:
                 maps_text = f.read()
-            mem_fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+            mem_fd = os.open(proc_path(pid, "mem"), os.O_RDONLY)
         except OSError:
             raise RuntimeFailure(f"pid {pid} exited while it was stopped") from None
         try:
@@ -237,7 +315,7 @@ def frozen(pid: int) -> Iterator[FrozenProcess]:
         finally:
             os.close(mem_fd)
     finally:
-        _release(seized)
+        _release(pid, seized, held_signals)
 
 
 def freeze_and_copy(pid: int, wanted) -> FrozenImage:
@@ -279,8 +357,9 @@ def _leader_exited(pid: int) -> bool:
     return found is not None and found.si_code in (os.CLD_EXITED, os.CLD_KILLED, os.CLD_DUMPED)
 
 
-def _wait_and_read_registers(pid: int, seized: set[int]) -> dict[int, tuple[int, ...]]:
-    """Waits until each seized thread is in its interrupt stop; threads that exit instead are left out."""
+def _wait_and_read_registers(pid: int, seized: set[int], held_signals: dict[int, int]) -> dict[int, tuple[int, ...]]:
+    """Waits until each seized thread is in a ptrace stop (its interrupt's, or one for a signal
+    that came first: kept in held_signals, to be handed on); threads that exit instead are left out."""
     registers: dict[int, tuple[int, ...]] = {}
     waiting = set(seized)
     deadline = time.monotonic() + FREEZE_TIMEOUT
@@ -299,6 +378,8 @@ def _wait_and_read_registers(pid: int, seized: set[int]) -> dict[int, tuple[int,
                 continue
             waiting.discard(tid)
             if os.WIFSTOPPED(status):
+                if _signal_of_stop(status):
+                    held_signals[tid] = _signal_of_stop(status)
                 regs = (ctypes.c_ulonglong * USER_REGS_WORDS)()
                 try:
                     _ptrace(PTRACE_GETREGS, tid, ctypes.addressof(regs))

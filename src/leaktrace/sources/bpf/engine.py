@@ -14,7 +14,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import ARGUMENT_REGISTERS
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import read_process
+from leaktrace.platform.process import live_thread, read_process
 from leaktrace.sources.bpf.compile import EngineSettings, bcc_output, claim_or_start_compile
 from leaktrace.sources.bpf.inheritance import ForkInheritance
 from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
@@ -152,6 +152,8 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         self.stop_library = stop_library  # library with _exit, to stop the target there
         self.loader = loader  # -c: the command's ld.so, whose _dl_debug_state says modules changed
         self.probes: list[AttachedProbe] = []
+        # The target's first thread had exited (pthread_exit) when it was attached to.
+        self.leader_exited = bool(target) and live_thread(target) not in (target, None)
         self._bpf: Any = None  # bcc's BPF, once the compile is taken
         self._programs: dict[bytes, int] = {}  # program name -> fd
         self._links: list[int] = []  # uprobe_multi link fds
@@ -172,8 +174,9 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
     def _link(
         self, program: bytes, library: ElfFile, offsets: list[int], cookies: list[int], returns: bool = False
     ) -> None:
-        # Children are only seen by probes that fire in every process (pid 0).
-        pid = 0 if self.settings.follow_forks else self.target
+        # Children are only seen by probes that fire in every process (pid 0); so is a process whose
+        # first thread has exited (the kernel's pid filter matches its address space, gone with it).
+        pid = 0 if self.settings.follow_forks or self.leader_exited else self.target
         try:  # by descriptor: the very file that was read (a target's, with its rights)
             self._links.append(
                 attach_uprobes(self._programs[program], library.descriptor, offsets, cookies, pid, returns)

@@ -250,7 +250,12 @@ class Trace(PollingSource, ProcessTracking):
         slow = sorted({probe.function for probe in self.engine.probes if probe.placement.single_stepped})
         trapped = f" ({len(slow)} single-stepped, ~15 us a call: {', '.join(slow)}; -v says why)" if slow else ""
         live = f"tracing {what} through {', '.join(self.engine.library_paths)}: {len(self.engine.probes)} probes live"
-        return placements + cache + [live + trapped]
+        everywhere = (
+            [f"pid {self.pid}'s first thread has exited: its probes trap in every process that uses the library"]
+            if self.engine.leader_exited
+            else []
+        )
+        return placements + cache + everywhere + [live + trapped]
 
     @property
     def exited(self) -> bool:

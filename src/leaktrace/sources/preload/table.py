@@ -33,7 +33,7 @@ from leaktrace.model.snapshot import (
     StackStatus,
 )
 from leaktrace.platform.elf import ElfFile
-from leaktrace.platform.process import Mapping, parse_maps, read_target
+from leaktrace.platform.process import Mapping, parse_maps, proc_path, read_target
 from leaktrace.reachability.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import (  # from native/record.h
@@ -133,7 +133,7 @@ def _read_counters(read, addresses: dict[str, int], pid: int, shards: list[Shard
 def counters_in_place(pid: int) -> Counters:
     """The library's counters, read from the process as it runs (each one a word written whole)."""
     addresses = _table_addresses(parse_maps(read_target(pid).maps), pid)
-    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
     try:
 
         def read(address: int, size: int) -> bytes:
