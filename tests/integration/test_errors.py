@@ -55,6 +55,10 @@ def assert_one_line_error(result: subprocess.CompletedProcess, status: int, text
         (["-c", "true", "--unreachable", "--top-view"], "not in the top view"),
         (["-p", "1", "--lib", "/a", "--lib", "/b"], "--lib is given once, except with --all"),
         (["--all", "--engine", "preload"], "--engine preload traces one process"),
+        (["-c", "true", "--top-view"], "--top-view needs a terminal on standard input and output"),
+        (["-p", "1", "--max-live", "99999999999"], "99999999999 is out of range (from 1 to 67108864)"),
+        (["heap", "-p", "1", "--limit", "-3", "--unreachable"], "-3 is out of range (at least 0)"),
+        (["heap", "-p", "1", "--limit", "3"], "--limit needs --unreachable"),
     ],
 )
 def test_usage_errors_exit_2(args, text, probes_left_as_found):
@@ -101,6 +105,11 @@ def test_missing_command_exits_1(probes_left_as_found):
     assert_one_line_error(
         run_command(["-c", "no-such-program-here"]), 1, "cannot run 'no-such-program-here': No such file or directory"
     )
+
+
+def test_a_library_that_is_not_a_regular_file_is_named_plainly(program, probes_left_as_found):
+    result = run_command(["-c", str(program("sites")), "--lib", "/dev/zero"])
+    assert_one_line_error(result, 1, "cannot read allocator library: /dev/zero: not a regular file")
 
 
 @pytest.mark.parametrize("engine", ["bpf", "preload"])

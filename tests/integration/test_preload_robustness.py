@@ -4,6 +4,7 @@ a table left without memory, and backtrace_full's symbolized dump lines."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections import Counter
@@ -174,3 +175,23 @@ def test_library_names_frames_as_leaktrace_does(program, tmp_path):
         "main",
     }
     assert re.search(rf"^          #01  pc [0-9a-f]{{16}}  {re.escape(str(built))} \(main\+\d+\)$", result.stderr, re.M)
+
+
+def test_attaching_to_a_library_without_options_never_sends_it_a_signal_it_would_die_of(program):
+    """Started with the library but without LIBC_DEBUG_MALLOC_OPTIONS (or with them empty),
+    the process has no handler for the dump signal: leaktrace reads its table in place and
+    the process lives on."""
+
+    for options in (None, ""):
+        env = dict(os.environ, **library_env(options or ""))
+        if options is None:
+            del env["LIBC_DEBUG_MALLOC_OPTIONS"]
+        target = subprocess.Popen([str(program("busy_heap")), "100", "1", "0"], env=env, stdout=subprocess.PIPE)
+        try:
+            assert target.stdout.readline() == b"ready\n"
+            result = run_command(["-p", str(target.pid), "--engine", "preload", "--json", "0.3", "2"])
+            final_report(result)
+            assert "exited" not in result.stderr and target.poll() is None, (result.stderr, target.poll())
+        finally:
+            target.kill()
+            target.wait()

@@ -24,7 +24,7 @@ from leaktrace.model.snapshot import Credentials
 from leaktrace.platform.target_files import RefusedFile, read_target_file, unlink_target_file
 from leaktrace.sources.preload.trace import snapshot_from_heap_dump
 
-from conftest import PROGRAMS
+from conftest import PROGRAMS, leaktrace_command
 from helpers import TIMEOUT, AttachedTrace, library_env, reports, run_command, sites, wait_for_line
 
 NOBODY = pwd.getpwnam("nobody")
@@ -442,3 +442,57 @@ def test_pruning_removes_only_leaktraces_own_files(tmp_path):
     assert {f"{i:04x}" for i in range(1100)} <= left  # every foreign file kept
     assert sum(1 for name in left if name.endswith(f".v{CACHE_FORMAT}")) == CACHE_KEEP
     assert ours[0] not in left and ours[5] not in left and ours[6] in left and f"{'f' * 64}.v{CACHE_FORMAT}" in left
+
+
+def as_nobody_with(capabilities: str, *args: str) -> subprocess.CompletedProcess:
+    """leaktrace ARGS as nobody, with these capabilities (comma-separated, setpriv's names) or none."""
+    caps = [f"--inh-caps={capabilities}", f"--ambient-caps={capabilities}"] if capabilities else []
+    setpriv = ["setpriv", f"--reuid={NOBODY.pw_uid}", f"--regid={NOBODY.pw_gid}", "--clear-groups", *caps]
+    return subprocess.run([*setpriv, *leaktrace_command(*args)], capture_output=True, text=True, timeout=TIMEOUT)
+
+
+BPF_CAPS = "+bpf,+perfmon"
+OTHER_USERS_CAPS = BPF_CAPS + ",+sys_ptrace,+setuid,+setgid,+dac_read_search"
+
+
+def test_each_mode_runs_with_the_capabilities_the_readme_names(program):
+    """Not root: -c with CAP_BPF and CAP_PERFMON; -p of another user's process with those and
+    CAP_SYS_PTRACE, CAP_SETUID, CAP_SETGID and CAP_DAC_READ_SEARCH (--unreachable and heap -p
+    too); --engine preload -c with none. A capability missing is one line, never a traceback."""
+    from leaktrace.sources.preload.trace import preload_library
+
+    programs = Path(tempfile.mkdtemp(prefix="leaktrace-caps-"))
+    programs.chmod(0o755)
+    shutil.copy(program("sites"), programs / "sites")
+    shutil.copy(program("busy_heap"), programs / "busy_heap")
+    sites_exact = {"site_a": [(16, 10)], "site_b": [(16, 10)], "site_c": [(16, 10)], "site_d": [(16, 20)]}
+    roots = subprocess.Popen([str(programs / "busy_heap"), "100", "1", "60000"], stdout=subprocess.PIPE)
+    try:
+        with reachable_by_nobody(preload_library()):
+            assert roots.stdout.readline() == b"ready\n"
+            for caps, engine in ((BPF_CAPS, "bpf"), ("", "preload")):
+                result = as_nobody_with(caps, "-c", str(programs / "sites"), "--engine", engine, "--json", "3600")
+                assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+                found = {
+                    name: value for name, value in sites(reports(result.stdout)[-1]).items() if name in sites_exact
+                }
+                assert found == sites_exact
+            result = as_nobody_with(BPF_CAPS, "-p", str(roots.pid), "1", "1")
+            assert result.returncode == 1 and "Traceback" not in result.stderr
+            assert result.stderr.splitlines()[-1].endswith(
+                "needs CAP_SETUID and CAP_SETGID, which leaktrace does not have"
+            )
+            result = as_nobody_with(OTHER_USERS_CAPS, "-p", str(roots.pid), "--unreachable", "--json", "1", "1")
+            assert result.returncode == 0 and "Traceback" not in result.stderr and "skipped" not in result.stderr
+            assert reports(result.stdout)[-1]["counters"]["allocations"] > 0
+            result = as_nobody_with(OTHER_USERS_CAPS, "heap", "-p", str(roots.pid))
+            assert result.returncode == 0 and result.stdout.startswith(f"heap of pid {roots.pid}"), result.stderr
+            result = as_nobody_with("", "heap", "-p", str(roots.pid))
+            assert (
+                result.returncode == 1
+                and result.stderr == f"leaktrace: cannot read pid {roots.pid}: Permission denied\n"
+            )
+    finally:
+        roots.kill()
+        roots.wait()
+        shutil.rmtree(programs)

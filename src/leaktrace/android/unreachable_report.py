@@ -76,7 +76,7 @@ def render_unreachable(symbolized: SymbolizedSnapshot, report: UnreachableReport
             f"  {report.before_trace} of the allocations judged have no stack: the heap walk found them, "
             "the trace had not seen them"
         )
-    lines += [f"  heap walk incomplete: {problem}" for problem in report.walk_problems]
+    lines += [f"  heap walk incomplete: {problem}" for problem in dict.fromkeys(report.walk_problems)]
     if not report.complete:
         lines.append(
             "  blocks allocated before the trace began are not all known: those not found were not judged, "

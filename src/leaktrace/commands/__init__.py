@@ -13,6 +13,22 @@ import importlib
 from leaktrace.errors import UsageError
 
 
+def bounded_int(low: int, high: int | None = None):
+    """An argparse type: a whole number from low to high (no upper bound when None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({bounds})")
+        return value
+
+    return parse
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """Reports a usage error as one line (through UsageError) instead of usage text."""
 

@@ -9,12 +9,13 @@ import time
 
 from leaktrace.analysis.symbolize import Symbolizer
 from leaktrace.android.unreachable_report import render_unreachable
+from leaktrace.errors import UsageError
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, Snapshot
 from leaktrace.outputs.heap_summary import render_heap_json, render_heap_text
 from leaktrace.outputs.json_report import unreachable_to_dict
 from leaktrace.reachability.unreachable import examine_heap
 
-from . import ArgumentParser, Command
+from . import ArgumentParser, Command, bounded_int
 from .outputs import write_fully
 
 
@@ -26,22 +27,24 @@ class HeapCommand(Command):
     )
 
     def prepare_parser(self, parser: ArgumentParser) -> None:
-        parser.add_argument("-p", "--pid", type=int, required=True, help="the process")
+        parser.add_argument("-p", "--pid", type=bounded_int(1), required=True, help="the process")
         parser.add_argument(
             "--unreachable", action="store_true", help="also judge every block: which ones nothing reachable points to"
         )
         parser.add_argument("--contents", action="store_true", help="--unreachable: the first 32 bytes of each leak")
         parser.add_argument(
             "--limit",
-            type=int,
-            default=UNREACHABLE_LIMIT,
+            type=bounded_int(0),
             metavar="N",
             help=f"--unreachable: leaks shown (default {UNREACHABLE_LIMIT})",
         )
         parser.add_argument("--json", action="store_true", help="one JSON object")
 
     def run(self, args: argparse.Namespace) -> int:
-        report = examine_heap(args.pid, args.unreachable, args.limit)
+        if (args.contents or args.limit is not None) and not args.unreachable:
+            raise UsageError(f"{'--contents' if args.contents else '--limit'} needs --unreachable")
+        limit = UNREACHABLE_LIMIT if args.limit is None else args.limit
+        report = examine_heap(args.pid, args.unreachable, limit)
         unreachable = report.unreachable
         symbolized = Symbolizer().symbolize(Snapshot(time.time(), (), Counters(), unreachable=unreachable))
         if args.json:

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, MallocDebugConfig
-from leaktrace.errors import RuntimeFailure
+from leaktrace.errors import RuntimeFailure, UsageError
 from leaktrace.platform.pacing import poll_pause
 
 from . import ArgumentParser, Command
@@ -156,6 +156,10 @@ class TraceCommand(Command):
             return 0
         check_combinations(args, ENGINES[args.engine])
         check_output_paths(args, config)
+        if args.top_view and not (sys.stdin.isatty() and sys.stdout.isatty()):
+            raise UsageError(
+                "--top-view needs a terminal on standard input and output; without one, drop it for reports"
+            )
         flags = _SignalFlags()
         trace, what = ENGINES[args.engine].start(args, settings, config)
         with trace:

@@ -21,28 +21,14 @@ from leaktrace.errors import UsageError
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.sources.bpf.compile import EngineSettings
 
-from . import ArgumentParser
+from . import ArgumentParser, bounded_int
 
 if TYPE_CHECKING:
     from .engines import Engine
 
 
-def _bounded_int(low: int, high: int | None = None):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-        if value < low or (high is not None and value > high):
-            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"{value} is out of range ({bounds})")
-        return value
-
-    return parse
-
-
 def _pid_list(text: str) -> frozenset[int]:
-    parse = _bounded_int(1)
+    parse = bounded_int(1)
     return frozenset(parse(part) for part in text.split(",") if part.strip())
 
 
@@ -62,6 +48,7 @@ def _uid(text: str) -> int:
         raise argparse.ArgumentTypeError(f"no user named '{text}'") from None
 
 
+MAP_CAPACITY_LIMIT = 1 << 26  # entries in one BPF map: more is refused as a usage error, not by the kernel
 # Options that only a systemwide trace (--all) takes.
 _SYSTEMWIDE_ONLY = ("pid_filter", "comm", "uid", "min_bytes", "top_processes")
 
@@ -79,7 +66,7 @@ def _interval(text: str) -> float:
 def add_trace_arguments(parser: ArgumentParser) -> None:
     """The trace command's target, interval, filters, outputs and engine."""
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("-p", "--pid", type=_bounded_int(1), help="trace this running process")
+    target.add_argument("-p", "--pid", type=bounded_int(1), help="trace this running process")
     target.add_argument("-c", "--command", help="run this command line, traced from its first allocation")
     target.add_argument(
         "-a",
@@ -93,9 +80,9 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         help="print the path of leaktrace's LD_PRELOAD library (malloc_debug's API for glibc programs) and exit",
     )
     parser.add_argument("interval", nargs="?", type=_interval, default=5.0, help="seconds between reports (default 5)")
-    parser.add_argument("count", nargs="?", type=_bounded_int(1), help="stop after this many reports")
+    parser.add_argument("count", nargs="?", type=bounded_int(1), help="stop after this many reports")
     parser.add_argument(
-        "--top", type=_bounded_int(1), help="stacks per report (default 10), or per process with --all (default 5)"
+        "--top", type=bounded_int(1), help="stacks per report (default 10), or per process with --all (default 5)"
     )
     parser.add_argument(
         "--top-view",
@@ -104,7 +91,7 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument(
         "--growth-intervals",
-        type=_bounded_int(1),
+        type=bounded_int(1),
         default=3,
         metavar="N",
         help="a stack whose live bytes rose in each of the last N intervals is flagged as a likely leak (default 3)",
@@ -119,18 +106,18 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--uid", type=_uid, metavar="UID|USER", help="--all: only processes of this real uid")
     parser.add_argument(
         "--min-bytes",
-        type=_bounded_int(0),
+        type=bounded_int(0),
         metavar="N",
         help="--all: leave processes holding fewer than N live bytes out of the report",
     )
     parser.add_argument(
-        "--top-processes", type=_bounded_int(1), metavar="N", help="--all: processes per report (default 10)"
+        "--top-processes", type=bounded_int(1), metavar="N", help="--all: processes per report (default 10)"
     )
     parser.add_argument(
-        "--older-than", type=_bounded_int(0), metavar="MS", help="only allocations older than MS milliseconds"
+        "--older-than", type=bounded_int(0), metavar="MS", help="only allocations older than MS milliseconds"
     )
-    parser.add_argument("--min-size", type=_bounded_int(1), help="smallest size that gets a stack")
-    parser.add_argument("--max-size", type=_bounded_int(1), help="largest size that gets a stack")
+    parser.add_argument("--min-size", type=bounded_int(1), help="smallest size that gets a stack")
+    parser.add_argument("--max-size", type=bounded_int(1), help="largest size that gets a stack")
     parser.add_argument(
         "--options",
         default="",
@@ -142,7 +129,7 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         "fill, fill_on_alloc, fill_on_free, expand_alloc, free_track, "
         "free_track_backtrace_num_frames, verify_pointers, abort_on_error",
     )
-    parser.add_argument("--frames", type=_bounded_int(1, 256), help="frames per stack (backtrace=N)")
+    parser.add_argument("--frames", type=bounded_int(1, 256), help="frames per stack (backtrace=N)")
     parser.add_argument(
         "--unwind",
         choices=("dwarf", "fp"),
@@ -199,7 +186,7 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         "allocations nothing reachable points to (libmemunreachable's check)",
     )
     parser.add_argument("--contents", action="store_true", help="--unreachable: show the first 32 bytes of each leak")
-    parser.add_argument("--limit", type=_bounded_int(0), metavar="N", help="--unreachable: leaks shown (default 100)")
+    parser.add_argument("--limit", type=bounded_int(0), metavar="N", help="--unreachable: leaks shown (default 100)")
     parser.add_argument(
         "-f",
         "--follow-forks",
@@ -221,7 +208,10 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         ("--max-stacks", defaults.max_stacks, "distinct stacks"),
     ):
         parser.add_argument(
-            flag, type=_bounded_int(1), default=default, help=f"map capacity: {what} (default {default})"
+            flag,
+            type=bounded_int(1, MAP_CAPACITY_LIMIT),
+            default=default,
+            help=f"map capacity: {what} (default {default})",
         )
 
 

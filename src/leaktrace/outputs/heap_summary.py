@@ -118,7 +118,7 @@ def render_heap_text(report: HeapReport) -> str:
     lines += _table(
         ["size", "blocks", "bytes"], [[row["size"], row["blocks"], row["bytes"]] for row in summary["size_classes"]]
     )
-    lines += [f"  heap walk incomplete: {problem}" for problem in walk.problems]
+    lines += [f"  heap walk incomplete: {problem}" for problem in dict.fromkeys(walk.problems)]
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,7 @@ from leaktrace.analysis.growth import Growth, GrowthTracker, stack_id
 from leaktrace.analysis.process_table import process_rows, sort_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot, Symbolizer
 from leaktrace.android.options import SIZE_MAX
+from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Counters, Snapshot
 from leaktrace.outputs.text import ranked_stacks, stack_text
 from leaktrace.platform.pacing import poll_pause
@@ -318,4 +319,7 @@ class _TopView:
 def run_top_view(trace, interval: float, flags, growth_intervals: int = 3) -> None:
     """Runs the view until q, Ctrl-C, SIGTERM or the target's exit; the terminal is restored
     in every case (curses.wrapper also on an exception)."""
-    curses.wrapper(lambda screen: _TopView(screen, trace, interval, flags, growth_intervals).run())
+    try:
+        curses.wrapper(lambda screen: _TopView(screen, trace, interval, flags, growth_intervals).run())
+    except curses.error as e:  # a terminal curses cannot drive (TERM unknown, too small)
+        raise RuntimeFailure(f"the top view cannot use this terminal: {e}") from None

@@ -61,7 +61,7 @@ class ElfFile:
             self._data = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:
             self.close()
-            raise ElfError(f"{path}: {e}") from e
+            raise ElfError(f"{path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}") from e
         if self._data[:4] != b"\x7fELF" or len(self._data) < 64:
             self.close()
             raise ElfError(f"{path}: not an ELF file")

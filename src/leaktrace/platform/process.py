@@ -130,6 +130,16 @@ def alive(pid: int) -> bool:
     return live_thread(pid) is not None
 
 
+def catches(pid: int, signal_number: int) -> bool:
+    """The process has a handler for the signal (the kernel's SigCgt mask, not the process's word)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next((int(line.split()[1], 16) for line in f if line.startswith("SigCgt:")), 0)
+    except (OSError, ValueError):
+        return False
+    return bool(mask >> (signal_number - 1) & 1)
+
+
 def zombie(tid: int) -> bool:
     """The thread (a process's first) has exited: its own state is Z or X, or it is gone."""
     fields = _stat_fields(tid)

@@ -3,9 +3,10 @@
 A path such as LEAKTRACE_CACHE_DIR may pass through directories other users own; a symlink
 or a directory they can rename anywhere on it would let them steer root's writes and
 deletions elsewhere. Each component is opened with openat(O_NOFOLLOW | O_DIRECTORY) from
-the one before, and must be owned by root or by leaktrace's user and writable by nobody
-else (a sticky directory, such as /tmp, is passed through: its other users cannot move
-what they do not own). Work in it is done relative to the descriptor, never by path.
+the one before, and must be owned by root or by leaktrace's user (the last one by
+leaktrace's user) and writable by nobody else (a sticky directory, such as /tmp, is passed
+through: its other users cannot move what they do not own). Work in it is done relative
+to the descriptor, never by path.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ _DIRECTORY_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _trusted(st: os.stat_result, final: bool) -> str | None:
-    """Why a component is not to be trusted, or None."""
-    if st.st_uid not in (0, os.geteuid()):
+    """Why a component is not to be trusted, or None (the directory itself must be our own)."""
+    if st.st_uid not in ((os.geteuid(),) if final else (0, os.geteuid())):
         return f"it is owned by uid {st.st_uid}"
     if st.st_mode & 0o022 and (final or not st.st_mode & stat.S_ISVTX):
         return "others can write to it"

@@ -8,7 +8,7 @@ import os
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import SYS_BPF
 
-CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+CAP_SETGID, CAP_SETUID, CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 6, 7, 19, 21, 38, 39
 BPF_MAP_CREATE, BPF_MAP_TYPE_ARRAY = 0, 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -31,6 +31,12 @@ def _effective_capabilities() -> int:
             if line.startswith("CapEff:"):
                 return int(line.split()[1], 16)
     return 0
+
+
+def has_capabilities(*capabilities: int) -> bool:
+    """Every one of these capabilities is in the effective set."""
+    caps = _effective_capabilities()
+    return all(caps >> capability & 1 for capability in capabilities)
 
 
 def check_privileges() -> None:

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Credentials
+from leaktrace.platform.system import CAP_SETGID, CAP_SETUID, has_capabilities
 
 # x86_64 numbers: setgroups, setfsuid, setfsgid.
 SYS_SETGROUPS, SYS_SETFSUID, SYS_SETFSGID = 116, 122, 123
@@ -51,6 +52,15 @@ def run_as(credentials: Credentials, work: Callable[[], T]) -> T:
     here for root (whose rights they are already); its result or its exception."""
     if credentials.uid == 0 and os.geteuid() == 0:
         return work()
+    if (credentials.uid, credentials.gid) == (os.geteuid(), os.getegid()) and set(credentials.groups) <= set(
+        os.getgroups()
+    ):
+        return work()  # the target's rights are ours (a command we started): nothing to take
+    if not has_capabilities(CAP_SETUID, CAP_SETGID):
+        raise RuntimeFailure(
+            f"reading files as uid {credentials.uid} (the target's) needs CAP_SETUID and CAP_SETGID, "
+            "which leaktrace does not have"
+        )
     outcome: list = []
 
     def as_target() -> None:

@@ -308,6 +308,11 @@ def frozen(pid: int) -> Iterator[FrozenProcess]:
             with open(proc_path(pid, "maps")) as f:
                 maps_text = f.read()
             mem_fd = os.open(proc_path(pid, "mem"), os.O_RDONLY)
+        except PermissionError as e:
+            raise RuntimeFailure(
+                f"cannot read pid {pid}'s memory: {e.strerror} (another user's process needs CAP_SYS_PTRACE "
+                "and CAP_DAC_READ_SEARCH)"
+            ) from None
         except OSError:
             raise RuntimeFailure(f"pid {pid} exited while it was stopped") from None
         try:

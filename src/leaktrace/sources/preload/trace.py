@@ -39,7 +39,7 @@ from leaktrace.model.snapshot import (
     UnreachableReport,
 )
 from leaktrace.platform.elf import ElfError, ElfFile
-from leaktrace.platform.process import alive, parse_maps, read_target, resolve_executable
+from leaktrace.platform.process import alive, catches, parse_maps, read_target, resolve_executable
 from leaktrace.platform.target_files import (
     RefusedFile,
     credentials_of,
@@ -277,7 +277,7 @@ class PreloadTrace(PollingSource):
             if self.final_snapshot is None:
                 raise RuntimeFailure(f"pid {self.pid} exited and left no table or dump that could be read")
             return self.final_snapshot
-        if not self.is_child and not with_allocations and self.dumps_refused is None:
+        if not self.is_child and not with_allocations and self.dumps_refused is None and catches(self.pid, DUMP_SIGNAL):
             found = self._requested_dump(DUMP_WAIT)
             if found:
                 self._last = found
@@ -291,13 +291,19 @@ class PreloadTrace(PollingSource):
         return self._last
 
     def _requested_dump(self, wait: float) -> Snapshot | None:
+        # Sent only to a process the kernel says catches it (the library installs its handler
+        # only when it has options): elsewhere the signal's default action would kill it.
         """Asks for a dump and reads it; None if none comes within wait seconds, or its file cannot be trusted."""
         try:  # so that the next one is known to be new
             unlink_target_file(self.credentials, f"{self.prefix}.{self.pid}.txt")
         except RefusedFile as e:
             self._refuse_dumps(str(e))
             return None
-        os.kill(self.pid, DUMP_SIGNAL)
+        try:
+            os.kill(self.pid, DUMP_SIGNAL)
+        except PermissionError:
+            self._refuse_dumps(f"cannot signal pid {self.pid} for a dump (another user's process needs CAP_KILL)")
+            return None
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and self.dumps_refused is None:
             found = self._read_dump(".txt", False)
