@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import PROGRAMS
+from conftest import PROGRAMS, leaktrace_command
 from helpers import AttachedTrace, final_report, reports, run_command, wait_for_line
 
 NO_FP = ["-O2", "-g", "-fomit-frame-pointer"]
@@ -253,6 +255,64 @@ def test_a_forged_build_id_does_not_poison_the_table_cache(unwind_programs, tmp_
     after = final_report(run_command(["-c", command, "--json", "--frames", "40", "3600"], env=env))
     assert after["counters"]["stacks_truncated"] == 0
     assert stacks_by_size(after, SIZES) == uncached
+
+
+def forge_fde_ranges(library: Path, count: int, pc_range: int) -> int:
+    """Writes pc_range into the first count FDEs of library's .eh_frame (pc_begin and pc_range
+    as 4-byte fields, gcc's encoding): a module as a hostile user may build. Returns how many."""
+    from leaktrace.platform.elf import ElfFile
+
+    elf = ElfFile(str(library))
+    [(offset, size)] = [(section[2], section[3]) for section in elf._sections if section[0] == ".eh_frame"]
+    data = bytearray(library.read_bytes())
+    at, forged = offset, 0
+    while at < offset + size and forged < count:
+        length, cie_id = struct.unpack_from("<II", data, at)
+        if length == 0:
+            break
+        if cie_id != 0:  # an FDE: pc_begin at +8, pc_range at +12
+            struct.pack_into("<I", data, at + 12, pc_range)
+            forged += 1
+        at += 4 + length
+    library.write_bytes(bytes(data))
+    return forged
+
+
+def test_a_module_whose_fdes_claim_two_gib_costs_no_more_than_its_code(unwind_programs, tmp_path):
+    """Three FDEs patched to cover 0x7fffffff bytes (a hostile module): they are cut to the
+    module's own code, leaktrace says so, its memory stays bounded, and stacks stay whole."""
+    hostile = tmp_path / "libplugin.so"
+    shutil.copy(unwind_programs["plugin"], hostile)
+    assert forge_fde_ranges(hostile, 3, 0x7FFFFFFF) == 3
+    measure = "import resource, subprocess, sys; subprocess.run(sys.argv[1:]); "
+    measure += "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            measure,
+            *leaktrace_command("-c", f"{unwind_programs['uses_plugin']} {hostile}", "--json", "3600"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert f"{hostile}: 3 FDEs reach outside its code: cut to it" in result.stderr
+    peak_kib = int(result.stderr.splitlines()[-1])
+    assert peak_kib < 400 * 1024, f"leaktrace peaked at {peak_kib} KiB"
+    from leaktrace.platform.elf import ElfFile
+    from leaktrace.sources.bpf.layout import ROW_PAGE_SHIFT
+    from leaktrace.sources.bpf.unwind_tables import UnwindTables, code_ranges
+
+    elf = ElfFile(str(hostile))
+    code_bytes = sum(end - start for start, end in code_ranges(elf))
+    table = UnwindTables().table_of(elf)  # 4 million pages before, for 2 GiB claimed
+    assert table.refused == 3 and table.page_count <= (code_bytes >> ROW_PAGE_SHIFT) + 2
+    report = reports(result.stdout)[-1]
+    assert report["counters"]["stacks_truncated"] == 0
+    [stack] = stacks_by_size(report, {2345}).values()
+    assert stack[0][1] == "plugin_leak" and stack[-1][1] == "_start"
 
 
 def test_frames_of_a_library_unloaded_since_keep_their_names(unwind_programs):

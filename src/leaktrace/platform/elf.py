@@ -14,6 +14,7 @@ from functools import cached_property
 from leaktrace.platform.target_files import open_regular
 
 PT_LOAD, PT_INTERP, PT_NOTE, PT_TLS = 1, 3, 4, 7
+PF_X = 1  # an executable segment
 NT_GNU_BUILD_ID = 3
 SHT_SYMTAB, SHT_NOBITS, SHT_DYNSYM, SHT_GNU_HASH = 2, 8, 11, 0x6FFFFFF6
 STT_OBJECT, STT_FUNC, STT_TLS, STT_GNU_IFUNC = 1, 2, 6, 10

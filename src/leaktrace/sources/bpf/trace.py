@@ -243,6 +243,9 @@ class Trace(PollingSource, ProcessTracking):
             processes[self.pid] = self._process_info(self.pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
 
+    def take_notices(self) -> list[str]:
+        return self.engine.tables.take_notices()
+
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
         placements = [probe.placement.why for probe in self.engine.probes] if verbose else []
         refused = self.engine.tables.cache_refused
@@ -255,7 +258,7 @@ class Trace(PollingSource, ProcessTracking):
             if self.engine.leader_exited
             else []
         )
-        return placements + cache + everywhere + [live + trapped]
+        return placements + cache + everywhere + self.take_notices() + [live + trapped]
 
     @property
     def exited(self) -> bool:

@@ -15,6 +15,7 @@ DWARF expression), get CFA_UNKNOWN: there the walk tries the frame-pointer chain
 from __future__ import annotations
 
 import ctypes as ct
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -29,7 +30,7 @@ from typing import NamedTuple
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.atomic_write import write_atomically
-from leaktrace.platform.elf import ElfFile
+from leaktrace.platform.elf import PF_X, PT_LOAD, ElfFile
 from leaktrace.platform.safe_directory import open_trusted_directory
 from leaktrace.sources.bpf.layout import (  # the rules and rows as leaktrace.bpf.c reads them
     CFA_END,
@@ -189,6 +190,31 @@ def readelf_frames(elf: ElfFile) -> str:
     ).stdout
 
 
+def clip_to_code(
+    fdes: list[tuple[int, int, list[tuple[int, Rule]]]], code: list[tuple[int, int]]
+) -> tuple[list[tuple[int, int, list[tuple[int, Rule]]]], int]:
+    """The FDEs as far as they describe the module's own code (its executable segments, [start,
+    end) each): one that runs past its segment is cut at the segment's end, one outside every
+    segment dropped, so that a forged pc_range (0x7fffffff) costs nothing in proportion to it.
+    Returns them with the number cut or dropped."""
+    kept, refused = [], 0
+    for start, end, rows in fdes:
+        segment_end = next((high for low, high in code if low <= start < high), None)
+        if segment_end is None:
+            refused += 1
+            continue
+        if end > segment_end:
+            refused += 1
+            end = segment_end
+        kept.append((start, end, [(pc, rule) for pc, rule in rows if pc < end]))
+    return kept, refused
+
+
+def code_ranges(elf: ElfFile) -> list[tuple[int, int]]:
+    """The module's executable segments, as [start, end) of link-time addresses."""
+    return [(s.vaddr, s.vaddr + s.memsz) for s in elf.segments if s.type == PT_LOAD and s.flags & PF_X]
+
+
 def compile_rows(fdes: list[tuple[int, int, list[tuple[int, Rule]]]]) -> list[tuple[int, Rule]]:
     """One sorted list of (pc, rule): each rule holds from its pc to the next row's; a range no
     FDE covers is CFA_UNKNOWN; equal neighbours merged."""
@@ -219,6 +245,7 @@ class FileTable:
     rows: bytes
     pages: bytes
     page_origin: int
+    refused: int = 0  # FDEs cut or dropped: they reached outside the module's code
 
     @property
     def row_count(self) -> int:
@@ -230,6 +257,7 @@ class FileTable:
 
 
 def file_table(rows: list[tuple[int, Rule]]) -> FileTable:
+    """Rows packed for the kernel, and their page index."""
     rows = [(pc, rule) for pc, rule in rows if pc < 1 << 32]
     packed = b"".join(
         UNWIND_ROW.pack(pc, rule.cfa_offset, rule.rbp_offset, rule.cfa_rule, rule.rbp_rule) for pc, rule in rows
@@ -247,8 +275,8 @@ def file_table(rows: list[tuple[int, Rule]]) -> FileTable:
     return FileTable(packed, b"".join(PAGE.pack(low, high) for low, high in zip(starts, ends)), origin)
 
 
-CACHE_FORMAT = 3  # of the cache's files: bump whenever the rows a file compiles to change
-CACHE_HEADER = struct.Struct("<4sIIII")  # magic, format, page origin, rows, pages
+CACHE_FORMAT = 4  # of the cache's files: bump whenever the rows a file compiles to change
+CACHE_HEADER = struct.Struct("<4sIIIII")  # magic, format, page origin, rows, pages, FDEs refused
 CACHE_KEEP = 1000  # cache files kept: the least recently used go first
 CACHE_FILE_LIMIT = 64 << 20  # a larger cache file is not read (the kernel's tables hold less)
 # The names leaktrace gives cache files (this format's, and the build-ids and file identities
@@ -261,7 +289,9 @@ def cfi_digest(elf: ElfFile) -> str:
     """What a module's rows are a function of: its CFI sections' bytes and load addresses,
     hashed. A target chooses its build-id, so a build-id is no proof that two files compile
     to the same rows; this digest is."""
-    digest = hashlib.sha256(CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, 0, 0, 0))
+    digest = hashlib.sha256(CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, 0, 0, 0, 0))
+    for start, end in code_ranges(elf):  # the rows are clipped to them
+        digest.update(struct.pack("<QQ", start, end))
     for name in CFI_SECTIONS:
         section = elf.section_bytes(name)
         data, address = section if section else (b"", 0)
@@ -320,16 +350,18 @@ class TableCache:
             os.utime(fd)  # recently used
         if len(data) < CACHE_HEADER.size:
             return None
-        magic, version, origin, rows, pages = CACHE_HEADER.unpack_from(data)
+        magic, version, origin, rows, pages, refused = CACHE_HEADER.unpack_from(data)
         body = data[CACHE_HEADER.size :]
         if (magic, version) != (b"LTUW", CACHE_FORMAT) or len(body) != rows * UNWIND_ROW.size + pages * PAGE.size:
             return None
-        return FileTable(body[: rows * UNWIND_ROW.size], body[rows * UNWIND_ROW.size :], origin)
+        return FileTable(body[: rows * UNWIND_ROW.size], body[rows * UNWIND_ROW.size :], origin, refused)
 
     def store(self, digest: str, table: FileTable) -> None:
         if self._fd is None:
             return
-        header = CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, table.page_origin, table.row_count, table.page_count)
+        header = CACHE_HEADER.pack(
+            b"LTUW", CACHE_FORMAT, table.page_origin, table.row_count, table.page_count, table.refused
+        )
         try:
             write_atomically(self._name(digest), header + table.rows + table.pages, dir_fd=self._fd)
             self._prune()
@@ -356,6 +388,12 @@ class UnwindTables:
     def __init__(self, cache: TableCache | None = None):
         self._tables: dict[tuple, FileTable] = {}
         self._cache = cache
+        self._notices: list[str] = []
+
+    def take_notices(self) -> list[str]:
+        """What compiling met since the last call (FDEs outside their module's code), each once."""
+        notices, self._notices = self._notices, []
+        return notices
 
     @property
     def cache_refused(self) -> str | None:
@@ -368,9 +406,13 @@ class UnwindTables:
             digest = cfi_digest(elf) if self._cache and self._cache.usable else None
             table = self._cache.load(digest) if self._cache and digest else None
             if table is None:
-                fdes = compile_eh_frame(elf) or parse_frames_interp(readelf_frames(elf))
-                table = file_table(compile_rows(fdes))
+                fdes, refused = clip_to_code(
+                    compile_eh_frame(elf) or parse_frames_interp(readelf_frames(elf)), code_ranges(elf)
+                )
+                table = dataclasses.replace(file_table(compile_rows(fdes)), refused=refused)
                 if self._cache and digest:
                     self._cache.store(digest, table)
+            if table.refused:
+                self._notices.append(f"{elf.path}: {table.refused} FDEs reach outside its code: cut to it")
             self._tables[elf.identity] = table
         return self._tables[elf.identity]
