@@ -107,6 +107,19 @@ def test_missing_command_exits_1(probes_left_as_found):
     )
 
 
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_commands_own_exit_status_is_leaktraces(program, engine):
+    """-c exits as its command did: its status, or 128 + N when signal N killed it."""
+    for command, status, last in (
+        ("sh -c 'exit 3'", 3, "exited with status 3"),
+        ("sh -c 'kill -SEGV $$'", 128 + signal.SIGSEGV, "was killed by SIGSEGV"),
+        (str(program("sites")), 0, "exited with status 0"),
+    ):
+        result = run_command(["-c", command, "--engine", engine, "3600"])
+        assert result.returncode == status, result.stderr
+        assert result.stderr.splitlines()[-1].endswith(last) and "Traceback" not in result.stderr
+
+
 def test_a_library_that_is_not_a_regular_file_is_named_plainly(program, probes_left_as_found):
     result = run_command(["-c", str(program("sites")), "--lib", "/dev/zero"])
     assert_one_line_error(result, 1, "cannot read allocator library: /dev/zero: not a regular file")

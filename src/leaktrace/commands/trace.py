@@ -43,6 +43,14 @@ def ending_of(exit_status: int | None) -> str:
     return f"exited with status {exit_status}"
 
 
+def command_status(exit_status: int | None) -> int:
+    """leaktrace's exit status for how a launched command ended, as a shell reports it: its
+    own status, or 128 + N when signal N killed it (0 for a process leaktrace did not start)."""
+    if exit_status is None:
+        return 0
+    return 128 - exit_status if exit_status < 0 else exit_status
+
+
 class _SignalFlags:
     """SIGINT and SIGTERM ask the report loop to stop; SIGUSR2 asks for a heap dump."""
 
@@ -180,4 +188,4 @@ class TraceCommand(Command):
                 outputs.report(final)
             if trace.exited:  # the last line: how the target ended
                 print(f"leaktrace: {what} {ending_of(trace.exit_status)}", file=sys.stderr, flush=True)
-        return outputs.exit_status()
+        return outputs.exit_status() or command_status(trace.exit_status if trace.exited else None)
