@@ -17,7 +17,7 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libc6-dbg python3-protobuf golang-go llvm chromium debuginfod mypy clang-format valgrind heaptrack "linux-headers-$arch")
+packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg python3-protobuf golang-go llvm chromium debuginfod mypy clang-format valgrind heaptrack "linux-headers-$arch")
 command -v npm >/dev/null 2>&1 || packages+=(npm)   # a machine's own Node.js is kept where it has one
 
 missing=()

@@ -110,8 +110,8 @@ def test_outputs_never_follow_symlinks(program, tmp_path):
     link = tmp_path / "leak.bin"
     link.symlink_to(victim)
     result = run_command(["-c", str(program("sites")), "--leak-info", str(link), "3600"])
-    assert result.returncode == 3  # an output not written
-    assert f"leaktrace: refusing to write {link}: it is a symbolic link" in result.stderr
+    assert result.returncode == 2  # refused before the trace starts
+    assert f"leaktrace: refusing --leak-info {link}: it is a symbolic link, not a regular file" in result.stderr
     assert victim.read_text() == "keep me" and link.is_symlink()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
+import time
 
 import pytest
 
-from conftest import DEBUG_BUILD
-from helpers import final_report, run_command, sites
+from conftest import DEBUG_BUILD, leaktrace_command
+from helpers import final_report, reports, run_command, sites
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2.0"
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def link_against(build_dir, program_source: str, library: str, name: str) -> str:
@@ -91,3 +100,58 @@ def test_every_call_of_each_debian_allocator_is_counted_exactly(program, library
         "leak_aligned": [(160, 8)],
     }
     assert report["counters"]["unknown_frees"] == 0 and report["counters"]["missed_frees"] == 0
+
+
+@pytest.mark.parametrize("library", [JEMALLOC, TCMALLOC, MIMALLOC])
+def test_the_preload_library_forwards_to_the_programs_own_allocator(build_dir, library):
+    """A program linked with jemalloc, tcmalloc or mimalloc under --engine preload: every block
+    comes from (and goes back to) that allocator, never glibc's, and the counts are exact."""
+    name = "allocator_calls_" + os.path.basename(library).split(".")[0]
+    binary = link_against(build_dir, "tests/integration/programs/allocator_calls.c", library, name)
+    result = run_command(["-c", f"{binary} 4 exit", "--engine", "preload", "--json", "3600"])
+    report = final_report(result)
+    ours = {name: value for name, value in sites(report).items() if name.startswith("leak_")}
+    assert ours == {
+        "leak_malloc": [(24, 28)],
+        "leak_calloc": [(40, 20)],
+        "leak_realloc": [(96, 16)],
+        "leak_memalign": [(128, 12)],
+        "leak_aligned": [(160, 8)],
+    }
+
+
+def test_redis_with_jemalloc_runs_under_the_preload_library():
+    """Debian's redis-server links jemalloc: under --engine preload it once died of SIGSEGV at
+    start (jemalloc's malloc_usable_size given a glibc block). It serves, shuts down cleanly,
+    and the reports show its blocks."""
+    port = free_port()
+    trace = subprocess.Popen(
+        leaktrace_command("-c", f"redis-server --port {port} --bind 127.0.0.1 --save ''", "--engine", "preload")
+        + ["--json", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True).stdout != "PONG\n":
+            assert time.monotonic() < deadline and trace.poll() is None, "redis did not start"
+            time.sleep(0.1)
+        for i in range(200):
+            assert (
+                subprocess.run(
+                    ["redis-cli", "-p", str(port), "set", f"key{i}", "x" * 100], capture_output=True
+                ).returncode
+                == 0
+            )
+        info = subprocess.run(["redis-cli", "-p", str(port), "info", "memory"], capture_output=True, text=True).stdout
+        assert "mem_allocator:jemalloc" in info
+        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True)
+        out, err = trace.communicate(timeout=30)
+    finally:
+        if trace.poll() is None:
+            trace.kill()
+            trace.communicate()
+    assert trace.returncode == 0, err
+    assert err.splitlines()[-1].endswith("exited with status 0") and "Traceback" not in err
+    assert reports(out)[-1]["live_allocations"] > 200

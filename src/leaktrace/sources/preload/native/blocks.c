@@ -3,7 +3,6 @@
 // the checks of pointers passed in. Error texts are bionic's.
 #include "malloc_debug.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -35,8 +34,7 @@ struct freed_block {
     uintptr_t *frames;  // the stack of the free
 };
 
-static size_t pointer_offset;  // header and front guard: from header to block
-static size_t (*glibc_usable_size)(void *);
+static size_t pointer_offset;      // header and front guard: from header to block
 static struct freed_block *freed;  // free_track's FIFO, a ring of config.free_track entries
 static size_t freed_head, freed_count;
 static pthread_mutex_t freed_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -51,16 +49,9 @@ static struct header *header_of(const void *pointer)
     return (struct header *)((uintptr_t)pointer - pointer_offset);
 }
 
-static size_t glibc_usable(void *pointer)
-{
-    if (!glibc_usable_size)
-        glibc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-    return glibc_usable_size ? glibc_usable_size(pointer) : 0;
-}
-
 void blocks_init(void)
 {
-    glibc_usable(NULL);  // looked up now, before any block needs it
+    next_usable_size(NULL);  // the allocator looked up now, before any block needs it
     if (header_on())
         pointer_offset =
             ((sizeof(struct header) + MINIMUM_ALIGNMENT - 1) & ~(size_t)(MINIMUM_ALIGNMENT - 1)) + config.front_guard;
@@ -80,12 +71,14 @@ static void *with_header(size_t size, size_t real, size_t alignment)
         errno = ENOMEM;
         return NULL;
     }
-    char *orig = __libc_memalign(MINIMUM_ALIGNMENT, padded);
+    char *orig = next_memalign(MINIMUM_ALIGNMENT, padded);
     if (!orig)
         return NULL;
     uintptr_t pointer = ((uintptr_t)orig + pointer_offset + alignment - 1) & ~(uintptr_t)(alignment - 1);
     struct header *header = header_of((void *)pointer);
-    *header = (struct header){{0, 0}, orig, size, glibc_usable(orig) - (pointer - (uintptr_t)orig), DEBUG_TAG};
+    size_t usable = next_usable_size(orig);  // 0: the allocator does not say; what was asked for then
+    *header = (struct header){
+        {0, 0}, orig, size, (usable > padded ? usable : padded) - (pointer - (uintptr_t)orig), DEBUG_TAG};
     memset((char *)pointer - config.front_guard, FRONT_GUARD_VALUE, config.front_guard);
     if (config.rear_guard) {
         memset((char *)pointer + size, REAR_GUARD_VALUE, config.rear_guard);
@@ -109,11 +102,11 @@ void *block_alloc(size_t size, size_t alignment, int zeroed)
         if (pointer && zeroed)
             memset(pointer, 0, size);
     } else if (alignment) {
-        pointer = __libc_memalign(alignment, real);
+        pointer = next_memalign(alignment, real);
         if (pointer && zeroed)
             memset(pointer, 0, size);
     } else {
-        pointer = zeroed ? __libc_calloc(1, real) : __libc_malloc(real);
+        pointer = zeroed ? next_calloc(1, real) : next_malloc(real);
     }
     if (pointer && config.fill_on_alloc && !zeroed)
         memset(pointer, FILL_ALLOC_VALUE, min_size(block_usable_size(pointer), config.fill_on_alloc));
@@ -122,7 +115,7 @@ void *block_alloc(size_t size, size_t alignment, int zeroed)
 
 size_t block_usable_size(void *pointer)
 {
-    return header_on() ? header_of(pointer)->usable_size : glibc_usable(pointer);
+    return header_on() ? header_of(pointer)->usable_size : next_usable_size(pointer);
 }
 
 static void error_end(void)
@@ -278,8 +271,8 @@ static void *hold_freed(void *pointer, size_t bytes)
 
 void block_release(void *pointer)
 {
-    if (!config.fill_on_free && !header_on()) {  // the common case: glibc's block as it is
-        __libc_free(pointer);
+    if (!config.fill_on_free && !header_on()) {  // the common case: the allocator's block as it is
+        next_free(pointer);
         return;
     }
     size_t bytes;
@@ -291,13 +284,13 @@ void block_release(void *pointer)
         header->tag = DEBUG_FREE_TAG;
         bytes = header->usable_size;
     } else {
-        bytes = glibc_usable(pointer);
+        bytes = next_usable_size(pointer);
     }
     if (config.fill_on_free)
         memset(pointer, FILL_FREE_VALUE, min_size(bytes, config.fill_on_free));
     if (config.free_track && !(pointer = hold_freed(pointer, bytes)))
         return;
-    __libc_free(header_on() ? header_of(pointer)->orig : pointer);
+    next_free(header_on() ? header_of(pointer)->orig : pointer);
 }
 
 void verify_all_freed(void)

@@ -5,7 +5,7 @@
 // stacks.c takes stacks, blocks.c lays blocks out and checks them (guards, fills,
 // free_track), reports.c writes the leak info, heap dumps and the leak log.
 //
-// Every call goes to glibc (__libc_malloc and friends). A call made while the
+// Every call goes to the program's own allocator (forward.c). A call made while the
 // library is at work in the same thread (its unwinder, qsort, a signal handler
 // that interrupted it) is served at once but recorded only when the outermost
 // call leaves: no recursion into the table's locks, and no allocation lost.
@@ -258,14 +258,14 @@ __attribute__((destructor)) static void at_exit(void)
 
 EXPORT void *malloc(size_t size)
 {
-    return ready() ? allocate(size, 0, 0) : __libc_malloc(size);
+    return ready() ? allocate(size, 0, 0) : next_malloc(size);
 }
 
 EXPORT void *calloc(size_t count, size_t size)
 {
     size_t total;
     if (!ready())
-        return __libc_calloc(count, size);
+        return next_calloc(count, size);
     if (__builtin_mul_overflow(count, size, &total)) {
         errno = ENOMEM;
         return NULL;
@@ -278,7 +278,7 @@ EXPORT void free(void *pointer)
     if (!pointer)
         return;
     if (!ready()) {
-        __libc_free(pointer);
+        next_free(pointer);
         return;
     }
     library_enter();
@@ -298,7 +298,7 @@ EXPORT void *realloc(void *pointer, size_t size)
     if (!pointer)
         return malloc(size);
     if (!ready())
-        return __libc_realloc(pointer, size);
+        return next_realloc(pointer, size);
     library_enter();
     int outer = depth == 1;
     void *result = NULL;
@@ -316,7 +316,7 @@ EXPORT void *realloc(void *pointer, size_t size)
         if (!had && config.track_allocs) {
             unknown_pointer(pointer, "realloc");
         } else {
-            result = __libc_realloc(pointer, size);
+            result = next_realloc(pointer, size);
             if (had && !result)  // failed: the block stays
                 table_insert(old.pointer, old.size, old.flags, old.frames, old.frame_count);
             else if (had)
@@ -348,7 +348,7 @@ EXPORT void *reallocarray(void *pointer, size_t count, size_t size)
 
 EXPORT void *memalign(size_t alignment, size_t size)
 {
-    return ready() ? allocate(size, alignment, 0) : __libc_memalign(alignment, size);
+    return ready() ? allocate(size, alignment, 0) : next_memalign(alignment, size);
 }
 
 EXPORT void *aligned_alloc(size_t alignment, size_t size)

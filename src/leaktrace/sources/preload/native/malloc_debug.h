@@ -87,6 +87,15 @@ void frame_names_close(struct frame_names *names);
 
 // --- blocks and the allocator-side options (blocks.c) ----------------------
 
+// forward.c: the program's own allocator, which every block handed to the program comes from.
+void *next_malloc(size_t size);
+void *next_calloc(size_t count, size_t size);
+void *next_realloc(void *pointer, size_t size);
+void *next_memalign(size_t alignment, size_t size);
+void next_free(void *pointer);
+size_t next_usable_size(void *pointer);   // 0 when the allocator has no malloc_usable_size
+int from_bootstrap(const void *pointer);  // served while the allocator was being looked up
+
 void blocks_init(void);
 void *block_alloc(size_t size, size_t alignment, int zeroed);  // header, guards, expand, fill
 size_t block_usable_size(void *pointer);

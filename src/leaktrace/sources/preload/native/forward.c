@@ -1,0 +1,140 @@
+// The allocator the program calls without the library: the next definition of malloc after
+// this library's in the symbol search order (jemalloc, tcmalloc or mimalloc when the program
+// links one, else glibc's). Every block handed to the program comes from it and goes back
+// to it, so that no block of one allocator reaches another's functions (jemalloc's
+// malloc_usable_size given a glibc block crashed redis). Calls made while dlsym looks the
+// functions up (it may allocate) are served from a small arena of the library's own, whose
+// blocks are never given back. The library's own bookkeeping stays on glibc's heap.
+#define _GNU_SOURCE
+#include "malloc_debug.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <string.h>
+
+#define BOOTSTRAP_BYTES (64 << 10)
+
+struct allocator {
+    void *(*malloc)(size_t);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    void (*free)(void *);
+    void *(*memalign)(size_t, size_t);
+    size_t (*usable_size)(void *);
+};
+
+static struct allocator next;
+static int state;  // 0: not looked up, 1: being looked up, 2: ready
+static _Alignas(64) unsigned char bootstrap[BOOTSTRAP_BYTES];
+static size_t bootstrap_used;
+
+static const struct allocator glibc = {__libc_malloc, __libc_calloc,   __libc_realloc,
+                                       __libc_free,   __libc_memalign, NULL};
+
+// name's next definition, if it is in the object whose base is base (else NULL).
+static void *same_object(const char *name, void *base)
+{
+    void *found = dlsym(RTLD_NEXT, name);
+    Dl_info info;
+    return found && dladdr(found, &info) && info.dli_fbase == base ? found : NULL;
+}
+
+static void look_up(void)
+{
+    int expected = 0;
+    if (!__atomic_compare_exchange_n(&state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != 2 && expected != 1)
+            sched_yield();  // another thread is looking up; a call inside dlsym (state 1 here) uses the arena
+        return;
+    }
+    struct allocator found = glibc;
+    void *malloc_next = dlsym(RTLD_NEXT, "malloc");
+    Dl_info info;
+    if (malloc_next && dladdr(malloc_next, &info)) {
+        void *base = info.dli_fbase;
+        struct allocator other = {
+            .malloc = (void *(*)(size_t))malloc_next,
+            .calloc = (void *(*)(size_t, size_t))same_object("calloc", base),
+            .realloc = (void *(*)(void *, size_t))same_object("realloc", base),
+            .free = (void (*)(void *))same_object("free", base),
+            .memalign = (void *(*)(size_t, size_t))same_object("memalign", base),
+            .usable_size = (size_t(*)(void *))same_object("malloc_usable_size", base),
+        };
+        if (!other.memalign)
+            other.memalign = (void *(*)(size_t, size_t))same_object("aligned_alloc", base);
+        if (other.calloc && other.realloc && other.free && other.memalign)  // all of one allocator, or glibc's
+            found = other;
+        if (found.malloc == glibc.malloc || !found.usable_size)
+            found.usable_size = (size_t(*)(void *))same_object("malloc_usable_size", base);
+    }
+    next = found;
+    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+}
+
+static int looked_up(void)
+{
+    if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2)
+        return 1;
+    look_up();
+    return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2;
+}
+
+static void *from_arena(size_t size, size_t alignment)
+{
+    if (alignment < 16)
+        alignment = 16;
+    size_t used = __atomic_load_n(&bootstrap_used, __ATOMIC_RELAXED), start;
+    do {
+        start = (used + alignment - 1) & ~(alignment - 1);
+        if (start + size > BOOTSTRAP_BYTES || start + size < start)
+            return NULL;
+    } while (!__atomic_compare_exchange_n(&bootstrap_used, &used, start + size, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return bootstrap + start;  // zeroed: static storage, never handed out twice
+}
+
+int from_bootstrap(const void *pointer)
+{
+    return (const unsigned char *)pointer >= bootstrap && (const unsigned char *)pointer < bootstrap + BOOTSTRAP_BYTES;
+}
+
+void *next_malloc(size_t size)
+{
+    return looked_up() ? next.malloc(size) : from_arena(size, 0);
+}
+
+void *next_calloc(size_t count, size_t size)
+{
+    size_t total;
+    if (looked_up())
+        return next.calloc(count, size);
+    return __builtin_mul_overflow(count, size, &total) ? NULL : from_arena(total, 0);
+}
+
+void *next_memalign(size_t alignment, size_t size)
+{
+    return looked_up() ? next.memalign(alignment, size) : from_arena(size, alignment);
+}
+
+void next_free(void *pointer)
+{
+    if (pointer && !from_bootstrap(pointer) && looked_up())
+        next.free(pointer);
+}
+
+void *next_realloc(void *pointer, size_t size)
+{
+    if (!from_bootstrap(pointer))
+        return looked_up() ? next.realloc(pointer, size) : NULL;
+    void *moved = next_malloc(size);  // out of the arena: what it held, as far as it reaches
+    size_t left = (size_t)(bootstrap + BOOTSTRAP_BYTES - (unsigned char *)pointer);
+    if (moved)
+        memcpy(moved, pointer, size < left ? size : left);
+    return moved;
+}
+
+size_t next_usable_size(void *pointer)
+{
+    if (!pointer || from_bootstrap(pointer) || !looked_up() || !next.usable_size)
+        return 0;
+    return next.usable_size(pointer);
+}
