@@ -125,3 +125,11 @@ def test_size_ranges():
     for bad in ("x", "512-64", "1-2-3"):
         with pytest.raises(ValueError):
             parse_size_range(bad)
+
+
+def test_reports_that_fell_behind_are_skipped_not_made_in_a_burst():
+    from leaktrace.commands.trace import next_report_time
+
+    assert next_report_time(10.0, 5.0, 12.0) == 15.0  # on time: one interval on
+    assert next_report_time(10.0, 5.0, 15.0) == 20.0  # due exactly now: the next one
+    assert next_report_time(10.0, 5.0, 36.0) == 40.0  # 26 s late: the grid's next point, not five at once

@@ -43,6 +43,16 @@ def ending_of(exit_status: int | None) -> str:
     return f"exited with status {exit_status}"
 
 
+def next_report_time(last_due: float, interval: float, now: float) -> float:
+    """When the next report is due: one interval after the last was due, or, when reports
+    fell behind (a slow report under load), the next point of that grid after now: missed
+    reports are skipped, never made in a burst."""
+    due = last_due + interval
+    if due <= now:
+        due += ((now - due) // interval + 1) * interval
+    return due
+
+
 def command_status(exit_status: int | None) -> int:
     """leaktrace's exit status for how a launched command ended, as a shell reports it: its
     own status, or 128 + N when signal N killed it (0 for a process leaktrace did not start)."""
@@ -150,7 +160,7 @@ class TraceCommand(Command):
                 reports += 1
                 if args.count and reports >= args.count:
                     return True
-                next_report += args.interval
+                next_report = next_report_time(next_report, args.interval, time.monotonic())
             time.sleep(max(0.0, min(pause, next_report - time.monotonic())))
         return False
 
