@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
+import select
 import signal
 import sys
 import time
@@ -62,7 +65,9 @@ def command_status(exit_status: int | None) -> int:
 
 
 class _SignalFlags:
-    """SIGINT and SIGTERM ask the report loop to stop; SIGUSR2 asks for a heap dump."""
+    """SIGINT and SIGTERM ask the report loop to stop; SIGUSR2 asks for a heap dump; SIGCHLD
+    (a launched command stopped, for its tables at a dlopen, or exited) wakes the loop's wait
+    at once instead of at its next poll."""
 
     def __init__(self):
         self.stop: int | None = None
@@ -70,6 +75,17 @@ class _SignalFlags:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._stop)
         signal.signal(signal.SIGUSR2, self._dump)
+        self._wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+
+    def wait(self, seconds: float) -> None:
+        """Sleeps up to seconds, or until a signal arrives."""
+        if seconds > 0:
+            select.select([self._wakeup_read], [], [], seconds)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wakeup_read, 512):
+                pass
 
     def _stop(self, signum, frame) -> None:
         self.stop = signum
@@ -161,7 +177,7 @@ class TraceCommand(Command):
                 if args.count and reports >= args.count:
                     return True
                 next_report = next_report_time(next_report, args.interval, time.monotonic())
-            time.sleep(max(0.0, min(pause, next_report - time.monotonic())))
+            flags.wait(min(pause, next_report - time.monotonic()))
         return False
 
     def run(self, args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -36,7 +37,9 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _mapping(line: str) -> Mapping | None:
+    """A line of /proc/PID/maps (lines repeat from read to read: each is parsed once)."""
     parts = line.split(maxsplit=5)
     if len(parts) < 5:
         return None
