@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import sys
 
-from leaktrace.commands import DEFAULT_COMMAND, REGISTRY, ArgumentParser, load_command
+from leaktrace.commands import DEFAULT_COMMAND, REGISTRY, ArgumentParser, epilog, load_command
 from leaktrace.errors import LeaktraceError
 
 
@@ -18,17 +19,40 @@ def _raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("leaktrace")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["--version"], ["-V"]):
+        print(f"leaktrace {version()}")
+        return 0
     _raise_open_file_limit()
     name = argv[0] if argv and argv[0] in REGISTRY else DEFAULT_COMMAND
     if argv and argv[0] == name:
         argv = argv[1:]
     command = load_command(name)
     prog = "leaktrace" if name == DEFAULT_COMMAND else f"leaktrace {name}"
-    parser = ArgumentParser(prog=prog, description=command.help)
+    parser = ArgumentParser(
+        prog=prog,
+        description=command.help,
+        epilog=epilog() if name == DEFAULT_COMMAND else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
     try:
         command.prepare_parser(parser)
+        if not argv and name == DEFAULT_COMMAND:
+            parser.print_usage(sys.stderr)
+            print("leaktrace: needs -p PID, -c CMD or --all; leaktrace --help lists every command", file=sys.stderr)
+            return 2
         return command.run(parser.parse_args(argv))
     except LeaktraceError as e:
         print(f"leaktrace: {e}", file=sys.stderr)

@@ -38,7 +38,6 @@ def assert_one_line_error(result: subprocess.CompletedProcess, status: int, text
 @pytest.mark.parametrize(
     "args,text",
     [
-        ([], "one of the arguments -p/--pid -c/--command -a/--all --preload-lib is required"),
         (["-p", "1", "-c", "true"], "not allowed with argument"),
         (["-p", "abc"], "'abc' is not a whole number"),
         (["-p", "1", "--top", "0"], "0 is out of range"),

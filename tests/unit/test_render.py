@@ -148,3 +148,12 @@ def test_json_carries_every_group_and_frame():
         ],
     }
     assert second["stack_status"] == "filtered" and second["frames"] == []
+
+
+def test_every_json_report_says_its_format():
+    from leaktrace.analysis.symbolize import SymbolizedSnapshot
+    from leaktrace.model.snapshot import Counters, Snapshot
+    from leaktrace.outputs.json_report import JSON_FORMAT, snapshot_to_dict
+
+    report = snapshot_to_dict(SymbolizedSnapshot(Snapshot(0.0, (), Counters()), {}))
+    assert report["format"] == JSON_FORMAT == 1 and next(iter(report)) == "format"

@@ -54,6 +54,28 @@ REGISTRY = {
     "decode-leak-info": ("decode_leak_info", "DecodeLeakInfoCommand"),
     "heap": ("heap", "HeapCommand"),
 }
+# One line each for the top-level help (the commands' modules are not imported for it).
+SUMMARIES = {
+    "trace": "(the default) trace -p PID, -c CMD or --all and report what stays allocated",
+    "heap": "walk a running process's glibc heap once, no probes (--unreachable: leaks in it)",
+    "decode-leak-info": "print a get_malloc_leak_info buffer written by --leak-info",
+}
+EXAMPLES = """commands:
+{commands}
+
+examples:
+  sudo leaktrace -p 1234 10              a report every 10 s of what pid 1234 keeps allocated
+  sudo leaktrace -c './server --port 8080' --top 20
+  sudo leaktrace -p 1234 --unreachable   also what nothing points to any more (leaked)
+  sudo leaktrace -c ./tests --engine preload --json 60 1
+  sudo leaktrace --all --comm 'worker.*' --top-view
+  sudo leaktrace heap -p 1234 --unreachable
+
+leaktrace COMMAND --help for a command's own options; docs: README.md and docs/."""
+
+
+def epilog() -> str:
+    return EXAMPLES.format(commands="\n".join(f"  {name:18} {line}" for name, line in SUMMARIES.items()))
 
 
 def load_command(name: str) -> Command:

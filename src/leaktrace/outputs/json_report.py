@@ -10,6 +10,8 @@ from leaktrace.analysis.growth import Growth, bytes_by_process, stack_id
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.model.snapshot import UnreachableReport
 
+JSON_FORMAT = 1  # of the report's shape: raised on a change a reader of the old one would misread
+
 
 def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) -> dict:
     snap = symbolized.snapshot
@@ -19,6 +21,7 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
     for g in snap.groups:
         counts[g.pid] = counts.get(g.pid, 0) + g.count
     return {
+        "format": JSON_FORMAT,
         "time": snap.taken_at,
         "live_bytes": snap.live_bytes,
         "live_allocations": snap.live_allocations,

@@ -51,13 +51,12 @@ def totals_text(snapshot: Snapshot) -> str:
 
 
 def drops_text(counters: Counters) -> str:
-    """The drop counters, after the warning that the figures are low when some say so."""
+    """The drop counters, after the warning that the figures are low when some say so; all of
+    them when any is not zero, else "drops: none" (JSON always has every one)."""
     warning = counters.incompleteness()
-    return (
-        (f"{warning}\n" if warning else "")
-        + "drops: "
-        + ", ".join(f"{name} {value}" for name, value in counters.losses().items())
-    )
+    losses = counters.losses()
+    listed = ", ".join(f"{name} {value}" for name, value in losses.items()) if any(losses.values()) else "none"
+    return (f"{warning}\n" if warning else "") + "drops: " + listed
 
 
 def rate_text(bytes_per_second: float) -> str:
