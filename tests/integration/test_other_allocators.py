@@ -16,6 +16,14 @@ JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2.0"
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+# What allocator_calls.c keeps from four threads: site -> [(size, count)].
+ALLOCATOR_CALLS_LEAKS = {
+    "leak_malloc": [(24, 28)],
+    "leak_calloc": [(40, 20)],
+    "leak_realloc": [(96, 16)],
+    "leak_memalign": [(128, 12)],
+    "leak_aligned": [(160, 8)],
+}
 
 
 def free_port() -> int:
@@ -44,7 +52,7 @@ def test_jemalloc_found_from_program(build_dir):
     binary = link_against(build_dir, "tests/integration/programs/sites.c", JEMALLOC, "sites_jemalloc")
     result = run_command(["-c", binary, "--json", "3600"])
     report = final_report(result)
-    assert "/libjemalloc.so.2: " in result.stderr
+    assert "/libjemalloc.so.2 (jemalloc): " in result.stderr
     # libstdc++ (which jemalloc loads) also keeps its 72704-byte exception pool.
     ours = {name: value for name, value in sites(report).items() if name.startswith("site_")}
     assert ours == {"site_a": [(16, 10)], "site_b": [(16, 10)], "site_c": [(16, 10)], "site_d": [(16, 20)]}
@@ -92,13 +100,7 @@ def test_every_call_of_each_debian_allocator_is_counted_exactly(program, library
     slow = "(1 single-stepped, ~15 us a call: reallocarray; -v says why)" if library == LIBC else "single-stepped"
     assert (slow in result.stderr) == (library == LIBC), result.stderr
     ours = {name: value for name, value in sites(report).items() if name.startswith("leak_")}
-    assert ours == {
-        "leak_malloc": [(24, 28)],
-        "leak_calloc": [(40, 20)],
-        "leak_realloc": [(96, 16)],
-        "leak_memalign": [(128, 12)],
-        "leak_aligned": [(160, 8)],
-    }
+    assert ours == ALLOCATOR_CALLS_LEAKS
     assert report["counters"]["unknown_frees"] == 0 and report["counters"]["missed_frees"] == 0
 
 
@@ -111,13 +113,7 @@ def test_the_preload_library_forwards_to_the_programs_own_allocator(build_dir, l
     result = run_command(["-c", f"{binary} 4 exit", "--engine", "preload", "--json", "3600"])
     report = final_report(result)
     ours = {name: value for name, value in sites(report).items() if name.startswith("leak_")}
-    assert ours == {
-        "leak_malloc": [(24, 28)],
-        "leak_calloc": [(40, 20)],
-        "leak_realloc": [(96, 16)],
-        "leak_memalign": [(128, 12)],
-        "leak_aligned": [(160, 8)],
-    }
+    assert ours == ALLOCATOR_CALLS_LEAKS
 
 
 def test_redis_with_jemalloc_runs_under_the_preload_library():

@@ -87,3 +87,18 @@ def test_verbose_says_where_each_probe_went(program):
     assert result.returncode == 0, result.stderr
     assert "leaktrace: free: probe at +0x3 on je" in result.stderr
     assert "leaktrace: malloc: probe at entry (push r12 is emulated)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "library, name", [(LIBC, "glibc"), (JEMALLOC, "jemalloc"), (TCMALLOC, "tcmalloc"), (MIMALLOC, "mimalloc")]
+)
+def test_each_debian_allocator_is_recognised_by_its_family(library, name):
+    """The allocators package names the family of each library, and what it says of it (its
+    usable-size function, its free-like extras) is what the library exports."""
+    from leaktrace.allocators import ALLOCATING, FREE, family_of
+
+    exported = ElfFile(library).dynamic_functions
+    family = family_of(exported)
+    assert family is not None and family.name == name
+    assert family.usable_size in exported and all(extra in exported for extra in family.free_like)
+    assert FREE.name in exported and {"malloc", "calloc", "realloc"} <= {f.name for f in ALLOCATING} & set(exported)

@@ -18,7 +18,8 @@ FORBIDDEN = {
     "analysis": ("sources", "reachability", "outputs", "commands"),
     "sources": ("outputs", "commands"),
     "reachability": ("outputs", "commands"),
-    "platform": ("sources", "reachability", "analysis", "outputs", "android", "commands"),
+    "platform": ("sources", "reachability", "analysis", "outputs", "android", "commands", "allocators"),
+    "allocators": ("sources", "reachability", "analysis", "outputs", "android", "commands", "model"),
 }
 
 

@@ -249,8 +249,19 @@ def _release(pid: int, seized: set[int], pending_signals: dict[int, int] | None 
     for tid in waiting:
         with contextlib.suppress(OSError):
             _ptrace(PTRACE_INTERRUPT, tid)
+    for tid, status in _reports(pid, waiting, RELEASE_TIMEOUT):
+        if not os.WIFSTOPPED(status) or _detach(tid, _signal_of_stop(status)):
+            waiting.discard(tid)  # released, or it exited and is reaped
+    _unreleased.update(dict.fromkeys(waiting, pid))
+
+
+def _reports(pid: int, waiting: set[int], timeout: float) -> Iterator[tuple[int, int]]:
+    """(tid, wait status) of each thread of waiting that reports a stop or its exit, polled
+    until waiting is empty or timeout has passed (the caller takes out those it is done with);
+    a thread that is no longer ours, and the first thread of our own child once it has died
+    (left unreaped for its parent's wait), are taken out here."""
     our_child = parent_of(pid) == os.getpid()
-    deadline = time.monotonic() + RELEASE_TIMEOUT
+    deadline = time.monotonic() + timeout
     while waiting:
         for tid in list(waiting):
             if tid == pid and our_child and _leader_exited(pid):
@@ -261,15 +272,10 @@ def _release(pid: int, seized: set[int], pending_signals: dict[int, int] | None 
             except ChildProcessError:  # neither traced by us nor ours any more
                 waiting.discard(tid)
                 continue
-            if done == 0:
-                continue
-            if not os.WIFSTOPPED(status):
-                waiting.discard(tid)  # it exited, and is reaped
-            elif _detach(tid, _signal_of_stop(status)):
-                waiting.discard(tid)
+            if done:
+                yield tid, status
         if waiting:
             if time.monotonic() > deadline:
-                _unreleased.update(dict.fromkeys(waiting, pid))
                 return
             time.sleep(0.0005)
 
@@ -367,32 +373,17 @@ def _wait_and_read_registers(pid: int, seized: set[int], held_signals: dict[int,
     that came first: kept in held_signals, to be handed on); threads that exit instead are left out."""
     registers: dict[int, tuple[int, ...]] = {}
     waiting = set(seized)
-    deadline = time.monotonic() + FREEZE_TIMEOUT
-    our_child = parent_of(pid) == os.getpid()
-    while waiting:
-        for tid in list(waiting):
-            if tid == pid and our_child and _leader_exited(pid):
-                waiting.discard(tid)
-                continue
+    for tid, status in _reports(pid, waiting, FREEZE_TIMEOUT):
+        waiting.discard(tid)
+        if os.WIFSTOPPED(status):
+            if _signal_of_stop(status):
+                held_signals[tid] = _signal_of_stop(status)
+            regs = (ctypes.c_ulonglong * USER_REGS_WORDS)()
             try:
-                done, status = os.waitpid(tid, os.WNOHANG | WALL)
-            except ChildProcessError:
-                waiting.discard(tid)
-                continue
-            if done == 0:
-                continue
-            waiting.discard(tid)
-            if os.WIFSTOPPED(status):
-                if _signal_of_stop(status):
-                    held_signals[tid] = _signal_of_stop(status)
-                regs = (ctypes.c_ulonglong * USER_REGS_WORDS)()
-                try:
-                    _ptrace(PTRACE_GETREGS, tid, ctypes.addressof(regs))
-                    registers[tid] = tuple(regs)
-                except OSError:
-                    pass
-        if waiting:
-            if time.monotonic() > deadline:
-                raise RuntimeFailure(f"{len(waiting)} thread(s) did not stop within {FREEZE_TIMEOUT:g} s")
-            time.sleep(0.0005)
+                _ptrace(PTRACE_GETREGS, tid, ctypes.addressof(regs))
+                registers[tid] = tuple(regs)
+            except OSError:
+                pass
+    if waiting:
+        raise RuntimeFailure(f"{len(waiting)} thread(s) did not stop within {FREEZE_TIMEOUT:g} s")
     return registers

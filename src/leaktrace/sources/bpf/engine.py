@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from leaktrace.allocators import ALLOCATING, FREE, family_of
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import ARGUMENT_REGISTERS
 from leaktrace.platform.elf import ElfError, ElfFile
@@ -46,21 +47,21 @@ if TYPE_CHECKING:
     from leaktrace.sources.bpf.probe_placement import Placement
 
 
-RDI, RSI, RDX = ARGUMENT_REGISTERS
-# Allocating function -> (its cookie on alloc_enter's probes, enum function in the BPF
-# source; argument registers the program reads). Each also gets a return probe.
-PROBES = {
-    "malloc": (F_MALLOC, (RDI,)),
-    "calloc": (F_CALLOC, (RDI, RSI)),
-    "realloc": (F_REALLOC, (RDI, RSI)),
-    "reallocarray": (F_REALLOCARRAY, (RDI, RSI, RDX)),
-    "posix_memalign": (F_POSIX_MEMALIGN, (RDI, RDX)),
-    "aligned_alloc": (F_ALIGNED_ALLOC, (RSI,)),
-    "memalign": (F_ALIGNED_ALLOC, (RSI,)),
-    "valloc": (F_VALLOC, (RDI,)),
-    "pvalloc": (F_PVALLOC, (RDI,)),
+# The BPF source's enum function of each allocating function: its probes' cookie.
+FUNCTION_CODES = {
+    "malloc": F_MALLOC,
+    "calloc": F_CALLOC,
+    "realloc": F_REALLOC,
+    "reallocarray": F_REALLOCARRAY,
+    "posix_memalign": F_POSIX_MEMALIGN,
+    "aligned_alloc": F_ALIGNED_ALLOC,
+    "memalign": F_ALIGNED_ALLOC,
+    "valloc": F_VALLOC,
+    "pvalloc": F_PVALLOC,
 }
-FREE_ARGUMENTS = (RDI,)
+# Allocating function (allocators' ALLOCATING) -> (its cookie's function code; the argument
+# registers the program reads). Each also gets a return probe.
+PROBES = {function.name: (FUNCTION_CODES[function.name], function.arguments) for function in ALLOCATING}
 # A general register -> its code in a probe's cookie (layout.h's enum argument_register).
 REGISTER_CODES = {
     name: code
@@ -118,7 +119,7 @@ def place_probes(elf: ElfFile, functions: dict[str, int]) -> dict[str, Placement
         for function, (_, arguments) in PROBES.items()
         if function in functions
     }
-    placements["free"] = place_probe(elf, "free", functions["free"], FREE_ARGUMENTS)
+    placements["free"] = place_probe(elf, "free", functions["free"], FREE.arguments)
     return placements
 
 
@@ -170,6 +171,18 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
     @property
     def library_paths(self) -> list[str]:
         return [library.path for library in self.libraries]
+
+    @property
+    def library_names(self) -> list[str]:
+        """Each probed library's path, with its allocator family where it is one described."""
+        named = []
+        for library in self.libraries:
+            try:
+                family = family_of(library.dynamic_functions)
+            except ElfError:
+                family = None
+            named.append(f"{library.path} ({family.name})" if family else library.path)
+        return named
 
     def _link(
         self, program: bytes, library: ElfFile, offsets: list[int], cookies: list[int], returns: bool = False
@@ -229,7 +242,7 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         self._link(b"alloc_enter", elf, offsets[:-1], cookies)
         # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
         self._link(b"alloc_return", elf, offsets[:-1], cookies, returns=True)
-        self._link(b"free_enter", elf, offsets[-1:], [probe_cookie(0, FREE_ARGUMENTS, free.placement)])
+        self._link(b"free_enter", elf, offsets[-1:], [probe_cookie(0, FREE.arguments, free.placement)])
         self.probes += allocating + [free]
 
     def start(self) -> None:

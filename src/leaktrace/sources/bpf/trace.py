@@ -252,7 +252,7 @@ class Trace(PollingSource, ProcessTracking):
         cache = [f"unwind table cache not used: {refused}"] if refused else []
         slow = sorted({probe.function for probe in self.engine.probes if probe.placement.single_stepped})
         trapped = f" ({len(slow)} single-stepped, ~15 us a call: {', '.join(slow)}; -v says why)" if slow else ""
-        live = f"tracing {what} through {', '.join(self.engine.library_paths)}: {len(self.engine.probes)} probes live"
+        live = f"tracing {what} through {', '.join(self.engine.library_names)}: {len(self.engine.probes)} probes live"
         everywhere = (
             [f"pid {self.pid}'s first thread has exited: its probes trap in every process that uses the library"]
             if self.engine.leader_exited

@@ -1,0 +1,64 @@
+"""Allocators, described once: the functions leaktrace probes (which allocate, resize or free,
+and the argument registers each one's probe reads), and each allocator family: how it is
+recognised, its usable-size function, its free-like extras and its heap walker where there
+is one. The BPF engine and probe placement read the functions; the library of a process is
+named by its family; the heap walk exists for glibc's.
+
+Adding an allocator is a family here and a line of tests/integration/test_other_allocators.py
+and test_probe_placement.py (its programs counted exactly, none of its probes single-stepped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from leaktrace.platform.arch import ARGUMENT_REGISTERS
+
+RDI, RSI, RDX = ARGUMENT_REGISTERS
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    kind: str  # "allocates", "resizes" (realloc: frees its old block too) or "frees"
+    arguments: tuple[str, ...]  # the registers its probe reads, at the call's entry
+
+
+# Every allocating function leaktrace probes (each with a return probe), then free.
+ALLOCATING = (
+    Function("malloc", "allocates", (RDI,)),
+    Function("calloc", "allocates", (RDI, RSI)),
+    Function("realloc", "resizes", (RDI, RSI)),
+    Function("reallocarray", "resizes", (RDI, RSI, RDX)),
+    Function("posix_memalign", "allocates", (RDI, RDX)),
+    Function("aligned_alloc", "allocates", (RSI,)),
+    Function("memalign", "allocates", (RSI,)),
+    Function("valloc", "allocates", (RDI,)),
+    Function("pvalloc", "allocates", (RDI,)),
+)
+FREE = Function("free", "frees", (RDI,))
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    recognised_by: str  # a function only this family's library exports
+    usable_size: str  # the function that gives a block's usable size
+    # Functions that free or resize a block without calling free (not probed: their frees
+    # show as blocks that stay live, and the address's next allocation as missed_frees).
+    free_like: tuple[str, ...] = ()
+    heap_walker: str | None = None  # the module that walks its heap of a process never traced
+
+
+# Most particular first: tcmalloc and mimalloc also export glibc's __libc_malloc, to replace it.
+FAMILIES = (
+    Family("jemalloc", "mallocx", "malloc_usable_size", free_like=("sdallocx", "dallocx", "rallocx", "xallocx")),
+    Family("tcmalloc", "tc_malloc", "malloc_usable_size", free_like=("tc_free_sized", "tc_deletearray_sized")),
+    Family("mimalloc", "mi_malloc", "mi_usable_size", free_like=("mi_free_size", "mi_free_aligned", "mi_realloc")),
+    Family("glibc", "__libc_malloc", "malloc_usable_size", heap_walker="leaktrace.sources.glibc_heap"),
+)
+
+
+def family_of(exported: set[str] | dict[str, int]) -> Family | None:
+    """The family of a library, from the functions it exports (None: not one described here)."""
+    return next((family for family in FAMILIES if family.recognised_by in exported), None)
