@@ -264,8 +264,8 @@ def _reports(pid: int, waiting: set[int], timeout: float) -> Iterator[tuple[int,
     deadline = time.monotonic() + timeout
     while waiting:
         for tid in list(waiting):
-            if tid == pid and our_child and _leader_exited(pid):
-                waiting.discard(tid)
+            if tid == pid and (zombie(pid) or our_child and _leader_exited(pid)):
+                waiting.discard(tid)  # it died: its status is its parent's (or comes when its threads are gone)
                 continue
             try:
                 done, status = os.waitpid(tid, os.WNOHANG | WALL)
