@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -121,16 +122,22 @@ def test_redis_with_jemalloc_runs_under_the_preload_library():
     start (jemalloc's malloc_usable_size given a glibc block). It serves, shuts down cleanly,
     and the reports show its blocks."""
     port = free_port()
+    # Files, not pipes: reports and redis's log come while the test talks to redis, and a
+    # full pipe would stop both.
+    out_file, err_file = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    command = f"redis-server --port {port} --bind 127.0.0.1 --save '' --logfile ''"
     trace = subprocess.Popen(
-        leaktrace_command("-c", f"redis-server --port {port} --bind 127.0.0.1 --save ''", "--engine", "preload")
-        + ["--json", "0.5"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        leaktrace_command("-c", command, "--engine", "preload") + ["--json", "0.5"],
+        stdout=out_file,
+        stderr=err_file,
         text=True,
     )
     try:
         deadline = time.monotonic() + 30
-        while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True).stdout != "PONG\n":
+        while (
+            subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True, timeout=30).stdout
+            != "PONG\n"
+        ):
             assert time.monotonic() < deadline and trace.poll() is None, "redis did not start"
             time.sleep(0.1)
         for i in range(200):
@@ -140,14 +147,19 @@ def test_redis_with_jemalloc_runs_under_the_preload_library():
                 ).returncode
                 == 0
             )
-        info = subprocess.run(["redis-cli", "-p", str(port), "info", "memory"], capture_output=True, text=True).stdout
+        info = subprocess.run(
+            ["redis-cli", "-p", str(port), "info", "memory"], capture_output=True, text=True, timeout=30
+        ).stdout
         assert "mem_allocator:jemalloc" in info
-        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True)
-        out, err = trace.communicate(timeout=30)
+        subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], capture_output=True, timeout=30)
+        trace.wait(timeout=30)
+        out_file.seek(0)
+        err_file.seek(0)
+        out, err = out_file.read(), err_file.read()
     finally:
         if trace.poll() is None:
             trace.kill()
-            trace.communicate()
+            trace.wait()
     assert trace.returncode == 0, err
     assert err.splitlines()[-1].endswith("exited with status 0") and "Traceback" not in err
     assert reports(out)[-1]["live_allocations"] > 200
