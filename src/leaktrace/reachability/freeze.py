@@ -91,7 +91,7 @@ def _read_memory(pid: int, mem_fd: int, into: memoryview, address: int) -> int:
     /proc/PID/mem where it reads nothing."""
     local = _IoVec(ctypes.addressof(ctypes.c_char.from_buffer(into)), len(into))
     remote = _IoVec(address, len(into))
-    done = _libc.process_vm_readv(live_thread(pid) or pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    done = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     if done > 0:
         return done
     if ctypes.get_errno() == errno.ESRCH:  # its address space is gone: not one page more to try
@@ -339,6 +339,7 @@ def freeze_and_copy(pid: int, wanted) -> FrozenImage:
     with frozen(pid) as process:
         image = FrozenImage(pid, process.maps, process.registers)
         page = os.sysconf("SC_PAGE_SIZE")
+        reader = live_thread(pid) or pid  # a thread whose address space is readable, picked once per copy
         for mapping in image.maps:
             if wanted(mapping):
                 buffer = buffers.pop((mapping.start, mapping.end), None)
@@ -350,7 +351,7 @@ def freeze_and_copy(pid: int, wanted) -> FrozenImage:
                             "this machine can spare for the copy"
                         )
                     buffer = _buffer(mapping.end - mapping.start)
-                image.unreadable_pages += _read_into(pid, process.mem_fd, buffer, mapping.start, page)
+                image.unreadable_pages += _read_into(reader, process.mem_fd, buffer, mapping.start, page)
                 image.memory[mapping.start] = buffer
     image.pause_seconds = time.monotonic() - started
     return image
