@@ -334,3 +334,28 @@ def test_frames_of_a_library_unloaded_since_keep_their_names(unwind_programs):
     assert stacks[2345][0][:2] == ("libplugin.so", "plugin_leak") and stacks[2345][1][:2] == ("uses_plugin", "main")
     assert stacks[1234][0][:2] == ("libplugin.so", "plugin_init")
     assert report["counters"]["stacks_truncated"] == 0
+
+
+def test_a_program_with_more_modules_than_the_walk_knows_keeps_the_first_ones_whole(tmp_path):
+    """600 modules dlopen'ed one after another (604 executable mappings, the walk knows 512):
+    every module's allocation is counted; those of the program and the modules mapped first
+    reach main, the rest end early, counted and said once."""
+    count = 600
+    (tmp_path / "m.c").write_text(
+        "#include <stdlib.h>\nvoid *volatile kept;\nvoid touch(void) { kept = malloc(16); }\n"
+    )
+    subprocess.run(["gcc", *NO_FP, "-shared", "-fPIC", "-o", tmp_path / "m.so", tmp_path / "m.c"], check=True)
+    loader = tmp_path / "many_modules"
+    subprocess.run(["gcc", *NO_FP, "-o", loader, PROGRAMS / "many_modules.c", "-ldl"], check=True)
+    for i in range(count):
+        shutil.copy(tmp_path / "m.so", tmp_path / f"m{i}.so")
+    result = run_command(["-c", f"{loader} {tmp_path} {count}", "--json", "--frames", "40", "3600"])
+    report = final_report(result)
+    touched = [g for g in report["groups"] if g["size"] == 16 and g["frames"][0]["function"] == "touch"]
+    assert sum(g["count"] for g in touched) == count
+    whole = [g for g in touched if "main" in [f["function"] for f in g["frames"]]]
+    assert count - 100 < len(whole) < count
+    modules = {int(g["frames"][0]["module"].rsplit("/m", 1)[1].split(".")[0]) for g in whole}
+    assert modules == set(range(len(whole))), "the modules loaded first are the ones kept"
+    assert report["counters"]["stacks_truncated"] >= count - len(whole)
+    assert result.stderr.count("executable ranges, more than the stack walk's 512") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
 import shutil
@@ -52,29 +53,54 @@ def parse_maps(text: str) -> list[Mapping]:
     return [m for m in map(_mapping, text.splitlines()) if m]
 
 
-def _executable_files(text: str) -> dict[tuple, str]:
-    """(start, end, inode, path) -> line, of the executable file mappings in maps text."""
-    found: dict[tuple, str] = {}
-    for line in text.splitlines():
-        m = _mapping(line)
-        if m and "x" in m.perms and m.path.startswith("/"):
-            found[m.start, m.end, m.inode, m.path] = line
-    return found
+_VERSIONS = itertools.count(1)
 
 
-def unmapped_mappings(earlier: ProcessInfo, now: str) -> str:
-    """The executable file mappings of a process's image that are gone from its maps now (a
-    dlclose'd library), in maps' form: those earlier maps held and now lacks, and those gone
-    before, less any whose range is mapped again; none when now is another image (after an
-    exec the maps share no executable file mapping)."""
-    before, after = _executable_files(earlier.maps), _executable_files(now)
-    if not before.keys() & after.keys():
-        return ""
-    gone = {**_executable_files(earlier.unmapped), **{key: line for key, line in before.items() if key not in after}}
-    mapped = parse_maps(now)
-    return "\n".join(
-        line for (start, end, _, _), line in gone.items() if not any(m.start < end and start < m.end for m in mapped)
-    )
+class MapsFollower:
+    """One process's executable mappings from one read of its maps to the next: each read parses
+    only the lines that changed (a command with a thousand modules rereads them all per dlopen)."""
+
+    def __init__(self) -> None:
+        self._lines: frozenset[str] = frozenset()
+        self._executable: dict[str, Mapping] = {}  # maps line -> its mapping
+        self._unmapped: dict[str, Mapping] = {}  # file mappings gone, whose range nothing maps now
+        self.executable: list[Mapping] = []  # by address
+        self.version = 0  # unique among followers; changes with the executable mappings
+
+    def follow(self, text: str) -> None:
+        """Takes the maps now."""
+        lines = frozenset(text.splitlines())
+        added, removed = lines - self._lines, self._lines - lines
+        if not added and not removed:
+            return
+        if self._executable and not self._executable.keys() & lines:  # another image (exec)
+            self._executable, self._unmapped = {}, {}
+        self._lines = lines
+        gone = removed & self._executable.keys()
+        for line in gone:
+            if self._executable[line].path.startswith("/"):
+                self._unmapped[line] = self._executable[line]
+            del self._executable[line]
+        new = {
+            line: m for line, m in zip(added, map(_mapping, added)) if m and "x" in m.perms and m.path != "[vsyscall]"
+        }
+        self._executable.update(new)
+        if self._unmapped and added:
+            mapped = parse_maps(text)
+            self._unmapped = {
+                line: m
+                for line, m in self._unmapped.items()
+                if not any(n.start < m.end and m.start < n.end for n in mapped)
+            }
+        if gone or new:
+            self.executable = sorted(self._executable.values(), key=lambda m: m.start)
+            self.version = next(_VERSIONS)
+
+    @property
+    def unmapped(self) -> str:
+        """The executable file mappings gone from the maps (a dlclose'd library) whose range no
+        mapping covers now, in maps' form."""
+        return "\n".join(self._unmapped)
 
 
 def _read_address_space_file(pid: int, name: str, tries: int = 200) -> bytes:

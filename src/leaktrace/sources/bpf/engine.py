@@ -15,7 +15,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import ARGUMENT_REGISTERS
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import live_thread, read_process
+from leaktrace.platform.process import MapsFollower, live_thread, read_process
 from leaktrace.sources.bpf.compile import EngineSettings, bcc_output, claim_or_start_compile
 from leaktrace.sources.bpf.inheritance import ForkInheritance
 from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
@@ -164,7 +164,9 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         # A file's packed rows -> (first row, row count, first page, page count) in the kernel's tables.
         self._uploaded: dict[bytes, tuple[int, int, int, int]] = {}
         self._next_row = self._next_page = 0
-        self._exec_maps: dict[int, tuple[int, str]] = {}  # pid -> (generation, executable lines) loaded
+        self._exec_maps = {}  # pid -> (generation, maps version, exec_maps entries) loaded
+        self.notices = []
+        self._crowded = set()
         self._modules = ModuleFiles()
         self._parsed_procs: dict[bytes, TracedProcess] = {}
 
@@ -255,8 +257,11 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         try:
             layouts = [(library, *self._placements(library)) for library in self.libraries]
             stop = self._exit_stop()
+            target_follower = MapsFollower()
+            if target_maps is not None:
+                target_follower.follow(target_maps.maps)
             if target_maps is not None and self.settings.unwind == "dwarf":  # readelf meanwhile too
-                for elf in self._modules.open(target_maps, self._executable_mappings(target_maps.maps)).values():
+                for elf in self._modules.open(target_maps, target_follower.executable).values():
                     if elf is not None:
                         self.tables.table_of(elf)
         finally:
@@ -272,7 +277,7 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
             procs[ct.c_uint32(self.target)] = procs.Leaf(gen=gen)
             self._set_control(CTL_TARGET_GEN, gen)
             if target_maps is not None and target_maps.maps:
-                self.load_tables(target_maps, gen)
+                self.load_tables(target_maps, gen, target_follower)
         self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
         if self.settings.follow_forks:
             for tracepoint, program in (
@@ -292,10 +297,12 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
             try:
                 loader = ElfFile(self.loader)
                 debug_state = loader.dynamic_functions.get("_dl_debug_state")
+                r_debug = loader.dynamic_objects.get("_r_debug")
             except ElfError:
-                debug_state = None
+                debug_state = r_debug = None
             if debug_state:  # without it, a module dlopen'ed later gets its table within MAPS_REFRESH
-                self._link(b"modules_changed", loader, file_offsets(loader, [debug_state]), [0])
+                to_r_debug = (r_debug - debug_state) % (1 << 64) if r_debug else 0
+                self._link(b"modules_changed", loader, file_offsets(loader, [debug_state]), [to_r_debug])
 
     def _exit_stop(self) -> tuple[ElfFile, list[int]] | None:
         """Where exit_stop's probe goes: _exit of the stop library, if it has one."""

@@ -142,7 +142,7 @@ struct exec_map {
     u32 pad;
 };
 #define ROW_PAGE_SHIFT 9
-#define MAX_EXEC_MAPS 128
+#define MAX_EXEC_MAPS 512  // a power of two: mapping_of in leaktrace.bpf.c masks with it
 
 // The control array's slots (see leaktrace.bpf.c for what each one means).
 #define CTL_EXIT_STOP 0

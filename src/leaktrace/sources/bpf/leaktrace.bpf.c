@@ -409,7 +409,7 @@ static __always_inline struct exec_map *mapping_of(struct exec_maps *maps, struc
     if (hi > MAX_EXEC_MAPS)
         hi = MAX_EXEC_MAPS;
 #pragma clang loop unroll(disable)
-    for (u32 i = 0; i < 8 && lo < hi; i++) {  // 2^7 = MAX_EXEC_MAPS
+    for (u32 i = 0; i < 10 && lo < hi; i++) {  // 2^9 = MAX_EXEC_MAPS
         u32 mid = (lo + hi) / 2;
         m = &maps->map[mid & (MAX_EXEC_MAPS - 1)];
         if (pc < m->start) {
@@ -1007,6 +1007,13 @@ int modules_changed(struct pt_regs *ctx)
 {
 #if !TRACE_ALL
     if (bpf_get_current_pid_tgid() >> 32 != TARGET_TGID)
+        return 0;
+    // The cookie: _r_debug's distance from here; its r_state is RT_CONSISTENT (0) once the
+    // change is done (each dlopen also calls in with RT_ADD, before its module is mapped).
+    u64 to_r_debug = bpf_get_attach_cookie(ctx);
+    u32 state = 0;
+    void *r_state = (void *)(PT_REGS_IP(ctx) + to_r_debug + 24);
+    if (to_r_debug && !bpf_probe_read_user(&state, sizeof state, r_state) && state)
         return 0;
     u32 slot = CTL_TABLES_GEN;
     u32 *loaded = control.lookup(&slot);

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from leaktrace.model.snapshot import ProcessInfo
-from leaktrace.platform.process import read_process, unmapped_mappings
+from leaktrace.platform.process import MapsFollower, read_process
 from leaktrace.sources.bpf.engine import BpfEngine
 from leaktrace.sources.bpf.map_reading import TracedProcess
 
@@ -42,6 +42,7 @@ class ProcessTracking:
 
     def _start_tracking(self, info: ProcessInfo | None) -> None:
         self._infos: dict[int, ProcessInfo] = {self.pid: info} if info is not None else {}
+        self._maps: dict[int, MapsFollower] = {}  # pid -> its maps as last read
         self._forked: set[int] = set()  # forked from a traced process, same image (ProcessInfo.forked)
         self._info_read_at = time.monotonic()
         self._gens: dict[int, int] = {}  # traced pid -> image generation, as last seen
@@ -62,25 +63,22 @@ class ProcessTracking:
         if alive:
             info = read_process(pid)
             if info is not None and info.maps:
-                earlier = self._infos.get(pid)
-                info = dataclasses.replace(
-                    info,
-                    forked=pid in self._forked,
-                    unmapped=unmapped_mappings(earlier, info.maps) if earlier is not None else "",
-                )
+                maps = self._maps.setdefault(pid, MapsFollower())
+                maps.follow(info.maps)
+                info = dataclasses.replace(info, forked=pid in self._forked, unmapped=maps.unmapped)
                 self._infos[pid] = info
-                self._load_tables(info)
+                self._load_tables(info, maps)
                 return info
         cached = self._infos.get(pid) or ProcessInfo(pid)
         # Unreadable but not known to be gone (a zombie): exited is for trace.poll to say.
         return cached if alive else dataclasses.replace(cached, exited=True)
 
-    def _load_tables(self, info: ProcessInfo) -> None:
+    def _load_tables(self, info: ProcessInfo, maps: MapsFollower) -> None:
         """The stack walk's view of a process's executable mappings, kept current as they change
         (the target's current image as the kernel side has it: an exec may be newer than _gens)."""
         gen = self.engine.target_gen() if info.pid == self.pid else self._gens.get(info.pid, 0)
         if gen:
-            self.engine.load_tables(info, gen)
+            self.engine.load_tables(info, gen, maps)
 
     def _departed_info(self, pid: int, known: dict[int, TracedProcess]) -> ProcessInfo:
         """What is known of an exited child, even one that lived and died between two polls:
@@ -132,6 +130,7 @@ class ProcessTracking:
             else:  # left out: nothing of it is reported
                 self._exited_images[pid] = p.gen
             self._infos.pop(pid, None)
+            self._maps.pop(pid, None)
         if gone:
             self.engine.drop_processes(set(gone))
         replaced = any(self._gens.get(pid, p.gen) != p.gen for pid, p in traced.items())

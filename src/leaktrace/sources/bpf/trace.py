@@ -244,7 +244,8 @@ class Trace(PollingSource, ProcessTracking):
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
 
     def take_notices(self) -> list[str]:
-        return self.engine.tables.take_notices()
+        notices, self.engine.notices = self.engine.tables.take_notices() + self.engine.notices, []
+        return notices
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
         placements = [probe.placement.why for probe in self.engine.probes] if verbose else []

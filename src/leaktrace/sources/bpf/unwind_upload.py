@@ -8,7 +8,7 @@ import struct
 
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import Mapping, parse_maps
+from leaktrace.platform.process import Mapping, MapsFollower
 from leaktrace.sources.bpf.compile import EngineSettings
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (
@@ -27,8 +27,10 @@ class UnwindUpload(KernelState):
     _uploaded: dict[bytes, tuple[int, int, int, int]]
     _next_row: int
     _next_page: int
-    _exec_maps: dict[int, tuple[int, str]]
+    _exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes]]]  # pid -> (generation, maps version, entries)
     _modules: ModuleFiles
+    notices: list[str]  # what the stack walk cannot cover, said once, for Trace.take_notices
+    _crowded: set[tuple[int, int]]  # (pid, generation) with more executable mappings than it knows
 
     def _upload(self, table: FileTable) -> tuple[int, int, int, int]:
         """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
@@ -50,23 +52,30 @@ class UnwindUpload(KernelState):
             self._uploaded[table.rows] = (first_row, rows, first_page, pages)
         return self._uploaded[table.rows]
 
-    @staticmethod
-    def _executable_mappings(maps: str) -> list[Mapping]:
-        return sorted(
-            (m for m in parse_maps(maps) if "x" in m.perms and m.path != "[vsyscall]"), key=lambda m: m.start
-        )[:MAX_EXEC_MAPS]
-
-    def load_tables(self, process: ProcessInfo, gen: int) -> None:
+    def load_tables(self, process: ProcessInfo, gen: int, maps: MapsFollower) -> None:
         """Gives the stack walk the executable mappings of the process's image gen, with the
-        unwind rows of each file (compiled once per file); nothing to do if they are unchanged."""
+        unwind rows of each file (compiled once per file); only mappings new to this image are
+        opened, and nothing is done if they are unchanged."""
         pid = process.pid
-        executable = self._executable_mappings(process.maps)
-        lines = "\n".join(f"{m.start:x}-{m.end:x} {m.offset:x} {m.path}" for m in executable)
-        if self._exec_maps.get(pid) == (gen, lines):
+        loaded_gen, version, entries = self._exec_maps.get(pid, (0, 0, {}))
+        if (loaded_gen, version) == (gen, maps.version):
             return
-        modules = self._modules.open(process, executable)
-        entries = []
-        for m in executable:
+        if loaded_gen != gen:
+            entries = {}
+        executable = maps.executable
+        if len(executable) > MAX_EXEC_MAPS:
+            # The lowest (the program, below the libraries) and the highest (mapped first: libc,
+            # ld.so and the modules loaded at start, as libraries are mapped top-down).
+            executable = executable[:1] + executable[1 - MAX_EXEC_MAPS :]
+            if (pid, gen) not in self._crowded:
+                self._crowded.add((pid, gen))
+                self.notices.append(
+                    f"pid {pid} maps {len(maps.executable)} executable ranges, more than the stack walk's"
+                    f" {MAX_EXEC_MAPS}: a frame in the lowest libraries ends its stack (stacks_truncated)"
+                )
+        new = [m for m in executable if m not in entries]
+        modules = self._modules.open(process, new)
+        for m in new:
             bias, located, page_origin = m.start, (0, 0, 0, 0), 0
             elf = modules[m.start]
             vaddr = elf.file_offset_to_vaddr(m.offset) if elf else None
@@ -75,10 +84,11 @@ class UnwindUpload(KernelState):
                 if self.settings.unwind == "dwarf":
                     file_table = self.tables.table_of(elf)
                     located, page_origin = self._upload(file_table), file_table.page_origin
-            entries.append(EXEC_MAP.pack(m.start, m.end, bias, *located, page_origin, 0))
+            entries[m] = EXEC_MAP.pack(m.start, m.end, bias, *located, page_origin, 0)
+        entries = {m: entries[m] for m in executable}
         table = self._bpf[b"exec_maps"]
         value = table.Leaf()
-        packed = struct.pack("<II", gen, len(entries)) + b"".join(entries)
+        packed = struct.pack("<II", gen, len(entries)) + b"".join(entries.values())
         ct.memmove(ct.addressof(value), packed, len(packed))
         table[ct.c_uint32(pid)] = value
-        self._exec_maps[pid] = (gen, lines)
+        self._exec_maps[pid] = (gen, maps.version, entries)
