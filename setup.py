@@ -20,6 +20,8 @@ setup(ext_modules=[
         include_dirs=[NATIVE, BPF],
         libraries=["gcc_s", "dl", "pthread"],
         extra_compile_args=FLAGS,
+        # Its calls to its own entry points stay its own when an attach dlopens it (not first in scope).
+        extra_link_args=["-Wl,-Bsymbolic-functions"],
     ),
     # The same interpreter for unwind_tables.py (through ctypes): a module's .eh_frame compiled to rows.
     Extension(

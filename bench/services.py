@@ -9,7 +9,8 @@
 - python3 with lxml (a C extension): a parse and serialise loop, seconds.
 
 Tools: untraced; leaktrace -p / -c (BPF); its probes with empty programs (the floor under
-any uprobe tracer, bench/empty_probes.py); leaktrace --engine preload; memleak-bpfcc -p
+any uprobe tracer, bench/empty_probes.py); leaktrace --engine preload (-c, and -p: the library
+put into the running server); memleak-bpfcc -p
 (it cannot probe jemalloc, which lacks the mmap it also probes: a run where a tool died is
 reported as failed, never as a figure; `memleak -c` attaches after its command starts, so
 it is left out of the defaults); heaptrack. Rounds are interleaved (each round runs every
@@ -81,6 +82,7 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGINT) -> None:
 # Tools attached to a running process: argv (PID filled in) and the line that says it is live.
 ATTACH = {
     "leaktrace -p": (LEAKTRACE + ["-p", "{pid}", "3600"], "stderr", "probes live"),
+    "preload -p": (LEAKTRACE + ["--engine", "preload", "-p", "{pid}", "3600"], "stderr", "attached in-process"),
     "empty probes": ([PYTHON, str(HERE / "empty_probes.py"), "-p", "{pid}"], "stdout", "attached"),
     "memleak -p": (["memleak-bpfcc", "-O", "{library}", "-p", "{pid}", "3600"], "stdout", "Attaching to pid"),
 }
@@ -254,7 +256,7 @@ def main() -> None:
     parser.add_argument("--only", default="redis,db_bench,lxml")
     parser.add_argument(
         "--tools",
-        default="untraced,leaktrace -p,empty probes,memleak -p,leaktrace -c,preload -c,heaptrack",
+        default="untraced,leaktrace -p,preload -p,empty probes,memleak -p,leaktrace -c,preload -c,heaptrack",
     )
     args = parser.parse_args()
     tools = args.tools.split(",")

@@ -80,6 +80,16 @@ def uprobe_links() -> set[int]:
             os.close(fd)
 
 
+@pytest.fixture(scope="module")
+def cpu_hogs():
+    """A busy loop on every core for the whole module (a module uses it with pytestmark)."""
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(os.cpu_count() or 1)]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
 @pytest.fixture
 def probes_left_as_found():
     """Asserts that no uprobe link made during the test outlives it."""

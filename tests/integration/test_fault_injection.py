@@ -34,14 +34,7 @@ ENDS_AFTER_TARGET = 2.0  # seconds from the target's exit to leaktrace's own, fi
 SEED = int(os.environ.get("LEAKTRACE_FAULT_SEED", str(time.time_ns() % 1_000_000_007)))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cpu_hogs():
-    """A busy loop on every core for the whole module."""
-    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(os.cpu_count() or 1)]
-    yield
-    for hog in hogs:
-        hog.kill()
-        hog.wait()
+pytestmark = pytest.mark.usefixtures("cpu_hogs")
 
 
 @pytest.fixture(autouse=True)

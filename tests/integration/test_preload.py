@@ -198,14 +198,6 @@ def test_attach_to_a_process_started_with_the_library(program, tmp_path):
     assert any(g["frames"] and g["frames"][0]["function"] == "_IO_file_doallocate" for g in first["groups"])
     assert json.loads(out.splitlines()[-1])["processes"][0]["exited"]
     assert f"pid {worker.pid} exited" in err
-    plain = subprocess.Popen(["sleep", "60"])
-    try:
-        not_preloaded = run_command(["-p", str(plain.pid), "--engine", "preload"])
-    finally:
-        plain.kill()
-        plain.wait()
-    assert not_preloaded.returncode == 1 and "does not run with leaktrace's preload library" in not_preloaded.stderr
-    assert not_preloaded.stderr.count("\n") == 1
 
 
 def test_an_idle_program_is_read_in_place_without_a_signal(program):

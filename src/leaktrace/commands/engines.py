@@ -28,12 +28,10 @@ def start_preload(
     args: argparse.Namespace, settings: EngineSettings, config: MallocDebugConfig
 ) -> tuple[TraceSource, str]:
     """--engine preload: -c's command run with the library, told the same options; or -p's
-    process, started with the library elsewhere, asked for dumps."""
+    process: one started with the library elsewhere is asked for dumps, any other has the
+    library put into it (and taken out at the end)."""
     from leaktrace.sources.preload.trace import PreloadTrace
 
-    if args.pid is not None:
-        return PreloadTrace.attach(args.pid), f"pid {args.pid}"
-    argv = command_argv(args)
     # The user's string (allocator-side options included), then what the flags decided: last wins.
     stacks = (
         "backtrace_enable_on_signal"
@@ -44,7 +42,10 @@ def start_preload(
     options += [f"backtrace_min_size={settings.size_min}"] if settings.size_min else []
     options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != SIZE_MAX else []
     options += ["leak_track"] if args.leak_track else []
-    trace = PreloadTrace.launch(argv, " ".join(option for option in options if option))
+    told = " ".join(option for option in options if option)
+    if args.pid is not None:
+        return PreloadTrace.attach(args.pid, told), f"pid {args.pid}"
+    trace = PreloadTrace.launch(command_argv(args), told)
     return trace, f"command '{args.command}' {trace.pid}"
 
 

@@ -21,24 +21,18 @@ from dataclasses import dataclass, field
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import RSP_INDEX, USER_REGS_WORDS
 from leaktrace.platform.process import Mapping, alive, live_thread, parent_of, parse_maps, proc_path, zombie
+from leaktrace.platform.ptrace import (
+    PTRACE_DETACH,
+    PTRACE_GETREGS,
+    PTRACE_INTERRUPT,
+    PTRACE_SEIZE,
+    WALL,
+    ptrace,
+)
 
-PTRACE_GETREGS, PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 12, 17, 0x4206, 0x4207
-WALL = 0x40000000
 FREEZE_TIMEOUT = 5.0  # seconds for every thread to stop (one in uninterruptible sleep may not)
 READ_CHUNK = 16 << 20
 COPY_SHARE = 0.8  # of the memory available, the most a copy of a target's writable memory may take
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.ptrace.restype = ctypes.c_long
-_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-
-
-def _ptrace(request: int, tid: int, data=None) -> int:
-    result = _libc.ptrace(request, tid, None, data)
-    if result == -1:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return result
 
 
 @dataclass
@@ -74,6 +68,7 @@ class _IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.process_vm_readv.restype = ctypes.c_ssize_t
 _libc.process_vm_readv.argtypes = [
     ctypes.c_int,
@@ -189,8 +184,8 @@ def _seize_threads_once(pid: int) -> set[int]:
         for tid in new:
             tried.add(tid)
             try:
-                _ptrace(PTRACE_SEIZE, tid)
-                _ptrace(PTRACE_INTERRUPT, tid)
+                ptrace(PTRACE_SEIZE, tid)
+                ptrace(PTRACE_INTERRUPT, tid)
                 seized.add(tid)
             except OSError as e:
                 # ESRCH: gone; EPERM: exiting, or (the first thread) a zombie that called
@@ -225,7 +220,6 @@ def _why_not_stopped(pid: int, error: OSError) -> str:
 
 
 RELEASE_TIMEOUT = 2.0  # seconds for a seized thread to reach a stop it can be detached from, or exit
-PTRACE_EVENT_STOP = 128
 # Threads seized by a freeze that could not be let go in time (a thread in uninterruptible
 # sleep): tid -> the process; every later freeze, and the end of the trace, tries them again.
 _unreleased: dict[int, int] = {}
@@ -234,9 +228,11 @@ _unreleased: dict[int, int] = {}
 def _detach(tid: int, signal_number: int = 0) -> bool:
     """PTRACE_DETACH, passing on a signal the thread was stopped to be given; False while the
     thread is not in a ptrace stop (ESRCH), True once it is released or gone."""
-    if _libc.ptrace(PTRACE_DETACH, tid, None, signal_number) == 0:
-        return True
-    return ctypes.get_errno() != errno.ESRCH
+    try:
+        ptrace(PTRACE_DETACH, tid, None, signal_number)
+    except OSError as e:
+        return e.errno != errno.ESRCH
+    return True
 
 
 def _release(pid: int, seized: set[int], pending_signals: dict[int, int] | None = None) -> None:
@@ -248,7 +244,7 @@ def _release(pid: int, seized: set[int], pending_signals: dict[int, int] | None 
     waiting = {tid for tid in seized if not _detach(tid, pending_signals.get(tid, 0))}
     for tid in waiting:
         with contextlib.suppress(OSError):
-            _ptrace(PTRACE_INTERRUPT, tid)
+            ptrace(PTRACE_INTERRUPT, tid)
     for tid, status in _reports(pid, waiting, RELEASE_TIMEOUT):
         if not os.WIFSTOPPED(status) or _detach(tid, _signal_of_stop(status)):
             waiting.discard(tid)  # released, or it exited and is reaped
@@ -381,7 +377,7 @@ def _wait_and_read_registers(pid: int, seized: set[int], held_signals: dict[int,
                 held_signals[tid] = _signal_of_stop(status)
             regs = (ctypes.c_ulonglong * USER_REGS_WORDS)()
             try:
-                _ptrace(PTRACE_GETREGS, tid, ctypes.addressof(regs))
+                ptrace(PTRACE_GETREGS, tid, None, ctypes.addressof(regs))
                 registers[tid] = tuple(regs)
             except OSError:
                 pass

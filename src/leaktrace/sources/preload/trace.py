@@ -48,6 +48,7 @@ from leaktrace.platform.target_files import (
     unlink_target_file,
 )
 from leaktrace.sources.bpf.layout import C_COUNTERS
+from leaktrace.sources.preload.inject import Injection
 from leaktrace.sources.preload.table import (
     copy_with_table,
     counters_from_words,
@@ -162,6 +163,7 @@ class PreloadTrace(PollingSource):
         self._notices: list[str] = []
         self.final_with_allocations = False  # its exit dump lists every pointer anyway
         self.logs_own_leaks = True  # the library writes its leak_track log itself
+        self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
 
     @classmethod
     def launch(cls, argv: list[str], options: str) -> PreloadTrace:
@@ -195,17 +197,28 @@ class PreloadTrace(PollingSource):
         )
 
     @classmethod
-    def attach(cls, pid: int) -> PreloadTrace:
-        """A process already running with the library; its dumps go where its options say."""
+    def attach(cls, pid: int, options: str) -> PreloadTrace:
+        """A process already running with the library and its options: its dumps go where those
+        say. Any other process has the library put into it, told options, until close()."""
         info = read_target(pid)
-        if library_base(parse_maps(info.maps), preload_library()) is None:
-            raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library (see --preload-lib)")
         try:
             raw = read_regular(f"/proc/{pid}/environ", ENVIRON_READ_LIMIT)
             environ = dict(item.partition(b"=")[::2] for item in raw.split(b"\0") if b"=" in item)
             config = parse_malloc_debug_options(environ.get(b"LIBC_DEBUG_MALLOC_OPTIONS", b"").decode(errors="replace"))
         except (OSError, OptionError, RefusedFile) as e:
             raise RuntimeFailure(f"cannot read pid {pid}'s malloc debug options: {e}") from None
+        preloaded = library_base(parse_maps(info.maps), preload_library()) is not None
+        if not preloaded or not config.options:
+            injection = Injection(pid, options)
+            trace = cls(
+                pid,
+                DEFAULT_DUMP_PREFIX,
+                info.comm,
+                parse_malloc_debug_options(options).backtrace_frames,
+                credentials_of(pid),
+            )
+            trace.injection = injection
+            return trace
         return cls(
             pid,
             str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)),
@@ -277,7 +290,13 @@ class PreloadTrace(PollingSource):
             if self.final_snapshot is None:
                 raise RuntimeFailure(f"pid {self.pid} exited and left no table or dump that could be read")
             return self.final_snapshot
-        if not self.is_child and not with_allocations and self.dumps_refused is None and catches(self.pid, DUMP_SIGNAL):
+        if (
+            not self.is_child
+            and not self.injection
+            and not with_allocations
+            and self.dumps_refused is None
+            and catches(self.pid, DUMP_SIGNAL)
+        ):
             found = self._requested_dump(DUMP_WAIT)
             if found:
                 self._last = found
@@ -336,7 +355,8 @@ class PreloadTrace(PollingSource):
         return False
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
-        return [f"reading {what} through {preload_library()} (LD_PRELOAD)"]
+        how = "attached in-process: its hooks come out when leaktrace ends" if self.injection else "LD_PRELOAD"
+        return [f"reading {what} through {preload_library()} ({how})"]
 
     def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
         """The reachability check, with the allocations read from the library's own table
@@ -352,6 +372,8 @@ class PreloadTrace(PollingSource):
         return sweep_image(image, allocations, complete=True, limit=limit, excluded=table)
 
     def close(self) -> None:
+        if self.injection and not self._gone:
+            self.injection.detach()
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

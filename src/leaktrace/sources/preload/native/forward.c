@@ -25,6 +25,7 @@ struct allocator {
 
 static struct allocator next;
 static int state;  // 0: not looked up, 1: being looked up, 2: ready
+static void *scope = RTLD_NEXT;
 static _Alignas(64) unsigned char bootstrap[BOOTSTRAP_BYTES];
 static size_t bootstrap_used;
 
@@ -34,7 +35,7 @@ static const struct allocator glibc = {__libc_malloc, __libc_calloc,   __libc_re
 // name's next definition, if it is in the object whose base is base (else NULL).
 static void *same_object(const char *name, void *base)
 {
-    void *found = dlsym(RTLD_NEXT, name);
+    void *found = dlsym(scope, name);
     Dl_info info;
     return found && dladdr(found, &info) && info.dli_fbase == base ? found : NULL;
 }
@@ -48,7 +49,7 @@ static void look_up(void)
         return;
     }
     struct allocator found = glibc;
-    void *malloc_next = dlsym(RTLD_NEXT, "malloc");
+    void *malloc_next = dlsym(scope, "malloc");
     Dl_info info;
     if (malloc_next && dladdr(malloc_next, &info)) {
         void *base = info.dli_fbase;
@@ -77,6 +78,18 @@ static int looked_up(void)
         return 1;
     look_up();
     return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2;
+}
+
+void forward_to_global_scope(void)
+{
+    Dl_info first, own;
+    void *global = dlsym(RTLD_DEFAULT, "malloc");
+    if (global && dladdr(global, &first) && dladdr((void *)forward_to_global_scope, &own) &&
+        first.dli_fbase == own.dli_fbase)
+        return;  // preloaded after all (the process had no options for it): the next one is right
+    scope = RTLD_DEFAULT;
+    __atomic_store_n(&state, 0, __ATOMIC_RELEASE);  // nothing calls in yet: no hook is in place
+    looked_up();
 }
 
 static void *from_arena(size_t size, size_t alignment)

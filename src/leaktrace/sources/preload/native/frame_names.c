@@ -60,7 +60,8 @@ static void *take(struct frame_names *names, size_t size)
 // The whole of /proc/self/maps, NUL-terminated, at the arena's current end.
 static char *read_maps(struct frame_names *names)
 {
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int fd =
+        open("/proc/thread-self/maps", O_RDONLY | O_CLOEXEC);  // self's reads empty once the first thread has exited
     if (fd < 0)
         return NULL;
     char *text = names->arena + names->used;

@@ -94,6 +94,35 @@ static void read_config(void)
     __atomic_store_n(&config.state, 1, __ATOMIC_RELEASE);
 }
 
+int start_attached(const char *options)
+{
+    static int forks_followed;
+    memset(&config, 0, sizeof config);
+    config.state = 2;
+    // Blocks with guards or held back after free could not be given to the allocator after the detach.
+    if (!parse_options(options) || config.front_guard || config.rear_guard || config.expand || config.free_track) {
+        memset(&config, 0, sizeof config);
+        config.state = 2;
+        return 0;
+    }
+    config.track_allocs = 0;  // blocks from before the attach are the allocator's: passed through, counted
+    forward_to_global_scope();
+    find_own_code();
+    choose_unwinder();
+    blocks_init();
+    table_clear();
+    stacks_on = config.backtrace;
+    if (!forks_followed++)
+        pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    __atomic_store_n(&config.state, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+void stop_attached(void)
+{
+    __atomic_store_n(&config.state, 2, __ATOMIC_RELEASE);
+}
+
 // Nonzero when calls are to go through the library (and, first, a requested dump is written).
 static int ready(void)
 {
@@ -398,3 +427,20 @@ EXPORT size_t malloc_usable_size(void *pointer)
     library_leave();
     return usable;
 }
+
+// The entry points an attach puts in place of the allocator's in every module's GOT (the
+// library is linked -Bsymbolic-functions: these are its own, not the first definitions).
+const struct replacement replacements[] = {
+    {"malloc", (void *)malloc},
+    {"calloc", (void *)calloc},
+    {"realloc", (void *)realloc},
+    {"reallocarray", (void *)reallocarray},
+    {"free", (void *)free},
+    {"memalign", (void *)memalign},
+    {"aligned_alloc", (void *)aligned_alloc},
+    {"posix_memalign", (void *)posix_memalign},
+    {"valloc", (void *)valloc},
+    {"pvalloc", (void *)pvalloc},
+    {"malloc_usable_size", (void *)malloc_usable_size},
+    {NULL, NULL},
+};

@@ -57,6 +57,7 @@ void free_records(struct record *list, size_t count);
 int same_entry(const struct record *a, const struct record *b);
 void table_before_fork(void);
 void table_after_fork(int child);
+void table_clear(void);                // every record and counter dropped (a new attach starts from nothing)
 void count_event(enum counter which);  // leaktrace_counters[which] + 1
 uint64_t counter_value(enum counter which);
 
@@ -95,6 +96,9 @@ void *next_memalign(size_t alignment, size_t size);
 void next_free(void *pointer);
 size_t next_usable_size(void *pointer);   // 0 when the allocator has no malloc_usable_size
 int from_bootstrap(const void *pointer);  // served while the allocator was being looked up
+// Attached to a running process: the allocator is the first definition in the global scope
+// (the library, loaded there by dlopen, is not in it), looked up again now.
+void forward_to_global_scope(void);
 
 void blocks_init(void);
 void *block_alloc(size_t size, size_t alignment, int zeroed);  // header, guards, expand, fill
@@ -118,3 +122,14 @@ void log_leaks(void);
 // are recorded once the outermost call leaves.
 void library_enter(void);
 void library_leave(void);
+
+// --- attached to a running process (hooks.c, malloc_debug.c) -----------------
+
+// The options applied now, with no signal handlers (the process's own stay); 0 if bad.
+int start_attached(const char *options);
+void stop_attached(void);  // calls made from now on go straight to the allocator
+struct replacement {
+    const char *name;
+    void *function;  // this library's own entry point
+};
+extern const struct replacement replacements[];  // the malloc family, as hooks.c patches it in

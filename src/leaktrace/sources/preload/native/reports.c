@@ -164,7 +164,8 @@ void write_dump(const char *suffix)
     frame_names_close(names);
     free_records(list, count);
     put(fd, "MAPS\n");
-    int maps = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int maps =
+        open("/proc/thread-self/maps", O_RDONLY | O_CLOEXEC);  // self's reads empty once the first thread has exited
     if (maps < 0) {
         put(fd, "Could not open /proc/self/maps\n");
     } else {

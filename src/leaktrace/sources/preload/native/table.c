@@ -239,3 +239,20 @@ void table_after_fork(int child)
     if (child)
         leaktrace_forked = 1;
 }
+
+void table_clear(void)
+{
+    for (int i = 0; i < TABLE_SHARDS; i++) {
+        struct table_shard *shard = &leaktrace_shards[i];
+        pthread_mutex_lock(&shard->lock);
+        for (size_t j = 0; j < shard->slots; j++)
+            if (shard->records[j].pointer > 1)
+                __libc_free(shard->records[j].frames);
+        if (shard->slots)
+            memset(shard->records, 0, shard->slots * sizeof *shard->records);
+        shard->used = shard->live = shard->allocations = shard->frees = 0;
+        pthread_mutex_unlock(&shard->lock);
+    }
+    for (int i = 0; i < C_COUNTERS; i++)
+        __atomic_store_n(&leaktrace_counters[i], 0, __ATOMIC_RELAXED);
+}

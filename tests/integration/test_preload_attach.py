@@ -1,0 +1,210 @@
+"""-p PID --engine preload on a process started without the library: leaktrace puts it in
+(a remote dlopen through ptrace, the malloc family's GOT slots patched), counts exactly from
+then on, and takes the hooks out when it ends, or when it is killed; under CPU hogs, with
+the target allocating from several threads all along."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from leaktrace.platform.process import parse_maps, read_target
+from leaktrace.sources.preload.table import counters_in_place, library_base, preload_library
+
+from conftest import leaktrace_command
+from helpers import reports, wait_for_line
+
+pytestmark = pytest.mark.usefixtures("cpu_hogs")
+
+
+@pytest.fixture
+def target(program):
+    process = subprocess.Popen([program("attach_target")], stdout=subprocess.PIPE, text=True)
+    assert wait_for_line(process.stdout) == "ready\n"
+    yield process
+    process.kill()
+    process.wait()
+
+
+def attached(pid: int, *args: str) -> subprocess.Popen:
+    """leaktrace -p PID --engine preload, once it says the library is in."""
+    tracer = subprocess.Popen(
+        leaktrace_command("-p", str(pid), "--engine", "preload", "--json", *args, "3600"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = wait_for_line(tracer.stderr)
+    assert "attached in-process" in line, line + tracer.stderr.read()
+    return tracer
+
+
+def ended(tracer: subprocess.Popen) -> dict:
+    tracer.send_signal(signal.SIGINT)
+    out, err = tracer.communicate(timeout=60)
+    assert tracer.returncode == 0, err
+    assert "Traceback" not in err
+    return reports(out)[-1]
+
+
+def hooked(pid: int) -> bool:
+    """The library sees the program's calls: its counters move while the churn threads run."""
+    if library_base(parse_maps(read_target(pid).maps), preload_library()) is None:
+        return False  # never put in
+    before = counters_in_place(pid).allocations
+    time.sleep(0.3)
+    return counters_in_place(pid).allocations != before
+
+
+def test_counts_from_the_attach_on_are_exact_and_the_hooks_come_out_at_the_end(target):
+    tracer = attached(target.pid)
+    assert hooked(target.pid)
+    target.send_signal(signal.SIGUSR1)
+    assert wait_for_line(target.stdout) == "done\n"
+    report = ended(tracer)
+    by_size = {group["size"]: group for group in report["groups"] if group["size"] in (100, 101, 102, 103, 3000, 5000)}
+    for i in range(4):
+        group = by_size[100 + i]
+        assert group["count"] == 50, group
+        assert [frame["function"] for frame in group["frames"][:1]] == ["keep"]
+    assert by_size[3000]["count"] == 7 and by_size[3000]["frames"][0]["function"] == "main"
+    assert by_size[5000]["count"] == 1
+    assert sum(g["count"] for g in report["groups"] if g["size"] in (100, 101, 102, 103, 3000, 5000, 2000, 10)) == 208
+    # The ten blocks from before the attach were freed after it: passed through, counted.
+    assert report["counters"]["unknown_frees"] >= 10
+    assert report["counters"]["live_map_full"] == 0 and report["counters"]["pending_lost"] == 0
+    assert not hooked(target.pid)
+    # What the library recorded goes back to the allocator without it.
+    target.send_signal(signal.SIGUSR2)
+    assert wait_for_line(target.stdout) == "freed\n"
+    again = attached(target.pid)
+    assert hooked(target.pid)
+    report = ended(again)
+    assert report["counters"]["allocations"] > 0
+    assert not hooked(target.pid) and target.poll() is None
+
+
+def test_the_hooks_come_out_when_leaktrace_is_killed(target):
+    tracer = attached(target.pid)
+    assert hooked(target.pid)
+    tracer.kill()
+    tracer.wait()
+    time.sleep(0.2)  # the library's watcher looks every 20 ms
+    assert not hooked(target.pid) and target.poll() is None
+
+
+def test_a_static_program_and_a_traced_one_are_refused_in_one_line(program, build_dir):
+    static = build_dir / "static_sleeper"
+    source = build_dir / "static_sleeper.c"
+    source.write_text("#include <unistd.h>\nint main(void) { for (;;) pause(); }\n")
+    subprocess.run(["gcc", "-static", "-o", static, source], check=True)
+    cases = [
+        (subprocess.Popen([static]), "has no dynamic loader (a static program)"),
+        (
+            subprocess.Popen(
+                ["strace", "-f", "-o", "/dev/null", str(program("attach_target"))], stdout=subprocess.PIPE
+            ),
+            "is traced by pid",
+        ),
+    ]
+    try:
+        time.sleep(0.5)
+        for process, why in cases:
+            pid = process.pid
+            if why == "is traced by pid":  # the traced program is strace's child
+                pid = int(subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout)
+            result = subprocess.run(
+                leaktrace_command("-p", str(pid), "--engine", "preload", "1", "1"), capture_output=True, text=True
+            )
+            assert result.returncode == 1, result.stderr
+            assert result.stderr.count("\n") == 1 and why in result.stderr, result.stderr
+    finally:
+        for process, _ in cases:
+            process.kill()
+            process.wait()
+
+
+def test_redis_with_jemalloc_attached_and_detached_keeps_serving(tmp_path):
+    """Debian's redis-server (jemalloc): attached while it serves, its blocks go to jemalloc
+    and back; after the detach it serves on."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path / "redis.log", "w")
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=log,
+        stderr=log,
+    )
+    cli = ["redis-cli", "-p", str(port)]
+    try:
+        deadline = time.monotonic() + 20
+        while subprocess.run([*cli, "PING"], capture_output=True, text=True).stdout.strip() != "PONG":
+            assert time.monotonic() < deadline, "redis did not start"
+            time.sleep(0.05)
+        tracer = attached(server.pid)
+        for i in range(200):
+            subprocess.run([*cli, "SET", f"key{i}", "v" * 1000], check=True, capture_output=True)
+        report = ended(tracer)
+        assert report["counters"]["allocations"] > 200
+        thousand = [g for g in report["groups"] if 1000 <= g["size"] <= 1100]
+        assert sum(g["count"] for g in thousand) >= 200, "each value's block is seen"
+        assert subprocess.run([*cli, "GET", "key7"], capture_output=True, text=True).stdout.strip() == "v" * 1000
+        for i in range(200):
+            subprocess.run([*cli, "DEL", f"key{i}"], check=True, capture_output=True)
+        assert subprocess.run([*cli, "PING"], capture_output=True, text=True).stdout.strip() == "PONG"
+        assert server.poll() is None
+    finally:
+        server.kill()
+        server.wait()
+        log.close()
+
+
+SEED = int(os.environ.get("LEAKTRACE_FAULT_SEED", str(time.time_ns() % 1_000_000_007)))
+
+
+def test_leaktrace_stopped_at_any_moment_of_the_attach_leaves_the_process_unhooked(target):
+    """SIGTERM to leaktrace 0-300 ms after it starts, ten times on one process: leaktrace
+    ends without a traceback, and the process runs on with no hook left."""
+    print(f"LEAKTRACE_FAULT_SEED={SEED}")
+    chooser = random.Random(SEED)
+    for _ in range(10):
+        tracer = subprocess.Popen(
+            leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json", "3600"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(chooser.uniform(0, 0.3))
+        tracer.send_signal(signal.SIGTERM)
+        _, err = tracer.communicate(timeout=30)
+        assert "Traceback" not in err
+        assert target.poll() is None
+        assert not hooked(target.pid)
+
+
+def test_a_process_killed_at_any_moment_of_the_attach_ends_leaktrace_in_one_line(program):
+    print(f"LEAKTRACE_FAULT_SEED={SEED}")
+    chooser = random.Random(SEED)
+    for _ in range(10):
+        process = subprocess.Popen([program("attach_target")], stdout=subprocess.PIPE, text=True)
+        assert wait_for_line(process.stdout) == "ready\n"
+        tracer = subprocess.Popen(
+            leaktrace_command("-p", str(process.pid), "--engine", "preload", "--json", "3600"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(chooser.uniform(0, 0.5))
+        process.kill()
+        process.wait()
+        _, err = tracer.communicate(timeout=30)
+        assert "Traceback" not in err, err
+        assert tracer.returncode in (0, 1), err
