@@ -20,30 +20,13 @@ import time
 from pathlib import Path
 
 MODULE = "#include <stdlib.h>\nvoid *volatile kept;\nvoid touch(void) { kept = malloc(16); }\n"
-LOADER = r"""
-#include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
-int main(int argc, char **argv)
-{
-    char path[4096];
-    for (int i = 0; i < atoi(argv[2]); i++) {
-        snprintf(path, sizeof path, "%s/m%d.so", argv[1], i);
-        void *module = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (!module)
-            return 1;
-        ((void (*)(void))dlsym(module, "touch"))();
-    }
-    return 0;
-}
-"""
+LOADER = Path(__file__).parents[1] / "tests" / "integration" / "programs" / "many_modules.c"
 
 
 def build(directory: Path, count: int) -> Path:
     (directory / "m.c").write_text(MODULE)
-    (directory / "loader.c").write_text(LOADER)
     subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", directory / "m.so", directory / "m.c"], check=True)
-    subprocess.run(["gcc", "-O1", "-o", directory / "loader", directory / "loader.c", "-ldl"], check=True)
+    subprocess.run(["gcc", "-O1", "-o", directory / "loader", LOADER, "-ldl"], check=True)
     for i in range(count):  # distinct files: each is a module of its own
         shutil.copy(directory / "m.so", directory / f"m{i}.so")
     return directory / "loader"

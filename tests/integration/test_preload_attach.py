@@ -31,14 +31,19 @@ def target(program):
     process.wait()
 
 
-def attached(pid: int, *args: str) -> subprocess.Popen:
-    """leaktrace -p PID --engine preload, once it says the library is in."""
-    tracer = subprocess.Popen(
-        leaktrace_command("-p", str(pid), "--engine", "preload", "--json", *args, "3600"),
+def tracing(pid: int) -> subprocess.Popen:
+    """leaktrace -p PID --engine preload, just started."""
+    return subprocess.Popen(
+        leaktrace_command("-p", str(pid), "--engine", "preload", "--json", "3600"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def attached(pid: int) -> subprocess.Popen:
+    """leaktrace -p PID --engine preload, once it says the library is in."""
+    tracer = tracing(pid)
     line = wait_for_line(tracer.stderr)
     assert "attached in-process" in line, line + tracer.stderr.read()
     return tracer
@@ -112,18 +117,21 @@ def test_a_static_program_and_a_traced_one_are_refused_in_one_line(program, buil
             "is traced by pid",
         ),
     ]
+    traced = 0
     try:
         time.sleep(0.5)
         for process, why in cases:
             pid = process.pid
             if why == "is traced by pid":  # the traced program is strace's child
-                pid = int(subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout)
+                pid = traced = int(subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout)
             result = subprocess.run(
                 leaktrace_command("-p", str(pid), "--engine", "preload", "1", "1"), capture_output=True, text=True
             )
             assert result.returncode == 1, result.stderr
             assert result.stderr.count("\n") == 1 and why in result.stderr, result.stderr
     finally:
+        if traced:
+            os.kill(traced, signal.SIGKILL)  # strace's child: killing strace lets it run on
         for process, _ in cases:
             process.kill()
             process.wait()
@@ -176,12 +184,7 @@ def test_leaktrace_stopped_at_any_moment_of_the_attach_leaves_the_process_unhook
     print(f"LEAKTRACE_FAULT_SEED={SEED}")
     chooser = random.Random(SEED)
     for _ in range(10):
-        tracer = subprocess.Popen(
-            leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json", "3600"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        tracer = tracing(target.pid)
         time.sleep(chooser.uniform(0, 0.3))
         tracer.send_signal(signal.SIGTERM)
         _, err = tracer.communicate(timeout=30)
@@ -196,12 +199,7 @@ def test_a_process_killed_at_any_moment_of_the_attach_ends_leaktrace_in_one_line
     for _ in range(10):
         process = subprocess.Popen([program("attach_target")], stdout=subprocess.PIPE, text=True)
         assert wait_for_line(process.stdout) == "ready\n"
-        tracer = subprocess.Popen(
-            leaktrace_command("-p", str(process.pid), "--engine", "preload", "--json", "3600"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        tracer = tracing(process.pid)
         time.sleep(chooser.uniform(0, 0.5))
         process.kill()
         process.wait()
