@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Sets up a Debian 12 machine for leaktrace, as root; safe to run again.
-#   - bcc (Debian's python3-bpfcc), C and C++ toolchains, binutils (readelf: unwind tables) and what the tests use (bpftool: what BPF programs are left)
-#   - kernel headers for bcc: the running kernel's, or the distro's default linked in
-#   - tracefs at /sys/kernel/tracing
-#   - the HTML page's flame graph library (npm: d3, d3-flame-graph) in src/leaktrace/outputs/web/
-#   - llvm (llvm-symbolizer), debuginfod (its client; its server for a test); for the tests: libc6-dbg, golang-go (go tool pprof), chromium (the HTML page), valgrind (the heap walk's oracle), speedscope (npm, in build/: the folded stacks' reader)
-#   - for bench/: heaptrack (Debian) and memray (PyPI, the bench extra)
-#   - .venv (with system site packages, for bcc) holding leaktrace in editable mode
+#   scripts/setup.sh           what leaktrace needs to run (scripts/demo.sh):
+#     - bcc (Debian's python3-bpfcc), gcc, binutils (readelf: unwind tables), llvm (llvm-symbolizer),
+#       debuginfod's client, python3-protobuf (--pprof)
+#     - kernel headers for bcc: the running kernel's, or the distro's default linked in
+#     - tracefs at /sys/kernel/tracing
+#     - the HTML page's flame graph library (npm: d3, d3-flame-graph) in src/leaktrace/outputs/web/
+#     - .venv (with system site packages, for bcc) holding leaktrace in editable mode
+#   scripts/setup.sh --tests   the same, and what the tests and benches use (scripts/test.sh):
+#     bpftool, g++, tmux, setpriv, the other allocators, redis, libc6-dbg, golang-go (go tool pprof),
+#     chromium (the HTML page), valgrind (the heap walk's oracle), debuginfod's server, mypy,
+#     clang-format, heaptrack and memray (bench/), speedscope (npm, in build/: the folded stacks' reader)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +21,12 @@ fi
 
 arch=$(dpkg --print-architecture)
 release=$(uname -r)
-packages=(python3-bpfcc bpfcc-tools bpftool python3-venv python3-pip gcc g++ libc6-dev binutils util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg python3-protobuf golang-go llvm chromium debuginfod mypy clang-format valgrind heaptrack "linux-headers-$arch")
+tests=0
+[ "${1:-}" = "--tests" ] && tests=1
+packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
+if [ $tests -eq 1 ]; then
+    packages+=(bpfcc-tools bpftool g++ util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack)
+fi
 command -v npm >/dev/null 2>&1 || packages+=(npm)   # a machine's own Node.js is kept where it has one
 
 missing=()
@@ -70,13 +79,17 @@ if [ ! -f "$web/d3-flamegraph.umd.min.js" ]; then
 fi
 
 # speedscope (npm registry), for the tests only: its own parser reads the folded stacks in Chromium.
-if [ ! -f build/speedscope/node_modules/speedscope/dist/release/index.html ]; then
+if [ $tests -eq 1 ] && [ ! -f build/speedscope/node_modules/speedscope/dist/release/index.html ]; then
     npm install --prefix build/speedscope --no-audit --no-fund --silent speedscope@1.25.0
 fi
 
 if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-if ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, pytest, tabulate, bcc, capstone, numpy, memray; t.preload_library()' >/dev/null 2>&1 || [ ! -x .venv/bin/ruff ]; then
-    .venv/bin/pip install -q -e '.[test,bench]'
+if [ $tests -eq 1 ]; then
+    if ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, pytest, jsonschema, tabulate, bcc, capstone, numpy, memray; t.preload_library()' >/dev/null 2>&1 || [ ! -x .venv/bin/ruff ]; then
+        .venv/bin/pip install -q -e '.[test,bench]'
+    fi
+elif ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, tabulate, bcc, capstone, numpy; t.preload_library()' >/dev/null 2>&1; then
+    .venv/bin/pip install -q -e .
 fi

@@ -35,8 +35,8 @@ _EXPORTS = {
     "SymbolizedSnapshot": "analysis.symbolize",
     "Symbolizer": "analysis.symbolize",
     "PreloadTrace": "sources.preload.trace",
-    "HeapWalk": "sources.glibc_heap",
-    "walk_heap": "sources.glibc_heap",
+    "HeapWalk": "reachability.glibc_heap",
+    "walk_heap": "reachability.glibc_heap",
     "examine_heap": "reachability.unreachable",
 }
 

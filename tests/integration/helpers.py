@@ -9,10 +9,16 @@ import signal
 import subprocess
 import tempfile
 from collections import defaultdict
+from pathlib import Path
+
+import jsonschema
 
 from conftest import leaktrace_command
 
 TIMEOUT = 120
+REPORT_SCHEMA = jsonschema.Draft202012Validator(
+    json.loads((Path(__file__).parents[2] / "docs" / "report.schema.json").read_text())
+)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
@@ -28,7 +34,12 @@ def run_with_library(argv: list[str], options: str) -> subprocess.CompletedProce
 
 
 def reports(stdout: str) -> list[dict]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    """The JSON reports in a trace's output, each checked against docs/report.schema.json."""
+    found = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    for report in found:
+        if "groups" in report:  # a trace's report (heap -p --json has its own shape)
+            REPORT_SCHEMA.validate(report)
+    return found
 
 
 def sites(report: dict) -> dict[str, list[tuple[int, int]]]:
@@ -55,6 +66,10 @@ def final_report(result: subprocess.CompletedProcess) -> dict:
     assert "Traceback" not in result.stderr
     found = reports(result.stdout)
     assert found, f"no report in {result.stdout!r} / {result.stderr!r}"
+    for report in found:  # every truncated stack has its one reason
+        counters = report["counters"]
+        reasons = sum(value for name, value in counters.items() if name.startswith("stacks_truncated_"))
+        assert reasons == counters["stacks_truncated"], counters
     return found[-1]
 
 

@@ -172,6 +172,7 @@ def test_frame_pointer_walk_ends_where_it_cannot_go_on_and_says_so(unwind_progra
     command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
     report = final_report(run_command(["-c", command, "--json", "--unwind", "fp", "3600"]))
     assert report["counters"]["stacks_truncated"] > 0
+    assert report["counters"]["stacks_truncated_no_rule"] > 0  # the chain, with no rows to go by
     assert_every_frame_in_an_executable_file(report, SIZES)
     assert stacks_by_size(report, {1024})[1024][0][1] == "descend"
 
@@ -358,4 +359,5 @@ def test_a_program_with_more_modules_than_the_walk_knows_keeps_the_first_ones_wh
     modules = {int(g["frames"][0]["module"].rsplit("/m", 1)[1].split(".")[0]) for g in whole}
     assert modules == set(range(len(whole))), "the modules loaded first are the ones kept"
     assert report["counters"]["stacks_truncated"] >= count - len(whole)
+    assert report["counters"]["stacks_truncated_unknown_code"] == report["counters"]["stacks_truncated"]
     assert result.stderr.count("executable ranges, more than the stack walk's 512") == 1

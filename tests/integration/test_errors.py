@@ -58,6 +58,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, status: int, text
         (["-p", "1", "--max-live", "99999999999"], "99999999999 is out of range (from 1 to 67108864)"),
         (["heap", "-p", "1", "--limit", "-3", "--unreachable"], "-3 is out of range (at least 0)"),
         (["heap", "-p", "1", "--limit", "3"], "--limit needs --unreachable"),
+        (["-p", "1", "--kill-on-exit"], "--kill-on-exit ends a command leaktrace started: use it with -c"),
     ],
 )
 def test_usage_errors_exit_2(args, text, probes_left_as_found):
@@ -345,3 +346,32 @@ def test_decode_leak_info_of_truncated_and_random_files(tmp_path):
     assert result.stdout.startswith("50 entries, total_memory ")
     marked = sum("  !" in line for line in result.stdout.splitlines())
     assert marked >= 45 and f"{marked} entries cannot be real" in result.stderr
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_command_outliving_its_trace_is_said_left_running_or_killed(engine, tmp_path):
+    """COUNT reports made while the command runs on: one line says it was left running (and
+    it runs); with --kill-on-exit it is killed. --folded's path is said once, not per report."""
+    folded, out, err = tmp_path / "out.folded", tmp_path / "out", tmp_path / "err"
+    for kill, word in ((False, "left running"), (True, "killed (--kill-on-exit)")):
+        args = ["-c", "sleep 30", "--engine", engine, "--folded", str(folded), "0.2", "3"]
+        with open(out, "w") as stdout, open(err, "w") as stderr:  # files: the command that runs on keeps them open
+            status = subprocess.run(
+                leaktrace_command(*args, *(["--kill-on-exit"] if kill else [])),
+                stdout=stdout,
+                stderr=stderr,
+                timeout=60,
+            ).returncode
+        said = err.read_text()
+        assert status == 0, said
+        pid = int(said.split("command 'sleep 30' ", 1)[1].split()[0])
+        assert f"command 'sleep 30' {pid} {word}" in said
+        assert said.count(f"written to {folded}") == 1
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                alive = f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            alive = False
+        assert alive != kill
+        if not kill:
+            os.kill(pid, signal.SIGKILL)

@@ -18,8 +18,8 @@ import pytest
 
 from leaktrace.model.snapshot import request_range
 from leaktrace.platform.process import read_process
+from leaktrace.reachability.glibc_heap import walk_heap
 from leaktrace.reachability.unreachable import scanned_mapping
-from leaktrace.sources.glibc_heap import walk_heap
 from leaktrace.sources.preload.table import copy_with_table
 from leaktrace.sources.preload.trace import PreloadTrace
 
@@ -200,10 +200,11 @@ def test_walk_equals_the_preload_table(program, tmp_path):
     for allocation in allocations:
         low, high = request_range(found.pop(allocation.address))
         assert low <= allocation.size <= high
-    for start, end in table:  # each shard's array of slots
+    for start, end in table.occupied:  # each shard's array of slots
         assert found.pop(start) >= end - start
     frames = sorted(8 * len(a.stack) for a in allocations if a.stack)
     assert len(found) == len(frames)
+    assert sorted(table.own_blocks()) == sorted([start for start, _ in table.occupied] + list(found))
     for usable, request in zip(sorted(found.values()), frames):  # both orders agree: the ranges rise with usable
         low, high = request_range(usable)
         assert low <= request <= high
@@ -225,7 +226,16 @@ def test_heap_command(program, tmp_path):
             text=True,
             timeout=TIMEOUT,
         )
+        leaks_text = subprocess.run(
+            leaktrace_command("heap", "-p", str(target.pid), "--unreachable"),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
         assert target.process.poll() is None  # it runs on
+    # No trace ran: the words say what the walk did, and leaks of one size and contents are one entry.
+    assert "no trace ran" in leaks_text.stdout and "before the trace" not in leaks_text.stdout
+    assert "the trace had not seen" not in leaks_text.stdout
     assert text.returncode == 0 and result.returncode == 0, text.stderr + result.stderr
     heap = json.loads(result.stdout)
     # old_leaks' blocks (tests/integration/programs/old_leaks.c), by usable size; 4104: stdout's buffer,
@@ -251,6 +261,8 @@ def test_heap_command(program, tmp_path):
     assert (heap["unreachable"]["leak_bytes"], heap["unreachable"]["num_leaks"]) == valgrind_lost_usable(
         [binary, "exit"]
     )
+    entries = heap["unreachable"]["leaks"]
+    assert len({(leak["size"], leak["contents"]) for leak in entries}) == len(entries)
     first = text.stdout.splitlines()[0]
     assert re.fullmatch(
         rf"heap of pid {target.pid} \(old_leaks\), glibc 2\.36: {heap['bytes']} bytes in "

@@ -31,10 +31,10 @@ def target(program):
     process.wait()
 
 
-def tracing(pid: int) -> subprocess.Popen:
-    """leaktrace -p PID --engine preload, just started."""
+def tracing(pid: int, *extra: str) -> subprocess.Popen:
+    """leaktrace -p PID --engine preload (and extra options), just started."""
     return subprocess.Popen(
-        leaktrace_command("-p", str(pid), "--engine", "preload", "--json", "3600"),
+        leaktrace_command("-p", str(pid), "--engine", "preload", "--json", *extra, "3600"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -92,6 +92,23 @@ def test_counts_from_the_attach_on_are_exact_and_the_hooks_come_out_at_the_end(t
     report = ended(again)
     assert report["counters"]["allocations"] > 0
     assert not hooked(target.pid) and target.poll() is None
+
+
+def test_unreachable_blocks_from_before_and_after_the_attach_are_found(target):
+    """--unreachable on a process the library was put into: the block lost before the attach
+    comes from the heap walk (no stack), the one lost after it with its stack; the kept ones
+    and the library's own arrays are not leaks."""
+    tracer = tracing(target.pid, "--unreachable")
+    assert "attached in-process" in wait_for_line(tracer.stderr)
+    target.send_signal(signal.SIGUSR1)
+    assert wait_for_line(target.stdout) == "done\n"
+    unreachable = ended(tracer)["unreachable"]
+    assert unreachable["heap_walk"].startswith("heap walk (glibc")
+    leaks = unreachable["leaks"]
+    assert [leak["stack_status"] for leak in leaks if 777 <= leak["size"] <= 800] == ["before_trace"]
+    after = [leak for leak in leaks if leak["size"] == 888]
+    assert len(after) == 1 and after[0]["frames"][0]["function"] == "lose"
+    assert unreachable["num_leaks"] == 2, leaks
 
 
 def test_the_hooks_come_out_when_leaktrace_is_killed(target):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from leaktrace import EngineSettings, Trace
-from leaktrace.reachability.freeze import freeze_and_copy
+from leaktrace.platform.freeze import freeze_and_copy
 from leaktrace.sources.preload.trace import PreloadTrace
 
 from conftest import leaktrace_command
@@ -199,7 +199,7 @@ def test_freezing_survives_threads_coming_and_going_and_a_killed_tracer(program,
         # A tracer killed while every thread is stopped: the threads run on.
         script = (
             "import time\n"
-            "from leaktrace.reachability import freeze\n"
+            "from leaktrace.platform import freeze\n"
             "stop_all = freeze._wait_and_read_registers\n"
             "def hang(pid, seized, held_signals):\n"
             "    stop_all(pid, seized, held_signals)\n"

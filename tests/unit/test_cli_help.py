@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 
@@ -33,3 +34,25 @@ def test_a_bare_call_prints_its_usage_and_what_it_needs():
     assert result.stderr.splitlines()[-1] == (
         "leaktrace: needs -p PID, -c CMD or --all; leaktrace --help lists every command"
     )
+
+
+def complete_in_bash(script: str, words: list[str]) -> list[str]:
+    """What bash offers for the last of words, with the script's function."""
+    program = (
+        script
+        + f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
+        + '_leaktrace; printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    return subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_the_completion_script_offers_every_command_and_each_commands_options():
+    from leaktrace.commands.completion import completion_script
+
+    script = completion_script("bash")
+    assert complete_in_bash(script, ["leaktrace", "--eng"]) == ["--engine"]
+    assert complete_in_bash(script, ["leaktrace", "he"]) == ["heap"]
+    assert "--unreachable" in complete_in_bash(script, ["leaktrace", "heap", "--"])
+    assert "--engine" not in complete_in_bash(script, ["leaktrace", "heap", "--"])
+    assert complete_in_bash(script, ["leaktrace", "-p", "1", "--kill"]) == ["--kill-on-exit"]
+    assert completion_script("zsh").startswith("autoload -U +X bashcompinit && bashcompinit\n")

@@ -17,7 +17,7 @@ FORBIDDEN = {
     "android": ("sources", "reachability", "outputs", "commands"),
     "analysis": ("sources", "reachability", "outputs", "commands"),
     "sources": ("outputs", "commands"),
-    "reachability": ("outputs", "commands"),
+    "reachability": ("sources", "outputs", "commands"),  # sources call the check, never the other way
     "platform": ("sources", "reachability", "analysis", "outputs", "android", "commands", "allocators"),
     "allocators": ("sources", "reachability", "analysis", "outputs", "android", "commands", "model"),
 }
@@ -52,3 +52,15 @@ def test_intra_package_imports_are_absolute():
         if isinstance(node, ast.ImportFrom) and node.level and "commands" not in p.parts
     ]
     assert not relative
+
+
+def test_no_two_folders_import_each_other():
+    edges = {
+        (path.relative_to(PACKAGE).parts[0], module.split(".")[1])
+        for path in PACKAGE.rglob("*.py")
+        if len(path.relative_to(PACKAGE).parts) > 1
+        for module in imported_modules(path)
+        if len(module.split(".")) > 1 and (PACKAGE / module.split(".")[1]).is_dir()
+    }
+    both_ways = sorted((a, b) for a, b in edges if a < b and (b, a) in edges)
+    assert not both_ways, both_ways

@@ -157,3 +157,23 @@ def test_every_json_report_says_its_format():
 
     report = snapshot_to_dict(SymbolizedSnapshot(Snapshot(0.0, (), Counters()), {}))
     assert report["format"] == JSON_FORMAT == 1 and next(iter(report)) == "format"
+
+
+def test_the_drops_line_says_why_stacks_were_truncated():
+    from leaktrace.outputs.text import drops_text
+
+    counters = Counters(allocations=9, stacks_truncated=5, stacks_truncated_no_tables=2, stacks_truncated_no_rule=3)
+    line = drops_text(counters)
+    assert line.endswith("stacks_truncated 5 (no_tables 2, no_rule 3)")
+    assert "stacks_truncated_no_tables" not in line
+    assert drops_text(Counters(allocations=9)) == "drops: none"
+
+
+def test_every_file_format_renders_through_the_one_interface():
+    from leaktrace.analysis.growth import Growth
+    from leaktrace.outputs.files import FILE_FORMATS, FileContext
+
+    symbolized = snapshot([AllocationGroup(10, 24, 3, (0x1010, 0x2020))])
+    for output in FILE_FORMATS:
+        data = output.render(symbolized, FileContext(Growth(), 1.5))
+        assert isinstance(data, bytes) and data, output.option

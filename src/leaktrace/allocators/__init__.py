@@ -55,7 +55,7 @@ FAMILIES = (
     Family("jemalloc", "mallocx", "malloc_usable_size", free_like=("sdallocx", "dallocx", "rallocx", "xallocx")),
     Family("tcmalloc", "tc_malloc", "malloc_usable_size", free_like=("tc_free_sized", "tc_deletearray_sized")),
     Family("mimalloc", "mi_malloc", "mi_usable_size", free_like=("mi_free_size", "mi_free_aligned", "mi_realloc")),
-    Family("glibc", "__libc_malloc", "malloc_usable_size", heap_walker="leaktrace.sources.glibc_heap"),
+    Family("glibc", "__libc_malloc", "malloc_usable_size", heap_walker="leaktrace.reachability.glibc_heap"),
 )
 
 

@@ -26,7 +26,7 @@ def _hexdump(address: int, contents: bytes) -> list[str]:
     return lines
 
 
-def _leak_lines(symbolized: SymbolizedSnapshot, leak: UnreachableLeak, contents: bool) -> list[str]:
+def _leak_lines(symbolized: SymbolizedSnapshot, leak: UnreachableLeak, contents: bool, traced: bool) -> list[str]:
     lines = [f"  {leak.size} bytes unreachable at {leak.address:x}"]
     if leak.referenced_count:
         lines.append(
@@ -50,19 +50,26 @@ def _leak_lines(symbolized: SymbolizedSnapshot, leak: UnreachableLeak, contents:
     if leak.stack:
         lines += backtrace_lines(symbolized, leak.pid, leak.stack)
     elif leak.stack_status == StackStatus.BEFORE_TRACE:
-        lines.append("   allocated before the trace: no stack, and the size is glibc's usable size")
+        lines.append(
+            "   allocated before the trace: no stack, and the size is glibc's usable size"
+            if traced
+            else "   no stack (found by the heap walk, no trace ran); the size is glibc's usable size"
+        )
     return lines
 
 
-def render_unreachable(symbolized: SymbolizedSnapshot, report: UnreachableReport, contents: bool = False) -> str:
-    """The summary, then each leak followed by a blank line; then how the check went."""
+def render_unreachable(
+    symbolized: SymbolizedSnapshot, report: UnreachableReport, contents: bool = False, traced: bool = True
+) -> str:
+    """The summary, then each leak followed by a blank line; then how the check went (traced:
+    a trace ran beside the heap walk, as against `leaktrace heap`)."""
     lines = [
         f"  {report.leak_bytes} bytes in {report.num_leaks} unreachable allocation{_plural(report.num_leaks)}",
         f"  ABI: '{arch.NAME}'",
         "",
     ]
     for leak in report.leaks:
-        lines += _leak_lines(symbolized, leak, contents) + [""]
+        lines += _leak_lines(symbolized, leak, contents, traced) + [""]
     lines.append(
         f"  {report.num_allocations} allocations ({report.allocation_bytes} bytes) judged; "
         f"the process stood still {report.pause_seconds * 1000:.1f} ms, the sweep took "
@@ -71,7 +78,7 @@ def render_unreachable(symbolized: SymbolizedSnapshot, report: UnreachableReport
     )
     if report.heap_walk:
         lines.append(f"  {report.heap_walk}")
-    if report.before_trace:
+    if report.before_trace and traced:
         lines.append(
             f"  {report.before_trace} of the allocations judged have no stack: the heap walk found them, "
             "the trace had not seen them"

@@ -53,12 +53,14 @@ REGISTRY = {
     "trace": ("trace", "TraceCommand"),
     "decode-leak-info": ("decode_leak_info", "DecodeLeakInfoCommand"),
     "heap": ("heap", "HeapCommand"),
+    "completion": ("completion", "CompletionCommand"),
 }
 # One line each for the top-level help (the commands' modules are not imported for it).
 SUMMARIES = {
     "trace": "(the default) trace -p PID, -c CMD or --all and report what stays allocated",
     "heap": "walk a running process's glibc heap once, no probes (--unreachable: leaks in it)",
     "decode-leak-info": "print a get_malloc_leak_info buffer written by --leak-info",
+    "completion": 'print a bash or zsh completion script (eval "$(leaktrace completion bash)")',
 }
 EXAMPLES = """commands:
 {commands}

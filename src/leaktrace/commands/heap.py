@@ -56,7 +56,7 @@ class HeapCommand(Command):
         text = render_heap_text(report)
         if unreachable:
             text += f"unreachable memory of pid {args.pid}:\n" + render_unreachable(
-                symbolized, unreachable, args.contents
+                symbolized, unreachable, args.contents, traced=False
             )
         write_fully(sys.stdout, text)
         return 0

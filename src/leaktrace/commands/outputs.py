@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from leaktrace.analysis.growth import GrowthTracker
 from leaktrace.analysis.symbolize import Symbolizer
@@ -16,10 +16,8 @@ from leaktrace.android.options import DEFAULT_DUMP_PREFIX
 from leaktrace.android.unreachable_report import render_unreachable
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Snapshot
-from leaktrace.outputs.folded import render_folded
-from leaktrace.outputs.html_page import render_html
+from leaktrace.outputs.files import FILE_FORMATS, FileContext
 from leaktrace.outputs.json_report import render_json
-from leaktrace.outputs.pprof import render_pprof
 from leaktrace.outputs.process_report import render_process_report
 from leaktrace.outputs.text import render_text
 from leaktrace.platform.atomic_write import write_atomically
@@ -56,14 +54,13 @@ class Outputs:
     min_bytes: int = 0  # systemwide: processes holding less are left out of the report
     growth_intervals: int = 3  # rises in a row that flag a stack as a likely leak
     contents: bool = False  # unreachable leaks with their first bytes
-    pprof: str | None = None  # gzip'd pprof profile, rewritten each report
-    folded: str | None = None  # collapsed stacks, rewritten each report
-    html: str | None = None  # the HTML page with its flame graph, rewritten each report
+    files: dict[str, str] = field(default_factory=dict)  # FileFormat.option -> path, rewritten each report
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
         self.growth = GrowthTracker(self.growth_intervals)
         self.unwritten = 0  # output files that could not be written (exit status 3)
+        self._announced: set[str] = set()  # paths said once ("written to"), not at every report
         self.started_at = time.time()
 
     def exit_status(self) -> int:
@@ -81,7 +78,9 @@ class Outputs:
             self.unwritten += 1
             _say(str(e))
             return
-        _say(f"{what} written to {path}")
+        if path not in self._announced:
+            self._announced.add(path)
+            _say(f"{what} written to {path}")
 
     def _heap_dump(self, symbolized, pid: int, suffix: str) -> None:
         text = render_heap_dump(symbolized, pid, backtrace_full=self.backtrace_full)
@@ -101,12 +100,10 @@ class Outputs:
             text += f"unreachable memory of pid {snapshot.unreachable.pid}:\n"
             text += render_unreachable(symbolized, snapshot.unreachable, self.contents)
         write_fully(sys.stdout, text)
-        if self.pprof:
-            self._write(self.pprof, render_pprof(symbolized, snapshot.taken_at - self.started_at), "pprof profile")
-        if self.folded:
-            self._write(self.folded, render_folded(symbolized).encode(), "folded stacks")
-        if self.html:
-            self._write(self.html, render_html(symbolized, growth).encode(), "HTML page")
+        context = FileContext(growth, snapshot.taken_at - self.started_at)
+        for output in FILE_FORMATS:
+            if output.option in self.files:
+                self._write(self.files[output.option], output.render(symbolized, context), output.what)
         for index, (pid, process) in enumerate(snapshot.processes.items()):
             if self.leak_info:
                 info = get_malloc_leak_info(snapshot, pid)

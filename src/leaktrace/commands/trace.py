@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, MallocDebugConfig
 from leaktrace.errors import RuntimeFailure, UsageError
+from leaktrace.outputs.files import FILE_FORMATS
 from leaktrace.platform.pacing import poll_pause
 
 from . import ArgumentParser, Command
@@ -114,9 +115,9 @@ class TraceCommand(Command):
             json=args.json,
             top=args.top or (5 if args.all else 10),
             leak_info=args.leak_info,
-            pprof=args.pprof,
-            folded=args.folded,
-            html=args.html,
+            files={
+                output.option: getattr(args, output.option) for output in FILE_FORMATS if getattr(args, output.option)
+            },
             dump_prefix=args.heap_dump or str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)),
             dump_each_report=args.heap_dump is not None,
             dump_on_exit=args.heap_dump_on_exit or "backtrace_dump_on_exit" in config.options,
@@ -208,10 +209,27 @@ class TraceCommand(Command):
 
                 run_top_view(trace, args.interval, flags, args.growth_intervals)
             elif self.report_loop(trace, args, outputs, flags):
+                self.leave_command(trace, args, what)
                 return outputs.exit_status()
             final = self.report_snapshot(trace, args, with_allocations=trace.exited and outputs.wants_exit_allocations)
             if final:
                 outputs.report(final)
             if trace.exited:  # the last line: how the target ended
                 print(f"leaktrace: {what} {ending_of(trace.exit_status)}", file=sys.stderr, flush=True)
+            self.leave_command(trace, args, what)
         return outputs.exit_status() or command_status(trace.exit_status if trace.exited else None)
+
+    @staticmethod
+    def leave_command(trace: TraceSource, args: argparse.Namespace, what: str) -> None:
+        """A -c command still running as the trace ends (COUNT reports, Ctrl-C, q): killed with
+        --kill-on-exit, else left running; either way said in one line."""
+        if not trace.is_child or trace.exited:
+            return
+        if args.kill_on_exit:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(trace.pid, signal.SIGKILL)
+            print(f"leaktrace: {what} killed (--kill-on-exit)", file=sys.stderr, flush=True)
+        else:
+            print(
+                f"leaktrace: {what} left running (--kill-on-exit ends it with the trace)", file=sys.stderr, flush=True
+            )

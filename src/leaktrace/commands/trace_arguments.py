@@ -18,6 +18,7 @@ from leaktrace.android.options import (
     parse_malloc_debug_options,
 )
 from leaktrace.errors import UsageError
+from leaktrace.outputs.files import FILE_FORMATS
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.sources.bpf.compile import EngineSettings
 
@@ -141,19 +142,8 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
     parser.add_argument(
         "--leak-info", metavar="FILE", help="write get_malloc_leak_info's raw buffer (64-bit ABI) at each report"
     )
-    parser.add_argument(
-        "--pprof",
-        metavar="FILE",
-        help="write each report as a gzip'd pprof profile (go tool pprof, Pyroscope, Parca)",
-    )
-    parser.add_argument(
-        "--folded",
-        metavar="FILE",
-        help="write each report as collapsed stacks (flamegraph.pl, inferno, speedscope)",
-    )
-    parser.add_argument(
-        "--html", metavar="FILE", help="write each report as one self-contained HTML page with a flame graph"
-    )
+    for output in FILE_FORMATS:
+        parser.add_argument(f"--{output.option}", metavar="FILE", help=output.help)
     parser.add_argument(
         "--heap-dump",
         metavar="PREFIX",
@@ -193,6 +183,12 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         action="store_true",
         help="trace child processes too, with the blocks they inherit (their own carry the zygote bit); "
         "the probes then trap in every process that uses the library",
+    )
+    parser.add_argument(
+        "--kill-on-exit",
+        action="store_true",
+        help="-c: kill the command (SIGKILL) when the trace ends before it (COUNT reports, Ctrl-C); "
+        "without it, the command is left running untraced",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="say where each probe went and why (stderr)")
     parser.add_argument(
@@ -243,7 +239,8 @@ def engine_settings(args: argparse.Namespace, config: MallocDebugConfig) -> Engi
 
 def _output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> list[tuple[str, str]]:
     """(option, path) of each file the trace will write; for heap dumps, PREFIX.PID.txt's directory."""
-    paths = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in ("leak_info", "pprof", "folded", "html")]
+    names = ["leak_info"] + [output.option for output in FILE_FORMATS]
+    paths = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in names]
     prefix = args.heap_dump or config.values.get("backtrace_dump_prefix")
     dumps = args.heap_dump is not None or args.heap_dump_on_exit or "backtrace_dump_on_exit" in config.options
     if dumps:
@@ -268,6 +265,8 @@ def check_output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> N
 
 def check_combinations(args: argparse.Namespace, engine: Engine) -> None:
     """Refuses options that do not go together, before anything starts."""
+    if args.kill_on_exit and args.command is None:
+        raise UsageError("--kill-on-exit ends a command leaktrace started: use it with -c")
     if args.all:
         if args.unreachable:
             raise UsageError("--unreachable checks one process: use -p or -c, not --all")

@@ -1,4 +1,4 @@
-"""What a walk of a glibc heap found (sources/glibc_heap.py), and `leaktrace heap`'s report: plain data."""
+"""What a walk of a glibc heap found (reachability/glibc_heap.py), and `leaktrace heap`'s report: plain data."""
 
 from __future__ import annotations
 

@@ -65,10 +65,27 @@ class Counters:
     unfollowed_children: int = 0  # child processes not traced (process table full)
     inheritance_lost: int = 0  # child processes traced without the blocks they inherited
     stacks_truncated: int = 0  # stacks that end before the outermost frame (a frame not followed)
+    # Why (their sum is stacks_truncated; the preload library's stacks are not counted here):
+    stacks_truncated_no_tables: int = 0  # the process's unwind tables were not in yet
+    stacks_truncated_unknown_code: int = 0  # a return address in no executable mapping the walk knows
+    stacks_truncated_unreadable_stack: int = 0  # a read of the stack failed
+    stacks_truncated_bad_frame: int = 0  # a rule's frame address not above the stack pointer
+    stacks_truncated_no_rule: int = 0  # no CFI row at the pc, and the frame-pointer chain did not check out
+    stacks_truncated_walk_budget: int = 0  # the kernel's tail calls ran out before the frame limit
+    stacks_truncated_not_entered: int = 0  # the unwinder program could not be entered
 
     @classmethod
     def loss_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls)[2:])
+        """The drop counters, less the reasons of stacks_truncated (see truncation_reasons)."""
+        return tuple(f.name for f in fields(cls)[2:] if not f.name.startswith(TRUNCATION_PREFIX))
+
+    def truncation_reasons(self) -> dict[str, int]:
+        """Why stacks were truncated (reason -> stacks), where not zero."""
+        return {
+            f.name[len(TRUNCATION_PREFIX) :]: getattr(self, f.name)
+            for f in fields(self)
+            if f.name.startswith(TRUNCATION_PREFIX) and getattr(self, f.name)
+        }
 
     def losses(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.loss_names()}
@@ -89,6 +106,7 @@ class Counters:
         return f"INCOMPLETE: live figures are low ({what}: {parts})"
 
 
+TRUNCATION_PREFIX = "stacks_truncated_"
 # Drops that leave allocations out of the live figures (the rest lose stacks, or are not losses).
 UNRECORDED = ("live_map_full", "site_map_full", "pending_lost", "unfollowed_children", "inheritance_lost")
 

@@ -13,6 +13,7 @@ from collections import Counter
 
 from leaktrace.analysis.symbolize import Frame, SymbolizedSnapshot
 from leaktrace.model.snapshot import AllocationGroup, StackStatus
+from leaktrace.outputs.files import FileContext
 
 
 def frame_label(frame: Frame) -> str:
@@ -45,3 +46,7 @@ def render_folded(symbolized: SymbolizedSnapshot) -> str:
     for group in symbolized.snapshot.groups:
         totals[tuple(stack_path(symbolized, group))] += group.bytes
     return "".join(f"{';'.join(path)} {total}\n" for path, total in sorted(totals.items()) if total)
+
+
+def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
+    return render_folded(symbolized).encode()

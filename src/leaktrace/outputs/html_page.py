@@ -18,6 +18,7 @@ from leaktrace.analysis.process_table import process_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import StackStatus
+from leaktrace.outputs.files import FileContext
 from leaktrace.outputs.folded import stack_path
 from leaktrace.outputs.text import ranked_stacks, rate_text
 
@@ -187,3 +188,7 @@ td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }} .warnin
 </script>
 </body></html>
 """
+
+
+def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
+    return render_html(symbolized, context.growth).encode()

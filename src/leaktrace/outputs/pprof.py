@@ -17,6 +17,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from leaktrace.analysis.symbolize import AddressSpace, Frame, SymbolizedSnapshot
 from leaktrace.model.snapshot import StackStatus
+from leaktrace.outputs.files import FileContext
 from leaktrace.outputs.text import drops_text
 
 _T = descriptor_pb2.FieldDescriptorProto
@@ -191,3 +192,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
         if group.stack_status != StackStatus.CAPTURED:
             sample.label.add(key=string("stack"), str=string(group.stack_status.value))
     return gzip.compress(profile.SerializeToString(), mtime=0)
+
+
+def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
+    return render_pprof(symbolized, context.seconds)

@@ -56,6 +56,9 @@ def drops_text(counters: Counters) -> str:
     warning = counters.incompleteness()
     losses = counters.losses()
     listed = ", ".join(f"{name} {value}" for name, value in losses.items()) if any(losses.values()) else "none"
+    reasons = counters.truncation_reasons()
+    if reasons:  # after stacks_truncated, the last of the drops
+        listed += " (" + ", ".join(f"{reason} {value}" for reason, value in reasons.items()) + ")"
     return (f"{warning}\n" if warning else "") + "drops: " + listed
 
 

@@ -144,7 +144,8 @@ def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles) -> 
     """The allocator library a running process uses, from its maps.
 
     A library other than libc that exports malloc (jemalloc, tcmalloc, mimalloc)
-    is preferred: when one is mapped it is almost always the one in use.
+    is preferred: when one is mapped it is almost always the one in use. leaktrace's own
+    in-process library (it exports leaktrace_attach) is never the one: it forwards to it.
     """
     libraries: dict[str, Mapping] = {}
     for mapping in parse_maps(process.maps):
@@ -155,7 +156,7 @@ def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles) -> 
     for mapping in libraries.values():
         elf = opened[mapping.start]
         try:
-            if elf is not None and elf.exports_function("malloc"):
+            if elf is not None and elf.exports_function("malloc") and not elf.exports_function("leaktrace_attach"):
                 candidates.append(elf)
         except ElfError:
             continue

@@ -84,8 +84,13 @@ class RemoteCaller:
                     self.tid, self._saved = tid, found
                     self._xstate = (ctypes.c_uint8 * XSTATE_ROOM)()
                     self._xstate_vector = _IoVec(ctypes.addressof(self._xstate), XSTATE_ROOM)
-                    ptrace(PTRACE_GETREGSET, tid, NT_X86_XSTATE, ctypes.addressof(self._xstate_vector))
-                    self._mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+                    try:
+                        ptrace(PTRACE_GETREGSET, tid, NT_X86_XSTATE, ctypes.addressof(self._xstate_vector))
+                        self._mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+                    except OSError:
+                        with contextlib.suppress(OSError):
+                            ptrace(PTRACE_DETACH, tid, None, 0)
+                        raise
                     return
             if time.monotonic() > deadline:
                 raise RuntimeFailure(

@@ -2,7 +2,7 @@
 
 The allocations come from leaktrace's own live table, with their sizes and
 stacks; for a process traced since it was attached (not launched), from the walk of
-its glibc heap too (sources/glibc_heap.py), so that blocks made before the trace are
+its glibc heap too (reachability/glibc_heap.py), so that blocks made before the trace are
 judged as well, without a stack and sized by their usable size. The process is frozen for a moment (freeze.py) while its
 registers and writable memory are copied; the copy is then swept offline
 (heap_graph.py) and the unreachable allocations are folded into leaks
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -36,12 +36,12 @@ from leaktrace.model.snapshot import (
     UnreachableReport,
 )
 from leaktrace.platform.arch import RED_ZONE
+from leaktrace.platform.freeze import FrozenImage, freeze_and_copy
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import Mapping, read_target
-from leaktrace.reachability.freeze import FrozenImage, freeze_and_copy
+from leaktrace.reachability.glibc_heap import HeapWalkRefused, walk_heap
 from leaktrace.reachability.heap_graph import MemoryRegion, build_graph
 from leaktrace.reachability.leak_folding import fold_leaks
-from leaktrace.sources.glibc_heap import HeapWalkRefused, walk_heap
 
 
 def scanned_mapping(mapping: Mapping) -> bool:
@@ -83,15 +83,26 @@ def _regions(
     return regions
 
 
+def _similarity(leak: UnreachableLeak) -> tuple | None:
+    """What makes leaks one entry: the same backtrace (upstream); with no stack (a block the
+    heap walk found), the same size and contents."""
+    if leak.stack:
+        return leak.stack
+    if leak.stack_status == StackStatus.BEFORE_TRACE:
+        return (leak.size, leak.contents)
+    return None
+
+
 def _merge_by_backtrace(leaks: list[UnreachableLeak]) -> list[UnreachableLeak]:
-    """Leaks with the same (non-empty) backtrace become one, with `similar` totals (upstream)."""
+    """Similar leaks become one, with `similar` totals (upstream's merge by backtrace)."""
     merged: list[UnreachableLeak] = []
-    by_stack: dict[tuple[int, ...], int] = {}
+    by_key: dict[tuple, int] = {}
     for leak in leaks:
-        earlier = by_stack.get(leak.stack) if leak.stack else None
+        key = _similarity(leak)
+        earlier = by_key.get(key) if key is not None else None
         if earlier is None:
-            if leak.stack:
-                by_stack[leak.stack] = len(merged)
+            if key is not None:
+                by_key[key] = len(merged)
             merged.append(leak)
             continue
         first = merged[earlier]
@@ -118,23 +129,48 @@ def find_unreachable(
     image = freeze_and_copy(process.pid, scanned_mapping)
     if complete:
         return sweep_image(image, allocations, complete, limit)
+    return sweep_with_heap_walk(process, image, allocations, limit, allocator)
+
+
+def sweep_with_heap_walk(
+    process: ProcessInfo,
+    image: FrozenImage,
+    allocations: list[LiveAllocation],
+    limit: int,
+    allocator: str,
+    tracer_blocks: Sequence[int] = (),
+    excluded: tuple[tuple[int, int], ...] = (),
+) -> UnreachableReport:
+    """The check when the tracer's allocations are not all the process's: glibc's heap walk
+    adds the blocks it never saw (the tracer's own blocks left out, excluded never roots);
+    without a walk, the heap counts as roots."""
     try:
         if not GLIBC_NAME.search(allocator):
             raise HeapWalkRefused(f"pid {process.pid} allocates with {allocator}: the heap walk is glibc's")
         walk = walk_heap(process, image)
     except HeapWalkRefused as e:
-        return dataclasses.replace(sweep_image(image, allocations, complete, limit), heap_walk=f"no heap walk: {e}")
-    return _sweep_walked(image, allocations, walk, limit)
+        report = sweep_image(image, allocations, False, limit, excluded)
+        return dataclasses.replace(report, heap_walk=f"no heap walk: {e}")
+    return sweep_walked(image, allocations, walk, limit, tracer_blocks, excluded)
 
 
-def _sweep_walked(
-    image: FrozenImage, allocations: list[LiveAllocation], walk: HeapWalk, limit: int
+def sweep_walked(
+    image: FrozenImage,
+    allocations: list[LiveAllocation],
+    walk: HeapWalk,
+    limit: int,
+    tracer_blocks: Sequence[int] = (),
+    excluded: tuple[tuple[int, int], ...] = (),
 ) -> UnreachableReport:
     """The check over every block the walk found: the trace's record where it has one (its size
     and stack), else a block made before the trace. A traced allocation the walk did not find was
-    freed while its record was read, unless the walk is incomplete: then it is judged too."""
+    freed while its record was read, unless the walk is incomplete: then it is judged too. The
+    tracer's own blocks in the heap (tracer_blocks) are left out, and excluded are never roots."""
     traced = {a.address: a for a in allocations if a.pid == image.pid}
     begins, sizes = walk.addresses, walk.usable.copy()
+    if len(tracer_blocks):
+        kept = ~np.isin(begins, np.array(tracer_blocks, dtype=np.uint64))
+        begins, sizes = begins[kept], sizes[kept]
     wanted = np.array(sorted(traced), dtype=np.uint64)
     at = np.minimum(np.searchsorted(begins, wanted), max(len(begins) - 1, 0))
     found = begins[at] == wanted if len(begins) else np.zeros(len(wanted), dtype=bool)
@@ -151,7 +187,7 @@ def _sweep_walked(
     def allocation_at(i: int) -> LiveAllocation:
         return records.get(i) or LiveAllocation(image.pid, int(begins[i]), int(sizes[i]), (), StackStatus.BEFORE_TRACE)
 
-    report = _sweep_blocks(image, begins, sizes, allocation_at, walk.complete, limit, walk.allocator_state)
+    report = _sweep_blocks(image, begins, sizes, allocation_at, walk.complete, limit, walk.allocator_state + excluded)
     return dataclasses.replace(
         report, heap_walk=heap_walk_line(walk), walk_problems=walk.problems, before_trace=len(begins) - len(records)
     )
@@ -166,7 +202,7 @@ def examine_heap(pid: int, unreachable: bool = False, limit: int = UNREACHABLE_L
         raise HeapWalkRefused(f"pid {pid} allocates with {allocator.path}: the heap walk is glibc's")
     image = freeze_and_copy(pid, scanned_mapping)
     walk = walk_heap(process, image)
-    report = _sweep_walked(image, [], walk, limit) if unreachable else None
+    report = sweep_walked(image, [], walk, limit) if unreachable else None
     return HeapReport(process, walk, image.pause_seconds, report)
 
 

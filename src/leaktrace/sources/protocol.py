@@ -13,6 +13,7 @@ from leaktrace.platform.pacing import poll_pause
 @runtime_checkable
 class TraceSource(Protocol):
     pid: int  # the target (the first process, for a systemwide trace)
+    is_child: bool  # the target is a command leaktrace launched (-c)
     exit_status: int | None  # its exit status, once it has exited (a launched command)
     final_snapshot: Snapshot | None  # the last state, read when it exited
     final_with_allocations: bool  # the final snapshot lists every live pointer (exit leak log)

@@ -1,8 +1,9 @@
-// A program leaktrace attaches to while it runs: 10 blocks of 2,000 bytes made at start,
-// CHURN threads allocating and freeing all along. On SIGUSR1: the 10 freed (blocks from
-// before the attach), then 4 threads keep 50 blocks of 100+i bytes each, main keeps 7 of
-// 3,000 (calloc) and 1 of 5,000 (realloc grown from 10); "done". On SIGUSR2: those freed,
-// "freed". It says "ready" once its threads run.
+// A program leaktrace attaches to while it runs: 10 blocks of 2,000 bytes made at start, and
+// one of 777 lost (its only pointer cleared), CHURN threads allocating and freeing all along.
+// On SIGUSR1: the 10 freed (blocks from before the attach), then 4 threads keep 50 blocks of
+// 100+i bytes each, main keeps 7 of 3,000 (calloc) and 1 of 5,000 (realloc grown from 10)
+// and loses one of 888; "done". On SIGUSR2: those kept freed, "freed". It says "ready" once
+// its threads run.
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +16,13 @@ static void *volatile before[10];
 static void *volatile kept[4][50];
 static void *volatile kept_main[8];
 static void *volatile churned[CHURN];
+static void *volatile lost;
+
+__attribute__((noinline)) static void lose(size_t size)
+{
+    lost = malloc(size);
+    lost = NULL;
+}
 
 static void *churn(void *slot)
 {
@@ -44,6 +52,7 @@ int main(void)
     pthread_sigmask(SIG_BLOCK, &wanted, NULL);
     for (int i = 0; i < 10; i++)
         before[i] = malloc(2000);
+    lose(777);
     pthread_t threads[CHURN];
     for (long i = 0; i < CHURN; i++)
         pthread_create(&threads[i], NULL, churn, (void *)i);
@@ -61,6 +70,7 @@ int main(void)
     for (int i = 0; i < 7; i++)
         kept_main[i] = calloc(1, 3000);
     kept_main[7] = realloc(malloc(10), 5000);
+    lose(888);
     printf("done\n");
     fflush(stdout);
     sigwait(&wanted, &sig);

@@ -27,6 +27,14 @@ enum counter {
     C_UNFOLLOWED,       // unfollowed_children: process not traced: procs map full (each counted once)
     C_INHERIT_LOST,  // inheritance_lost: child that ran without its inherited blocks (too many copies waited at its fork)
     C_STACK_TRUNCATED,  // stacks_truncated: a stack ended early: a frame the walk could not follow or trust
+    // Why, one counter each (their sum is stacks_truncated):
+    C_TRUNCATED_NO_TABLES,     // stacks_truncated_no_tables: the process's unwind tables were not in yet
+    C_TRUNCATED_UNKNOWN_CODE,  // stacks_truncated_unknown_code: a return address in no executable mapping the walk knows
+    C_TRUNCATED_UNREADABLE_STACK,  // stacks_truncated_unreadable_stack: a read of the stack failed
+    C_TRUNCATED_BAD_FRAME,         // stacks_truncated_bad_frame: a rule's frame address not above the stack pointer
+    C_TRUNCATED_NO_RULE,  // stacks_truncated_no_rule: no CFI row at the pc, and the frame-pointer chain did not check out
+    C_TRUNCATED_WALK_BUDGET,  // stacks_truncated_walk_budget: the kernel's tail calls ran out before the frame limit
+    C_TRUNCATED_NOT_ENTERED,  // stacks_truncated_not_entered: the unwinder program could not be entered
     C_COUNTERS,
 };
 

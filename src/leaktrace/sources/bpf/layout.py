@@ -43,7 +43,14 @@ C_NESTED = 11
 C_UNFOLLOWED = 12
 C_INHERIT_LOST = 13
 C_STACK_TRUNCATED = 14
-C_COUNTERS = 15
+C_TRUNCATED_NO_TABLES = 15
+C_TRUNCATED_UNKNOWN_CODE = 16
+C_TRUNCATED_UNREADABLE_STACK = 17
+C_TRUNCATED_BAD_FRAME = 18
+C_TRUNCATED_NO_RULE = 19
+C_TRUNCATED_WALK_BUDGET = 20
+C_TRUNCATED_NOT_ENTERED = 21
+C_COUNTERS = 22
 COUNTER_FIELDS = (   # the Python names, in the enum's order
     'allocations',
     'frees',
@@ -60,6 +67,13 @@ COUNTER_FIELDS = (   # the Python names, in the enum's order
     'unfollowed_children',
     'inheritance_lost',
     'stacks_truncated',
+    'stacks_truncated_no_tables',
+    'stacks_truncated_unknown_code',
+    'stacks_truncated_unreadable_stack',
+    'stacks_truncated_bad_frame',
+    'stacks_truncated_no_rule',
+    'stacks_truncated_walk_budget',
+    'stacks_truncated_not_entered',
 )
 
 AR_ABI = 0

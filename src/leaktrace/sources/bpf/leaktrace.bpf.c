@@ -92,7 +92,7 @@ struct walk_state {
     u32 tgid;
     u32 copied;    // bytes of the stack copied from copy_base on (0: every read goes to user memory)
     u32 last_map;  // the mapping of the last frame: the next one is most often in it too
-    u32 pad;
+    u32 why;       // WALK_TRUNCATED: the counter of its reason (C_TRUNCATED_*)
     u64 copy_base;
     u64 addr;  // the block being recorded, with its record
     struct live_val val;
@@ -490,6 +490,12 @@ static __always_inline long read_stack(struct pending_call *call, u64 *words, u6
     return read_user(words, 16, (void *)addr);
 }
 
+static __always_inline void truncate_walk(struct walk_state *w, u32 why)
+{
+    w->end = WALK_TRUNCATED;
+    w->why = why;
+}
+
 // One frame: records w->pc if it is a return address into executable mapped code,
 // then finds the caller's pc, sp and rbp (by the row's rule, else by the
 // frame-pointer chain, whose return address the next step checks the same way).
@@ -507,7 +513,10 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
         // Frame 0 is the return address the kernel put back: known good even without maps.
         if (depth == 0)
             out->ip[0] = w->pc, w->depth = 1;
-        w->end = depth == 0 && STACK_DEPTH == 1 ? WALK_COMPLETE : WALK_TRUNCATED;
+        if (depth == 0 && STACK_DEPTH == 1)
+            w->end = WALK_COMPLETE;
+        else
+            truncate_walk(w, maps ? C_TRUNCATED_UNKNOWN_CODE : C_TRUNCATED_NO_TABLES);
         return;
     }
     out->ip[depth] = w->pc;
@@ -527,8 +536,12 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
         // rt_sigframe: sp is at the ucontext; its mcontext (offset 40) holds rbp, ..., rsp, rip
         // as gregs 10 and 15, 16.
         u64 regs[7] = {};
-        if (read_user(regs, sizeof(regs), (void *)(w->sp + 40 + 10 * 8)) != 0 || regs[5] <= w->sp) {
-            w->end = WALK_TRUNCATED;
+        if (read_user(regs, sizeof(regs), (void *)(w->sp + 40 + 10 * 8)) != 0) {
+            truncate_walk(w, C_TRUNCATED_UNREADABLE_STACK);
+            return;
+        }
+        if (regs[5] <= w->sp) {
+            truncate_walk(w, C_TRUNCATED_BAD_FRAME);
             return;
         }
         w->bp = regs[0], w->sp = regs[5], w->pc = regs[6];
@@ -537,8 +550,12 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
     if (rule == CFA_RSP || rule == CFA_RBP) {
         u64 cfa = (rule == CFA_RSP ? w->sp : w->bp) + row->cfa_offset;
         u64 frame[2] = {};  // [0]: the word below the return address, [1]: the return address
-        if (cfa <= w->sp || read_stack(call, frame, cfa - 16) != 0) {
-            w->end = WALK_TRUNCATED;
+        if (cfa <= w->sp) {
+            truncate_walk(w, C_TRUNCATED_BAD_FRAME);
+            return;
+        }
+        if (read_stack(call, frame, cfa - 16) != 0) {
+            truncate_walk(w, C_TRUNCATED_UNREADABLE_STACK);
             return;
         }
         if (row->rbp_rule == RBP_SAVED) {
@@ -548,14 +565,14 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
             else if (read_stack(call, saved, cfa + row->rbp_offset) == 0)
                 w->bp = saved[0];
             else
-                w->end = WALK_TRUNCATED;
+                truncate_walk(w, C_TRUNCATED_UNREADABLE_STACK);
         }
         w->pc = frame[1], w->sp = cfa;
     } else {
         // No rule here: the frame-pointer chain, if rbp points into the stack above sp.
         u64 frame[2] = {};  // the saved frame pointer, then the return address
         if (w->bp <= w->sp || read_stack(call, frame, w->bp) != 0 || frame[0] <= w->bp) {
-            w->end = WALK_TRUNCATED;
+            truncate_walk(w, C_TRUNCATED_NO_RULE);
             return;
         }
         w->sp = w->bp + 16, w->pc = frame[1], w->bp = frame[0];
@@ -696,6 +713,7 @@ static __always_inline int exit_call(struct pt_regs *ctx)
         unwind_programs.call(ctx, 0);
         val.stack_key = STACK_LOST;  // reached only if the unwinder could not be entered
         count(C_STACK_TRUNCATED);
+        count(C_TRUNCATED_NOT_ENTERED);
     }
     // One call site here, one in unwind_frames: each inlined copy of live_add lengthens bcc's compile.
     live_add(tgid, call->gen, addr, &val);
@@ -721,10 +739,14 @@ int unwind_frames(struct pt_regs *ctx)
 #pragma clang loop unroll(disable)
     for (u32 i = 0; i < FRAMES_PER_PROGRAM && w->end == WALK_ON; i++)
         unwind_one(call, maps);
-    if (w->end == WALK_ON)
+    if (w->end == WALK_ON) {
         unwind_programs.call(ctx, 0);  // falls through after the kernel's 33rd tail call
-    if (w->end == WALK_TRUNCATED)
+        truncate_walk(w, C_TRUNCATED_WALK_BUDGET);
+    }
+    if (w->end == WALK_TRUNCATED) {
         count(C_STACK_TRUNCATED);
+        count(w->why);
+    }
     struct live_val val = w->val;
     val.stack_key = store_stack(&call->stack);
     live_add(w->tgid, call->gen, w->addr, &val);

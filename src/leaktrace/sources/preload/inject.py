@@ -11,7 +11,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import Mapping, MapsFollower, parse_maps, read_target
+from leaktrace.platform.process import Mapping, MapsFollower, alive, parse_maps, read_target
 from leaktrace.platform.remote_call import RemoteCaller
 from leaktrace.platform.target_files import read_regular
 from leaktrace.sources.preload.table import library_base, preload_library
@@ -46,6 +46,14 @@ class Injection:
     """The library loaded into pid and its hooks in place, until detach()."""
 
     def __init__(self, pid: int, options: str):
+        try:
+            self._put_in(pid, options)
+        except OSError as e:  # the process (or the thread held) went, or the kernel refused a step
+            if not alive(pid):
+                raise RuntimeFailure(f"pid {pid} exited while leaktrace's library was being put in") from None
+            raise RuntimeFailure(f"cannot attach in-process to pid {pid}: {e.strerror or e}") from None
+
+    def _put_in(self, pid: int, options: str) -> None:
         info = read_target(pid)
         maps = MapsFollower()
         maps.follow(info.maps)
@@ -115,7 +123,7 @@ class Injection:
             return  # gone; or never calm: its watcher puts the hooks back when leaktrace has ended
         try:
             caller.call(self._library_function(self.pid, "leaktrace_detach"), [])
-        except RuntimeFailure:
-            pass
+        except (RuntimeFailure, OSError):
+            pass  # gone meanwhile; or its watcher puts the hooks back when leaktrace has ended
         finally:
             caller.release()

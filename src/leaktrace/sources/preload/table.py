@@ -33,8 +33,8 @@ from leaktrace.model.snapshot import (
     StackStatus,
 )
 from leaktrace.platform.elf import ElfFile
+from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.platform.process import Mapping, parse_maps, proc_path, read_target
-from leaktrace.reachability.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import (  # from native/record.h
     MAX_FRAMES,
@@ -172,6 +172,11 @@ class CopiedTable:
     forked: bool  # the library's leaktrace_forked
     counters: Counters  # the library's leaktrace_counters
 
+    def own_blocks(self) -> list[int]:
+        """The heap blocks that are the library's own (the shards' arrays of slots, and each
+        record's copied frames): not the program's, whatever a heap walk finds."""
+        return [start for start, _ in self.occupied] + [at for _, _, _, count, at in self.records if count]
+
     def _frames(self, at: int, count: int, starts: list[int]) -> bytes:
         i = bisect.bisect_right(starts, at) - 1
         if i < 0:
@@ -271,9 +276,9 @@ def _until_unlocked(pid: int, attempt: Callable[[], T | None]) -> T:
     raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
 
 
-def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation], tuple[tuple[int, int], ...]]:
+def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation], CopiedTable]:
     """A frozen copy of the process (the mappings wanted) taken while the table was unlocked,
-    the live blocks in that table, and the ranges the table occupies (never roots of a
+    the live blocks in that table, and the table (its ranges are never roots of a
     reachability check: they point to every block)."""
 
     def attempt() -> tuple[FrozenImage, CopiedTable] | None:
@@ -282,7 +287,7 @@ def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation]
         return None if table is None else (image, table)
 
     image, table = _until_unlocked(pid, attempt)
-    return image, table.allocations(), table.occupied
+    return image, table.allocations(), table
 
 
 def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Credentials) -> Snapshot:

@@ -39,6 +39,7 @@ from leaktrace.model.snapshot import (
     UnreachableReport,
 )
 from leaktrace.platform.elf import ElfError, ElfFile
+from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import alive, catches, parse_maps, read_target, resolve_executable
 from leaktrace.platform.target_files import (
     RefusedFile,
@@ -366,10 +367,16 @@ class PreloadTrace(PollingSource):
         from leaktrace.reachability.unreachable import (  # numpy: 50 ms of start-up, only for this
             scanned_mapping,
             sweep_image,
+            sweep_with_heap_walk,
         )
 
         image, allocations, table = copy_with_table(self.pid, scanned_mapping)
-        return sweep_image(image, allocations, complete=True, limit=limit, excluded=table)
+        if not self.injection:
+            return sweep_image(image, allocations, complete=True, limit=limit, excluded=table.occupied)
+        # Put in while it ran: the blocks from before the attach are the heap walk's.
+        process = read_target(self.pid)
+        allocator = allocator_library_of_process(process, ModuleFiles()).path
+        return sweep_with_heap_walk(process, image, allocations, limit, allocator, table.own_blocks(), table.occupied)
 
     def close(self) -> None:
         if self.injection and not self._gone:

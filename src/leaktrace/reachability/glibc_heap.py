@@ -37,9 +37,9 @@ from leaktrace.model.heap import ArenaUse, HeapWalk
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.arch import FS_BASE_INDEX, RSP_INDEX
 from leaktrace.platform.elf import PT_LOAD, PT_TLS, ElfError, ElfFile
+from leaktrace.platform.freeze import FrozenImage
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles
 from leaktrace.platform.process import Mapping
-from leaktrace.reachability.freeze import FrozenImage
 from leaktrace.reachability.heap_graph import joined
 
 SUPPORTED = ((2, 35), (2, 40))  # glibc versions whose malloc layout is the one below

@@ -1,0 +1,61 @@
+"""The README stays a user's page, and the docs name only files that exist."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SOURCE_NAME = re.compile(r"`([\w./-]+\.(?:py|c|h|sh|cpp))`")
+OTHER_PROJECTS = {"native_heapdump_viewer.py"}  # AOSP's development/scripts
+
+
+def tracked_files() -> list[str]:
+    return subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_the_readme_is_at_most_15000_bytes():
+    assert len((ROOT / "README.md").read_bytes()) <= 15_000
+
+
+def test_every_link_between_pages_leads_to_a_file():
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name} links to {target}"
+
+
+def test_every_source_file_the_docs_name_exists():
+    files = tracked_files()
+    missing = []
+    for page in PAGES:
+        for name in SOURCE_NAME.findall(page.read_text()):
+            if name.startswith(("/", "./", "../")) or name in OTHER_PROJECTS:
+                continue  # a path on the system, or in another project's sources
+            if not any(path == name or path.endswith("/" + name) for path in files):
+                missing.append(f"{page.name}: {name}")
+    assert not missing, missing
+
+
+def test_the_json_schema_names_every_counter_and_holds_a_rendered_report():
+    import jsonschema
+
+    from leaktrace.analysis.symbolize import SymbolizedSnapshot
+    from leaktrace.model.snapshot import AllocationGroup, Counters, ProcessInfo, Snapshot
+    from leaktrace.outputs.json_report import render_json
+    from leaktrace.sources.bpf.layout import COUNTER_FIELDS
+
+    schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
+    assert schema["properties"]["counters"]["required"] == list(COUNTER_FIELDS)
+    snapshot = Snapshot(
+        1.0,
+        (AllocationGroup(7, 24, 2, ()),),
+        Counters(allocations=2),
+        processes={7: ProcessInfo(7, "prog", "prog", "")},
+    )
+    report = json.loads(render_json(SymbolizedSnapshot(snapshot, {})))
+    jsonschema.Draft202012Validator(schema).validate(report)
+    report["counters"]["made_up"] = 1
+    assert not jsonschema.Draft202012Validator(schema).is_valid(report)
