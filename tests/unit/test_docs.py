@@ -14,7 +14,13 @@ OTHER_PROJECTS = {"native_heapdump_viewer.py"}  # AOSP's development/scripts
 
 
 def tracked_files() -> list[str]:
-    return subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    return subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
 
 
 def test_the_readme_is_at_most_15000_bytes():
