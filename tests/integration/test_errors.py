@@ -375,3 +375,17 @@ def test_a_command_outliving_its_trace_is_said_left_running_or_killed(engine, tm
         assert alive != kill
         if not kill:
             os.kill(pid, signal.SIGKILL)
+
+
+def test_heap_of_a_static_program_gives_no_hint_heap_cannot_take(tmp_path):
+    source, static = tmp_path / "sleeper.c", tmp_path / "sleeper"
+    source.write_text("#include <unistd.h>\nint main(void) { for (;;) pause(); }\n")
+    subprocess.run(["gcc", "-static", "-o", static, source], check=True)
+    process = subprocess.Popen([static])
+    try:
+        result = run_command(["heap", "-p", str(process.pid)])
+    finally:
+        process.kill()
+        process.wait()
+    assert_one_line_error(result, 1, "maps no dynamic allocator library (statically linked?)")
+    assert "--lib" not in result.stderr

@@ -140,12 +140,13 @@ class ModuleFiles:
         return elf
 
 
-def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles) -> ElfFile:
+def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles, hint: str = "") -> ElfFile:
     """The allocator library a running process uses, from its maps.
 
     A library other than libc that exports malloc (jemalloc, tcmalloc, mimalloc)
     is preferred: when one is mapped it is almost always the one in use. leaktrace's own
     in-process library (it exports leaktrace_attach) is never the one: it forwards to it.
+    hint ends the message when there is none (what the caller's user can do about it).
     """
     libraries: dict[str, Mapping] = {}
     for mapping in parse_maps(process.maps):
@@ -161,9 +162,7 @@ def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles) -> 
         except ElfError:
             continue
     if not candidates:
-        raise RuntimeFailure(
-            f"pid {process.pid} maps no dynamic allocator library (statically linked?); use --lib PATH"
-        )
+        raise RuntimeFailure(f"pid {process.pid} maps no dynamic allocator library (statically linked?){hint}")
     others = [elf for elf in candidates if "/libc.so" not in elf.path and "/libc-" not in elf.path]
     return (others or candidates)[0]
 

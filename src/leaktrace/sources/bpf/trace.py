@@ -80,7 +80,7 @@ class Trace(PollingSource, ProcessTracking):
         if pid == os.getpid():
             raise RuntimeFailure("leaktrace cannot trace itself")
         info = read_target(pid)
-        elf = _library(library) if library else allocator_library_of_process(info, ModuleFiles())
+        elf = _library(library) if library else allocator_library_of_process(info, ModuleFiles(), "; use --lib PATH")
         return cls(_started_or_closed(BpfEngine(settings, pid, (elf,))), pid, info, is_child=False)
 
     @classmethod
