@@ -177,3 +177,15 @@ def test_every_file_format_renders_through_the_one_interface():
     for output in FILE_FORMATS:
         data = output.render(symbolized, FileContext(Growth(), 1.5))
         assert isinstance(data, bytes) and data, output.option
+
+
+def test_the_html_page_lists_the_top_stacks_with_their_frames():
+    from leaktrace.outputs.html_page import render_html
+
+    page = render_html(snapshot([AllocationGroup(10, 24, 3, (0x1010, 0x2020)), AllocationGroup(10, 8, 1, (0x3030,))]))
+    table = page.split("<table id='stacks-table'>", 1)[1].split("</table>", 1)[0]
+    rows = table.split("<tbody>", 1)[1].split("</tr>")[:-1]
+    assert len(rows) == 2
+    assert "make_node+0x10 (server) node.c:42<br>main+0x20 (server) main.c:7" in rows[0]
+    assert "<td>72</td><td>3</td><td>24 x3</td>" in rows[0]
+    assert "id='filter'" in page and 'getElementById("filter").oninput' in page

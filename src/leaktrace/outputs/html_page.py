@@ -20,7 +20,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import StackStatus
 from leaktrace.outputs.files import FileContext
 from leaktrace.outputs.folded import stack_path
-from leaktrace.outputs.text import ranked_stacks, rate_text
+from leaktrace.outputs.text import ranked_stacks, rate_text, sizes_text
 
 WEB = Path(__file__).parent / "web"
 ASSETS = ("d3.min.js", "d3-flamegraph.umd.min.js", "d3-flamegraph.css")
@@ -72,6 +72,28 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
     return f"<table><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>"
 
 
+STACKS_SHOWN = 200  # rows of the top stacks' table
+
+
+def _stacks_table(symbolized: SymbolizedSnapshot) -> str:
+    """The top stacks with every frame (file:line included), filtered as the user types."""
+    rows = []
+    for groups in ranked_stacks(symbolized.snapshot.groups)[:STACKS_SHOWN]:
+        frames = symbolized.stack_of(groups[0])
+        lines = [frame.describe() for frame in frames] or [groups[0].stack_status.value]
+        cells = [groups[0].pid, sum(g.bytes for g in groups), sum(g.count for g in groups), sizes_text(groups)]
+        rows.append(
+            "<tr>"
+            + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells)
+            + f"<td class='frames'>{'<br>'.join(html.escape(line) for line in lines)}</td></tr>"
+        )
+    header = "".join(f"<th>{name}</th>" for name in ("pid", "bytes", "allocs", "sizes", "stack"))
+    return (
+        "<h2>Top stacks</h2><input id='filter' placeholder='filter stacks (function, file, module)'>"
+        f"<table id='stacks-table'><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def _script_json(value: object) -> str:
     """JSON that cannot end the <script> element it sits in."""
     return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
@@ -91,7 +113,10 @@ def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title
     warning = counters.incompleteness()
     if warning:
         head.append(f"<p class='warning'>{html.escape(warning)}</p>")
-    parts = ["<h2>Drop counters</h2>" + _table(["counter", "value"], [[n, v] for n, v in counters.losses().items()])]
+    parts = [_stacks_table(symbolized)]
+    parts.append(
+        "<h2>Drop counters</h2>" + _table(["counter", "value"], [[n, v] for n, v in counters.losses().items()])
+    )
     if len(snapshot.processes) > 1:
         rows = [
             [
@@ -156,7 +181,8 @@ def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title
 <style>{_asset("d3-flamegraph.css")}
 body {{ font-family: sans-serif; margin: 1em 2em; }} table {{ border-collapse: collapse; margin-bottom: 1em; }}
 td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }} .warning {{ color: #b00; font-weight: bold; }}
-#details {{ min-height: 1.5em; font-family: monospace; }}</style>
+#details {{ min-height: 1.5em; font-family: monospace; }}
+td.frames {{ font-family: monospace; font-size: 90%; }}</style>
 </head><body>
 {"".join(head)}
 <h2>Live bytes by stack</h2>
@@ -183,6 +209,12 @@ td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }} .warnin
   chart.transitionDuration(300);   // drawn at once; zooms are animated
   document.getElementById("find").onclick = function () {{ chart.search(document.getElementById("term").value); }};
   document.getElementById("reset").onclick = function () {{ chart.resetZoom(); }};
+  document.getElementById("filter").oninput = function () {{
+    var term = this.value.toLowerCase();
+    document.querySelectorAll("#stacks-table tbody tr").forEach(function (row) {{
+      row.style.display = row.textContent.toLowerCase().indexOf(term) < 0 ? "none" : "";
+    }});
+  }};
   document.body.setAttribute("data-rendered", "yes");
 }})();
 </script>

@@ -20,7 +20,7 @@ _NO_STACK = {
 SIZES_SHOWN = 4  # sizes listed per stack; the rest are summed up
 
 
-def _sizes(groups: list[AllocationGroup]) -> str:
+def sizes_text(groups: list[AllocationGroup]) -> str:
     ordered = sorted(groups, key=lambda g: (-g.bytes, g.size))
     text = ", ".join(
         f"{g.size}" if g.count == 1 and len(groups) == 1 else f"{g.size} x{g.count}" for g in ordered[:SIZES_SHOWN]
@@ -92,7 +92,7 @@ def stack_table(
     growing = any(stack_id(gs[0]) in leaks for gs in shown)
     rows = []
     for groups in shown:
-        row = [sum(g.bytes for g in groups), sum(g.count for g in groups), _sizes(groups)]
+        row = [sum(g.bytes for g in groups), sum(g.count for g in groups), sizes_text(groups)]
         if growing:
             rate = leaks.get(stack_id(groups[0]))
             row.append("" if rate is None else rate_text(rate))
