@@ -133,3 +133,13 @@ def test_reports_that_fell_behind_are_skipped_not_made_in_a_burst():
     assert next_report_time(10.0, 5.0, 12.0) == 15.0  # on time: one interval on
     assert next_report_time(10.0, 5.0, 15.0) == 20.0  # due exactly now: the next one
     assert next_report_time(10.0, 5.0, 36.0) == 40.0  # 26 s late: the grid's next point, not five at once
+
+
+def test_the_top_views_filters_keep_inlined_frames():
+    from leaktrace.outputs.top_view import filtered
+
+    snapshot = Snapshot(1.0, (AllocationGroup(7, 24, 1, (0x10,)),), Counters(), {7: ProcessInfo(7, "prog")})
+    inlined = {(7, 0x10): (Frame(0x10, "helper", 0, "/bin/prog", inlined=True),)}
+    symbolized = SymbolizedSnapshot(snapshot, {(7, 0x10): Frame(0x10, "caller", 0x4, "/bin/prog")}, inlined)
+    kept = filtered(symbolized, ViewState(size_range=(1, 100)))
+    assert [frame.function for frame in kept.stack_of(kept.snapshot.groups[0])] == ["helper", "caller"]

@@ -93,7 +93,7 @@ def filtered(symbolized: SymbolizedSnapshot, state: ViewState) -> SymbolizedSnap
     if state.comm_filter:
         processes = {pid: p for pid, p in processes.items() if state.comm_filter.search(p.comm)}
         groups = tuple(g for g in groups if g.pid in processes)
-    return SymbolizedSnapshot(dataclasses.replace(snap, groups=groups, processes=processes), symbolized.frames)
+    return dataclasses.replace(symbolized, snapshot=dataclasses.replace(snap, groups=groups, processes=processes))
 
 
 def _header(snap: Snapshot, growth: Growth, state: ViewState, processes: int) -> list[str]:
