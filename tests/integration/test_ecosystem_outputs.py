@@ -11,8 +11,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from leaktrace.outputs.pprof import profile_class
 
@@ -132,3 +135,39 @@ def test_pprof_of_a_family_labels_each_process(program, tmp_path):
         env={**os.environ, "HOME": str(tmp_path)},
     )
     assert tags.returncode == 0 and "pid" in tags.stdout, tags.stderr
+
+
+RENDER_AND_READ_BACK = """
+import gzip, sys
+import google.protobuf
+from leaktrace import AllocationGroup, Counters, Frame, ProcessInfo, Snapshot, SymbolizedSnapshot
+from leaktrace.outputs.pprof import profile_class, render_pprof
+snapshot = Snapshot(1.0, (AllocationGroup(7, 24, 3, (0x10,)),), Counters(allocations=3), {7: ProcessInfo(7, "prog")})
+symbolized = SymbolizedSnapshot(snapshot, {(7, 0x10): Frame(0x10, "leak_here", 0x4, "/bin/prog")})
+profile = profile_class().FromString(gzip.decompress(render_pprof(symbolized)))
+names = [profile.string_table[f.name] for f in profile.function]
+print(google.protobuf.__version__, [list(s.value) for s in profile.sample], names)
+"""
+
+
+@pytest.mark.parametrize("version", ["6.33.6", "7.36.2"])
+def test_pprof_is_written_with_the_newest_protobuf_too(version, tmp_path):
+    """--pprof with protobuf 6 and 7 from PyPI (MessageFactory.GetPrototype is gone there),
+    installed into a directory of their own that comes first on the path; Debian's 4.21 is the
+    suite's own."""
+    packages = tmp_path / "packages"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--target", packages, f"protobuf=={version}"],
+        check=True,
+        timeout=300,
+    )
+    source = Path(__file__).parents[2] / "src"
+    result = subprocess.run(
+        [sys.executable, "-c", RENDER_AND_READ_BACK],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=f"{packages}:{source}"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[0] == version
+    assert "[[3, 72]] ['leak_here']" in result.stdout, result.stdout

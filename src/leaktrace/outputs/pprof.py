@@ -94,7 +94,10 @@ def profile_class():
                 field.type = kind
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return message_factory.MessageFactory(pool).GetPrototype(pool.FindMessageTypeByName(f"{PACKAGE}.Profile"))
+    descriptor = pool.FindMessageTypeByName(f"{PACKAGE}.Profile")
+    if hasattr(message_factory, "GetMessageClass"):  # protobuf 4.22 and later (6 and 7 have only this)
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(pool).GetPrototype(descriptor)  # Debian 12's 3.21
 
 
 class _Strings:
