@@ -2,9 +2,23 @@
 (src/leaktrace/sources/bpf/cfi.c, in the library too) with the package; the rest of the package is
 described in pyproject.toml. Both are ordinary shared objects that setuptools builds as extension
 modules, so that pip install builds them."""
+import runpy
 from glob import glob
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+
+class build_py_with_web_assets(build_py):
+    """The HTML page's flame graph library, fetched into the package before it is copied (a
+    wheel built from a clean checkout writes --html pages); nothing is fetched when present."""
+
+    def run(self):
+        assets = runpy.run_path(str(Path(__file__).parent / "scripts" / "web_assets.py"))
+        assets["fetch"](assets["DEFAULT_DIRECTORY"])
+        super().run()
+
 
 NATIVE = "src/leaktrace/sources/preload/native"
 BPF = "src/leaktrace/sources/bpf"
@@ -12,7 +26,7 @@ BPF = "src/leaktrace/sources/bpf"
 FLAGS = ["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"]
 CFI = [f"{BPF}/cfi.h", f"{BPF}/layout.h"]  # the CFI interpreter both engines use, and its rows
 
-setup(ext_modules=[
+setup(cmdclass={"build_py": build_py_with_web_assets}, ext_modules=[
     Extension(
         "leaktrace.sources.preload._malloc_debug",
         sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{BPF}/cfi.c"],

@@ -5,7 +5,7 @@
 #       debuginfod's client, python3-protobuf (--pprof)
 #     - kernel headers for bcc: the running kernel's, or the distro's default linked in
 #     - tracefs at /sys/kernel/tracing
-#     - the HTML page's flame graph library (npm: d3, d3-flame-graph) in src/leaktrace/outputs/web/
+#     - the HTML page's flame graph library (d3, d3-flame-graph from the npm registry: scripts/web_assets.py)
 #     - .venv (with system site packages, for bcc) holding leaktrace in editable mode
 #   scripts/setup.sh --tests   the same, and what the tests and benches use (scripts/test.sh):
 #     bpftool, g++, tmux, setpriv, the other allocators, redis, libc6-dbg, golang-go (go tool pprof),
@@ -25,9 +25,9 @@ tests=0
 [ "${1:-}" = "--tests" ] && tests=1
 packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
 if [ $tests -eq 1 ]; then
+    command -v npm >/dev/null 2>&1 || packages+=(npm)   # speedscope's; a machine's own Node.js is kept
     packages+=(bpfcc-tools bpftool g++ util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack)
 fi
-command -v npm >/dev/null 2>&1 || packages+=(npm)   # a machine's own Node.js is kept where it has one
 
 missing=()
 for p in "${packages[@]}"; do
@@ -66,17 +66,7 @@ if [ ! -e /sys/kernel/tracing/uprobe_events ]; then
 fi
 
 # The HTML page's flame graph (d3-flame-graph on d3, from the npm registry), inlined into every page.
-web=src/leaktrace/outputs/web
-if [ ! -f "$web/d3-flamegraph.umd.min.js" ]; then
-    build=$(mktemp -d)
-    npm install --prefix "$build" --no-audit --no-fund --silent d3@7.9.2 d3-flame-graph@5.0.0
-    mkdir -p "$web"
-    cp "$build/node_modules/d3/dist/d3.min.js" "$build/node_modules/d3-flame-graph/dist/d3-flamegraph.umd.min.js" \
-       "$build/node_modules/d3-flame-graph/dist/d3-flamegraph.css" "$web/"
-    cp "$build/node_modules/d3/LICENSE" "$web/d3.LICENSE"
-    cp "$build/node_modules/d3-flame-graph/LICENSE" "$web/d3-flame-graph.LICENSE"
-    rm -rf "$build"
-fi
+/usr/bin/python3 scripts/web_assets.py src/leaktrace/outputs/web
 
 # speedscope (npm registry), for the tests only: its own parser reads the folded stacks in Chromium.
 if [ $tests -eq 1 ] && [ ! -f build/speedscope/node_modules/speedscope/dist/release/index.html ]; then

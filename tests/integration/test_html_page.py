@@ -84,3 +84,43 @@ def test_html_lists_unreachable_leaks_with_what_they_hold():
     page = render_html(SymbolizedSnapshot(snapshot, {}))
     assert "<h2>Unreachable memory of pid 7</h2><p>96 bytes in 3 unreachable allocations</p>" in page
     assert "<td>32</td><td>1</td><td>0x5000</td><td>64 bytes in 2</td><td>no stack</td>" in page
+
+
+def test_a_wheel_built_from_a_clean_checkout_writes_html_pages(program, tmp_path):
+    """pip's path, not set-up's: a wheel built from a clean clone carries the flame graph
+    library (fetched by the build from the npm registry, with its licences), and leaktrace
+    run from that wheel alone writes a page that inlines it."""
+    import sys
+    import zipfile
+
+    root = Path(__file__).parents[2]
+    checkout, wheels, site = tmp_path / "checkout", tmp_path / "wheels", tmp_path / "site"
+    subprocess.run(["git", "clone", "-q", str(root), str(checkout)], check=True)
+    assert not (checkout / "src/leaktrace/outputs/web/d3.min.js").exists()
+    pip = [sys.executable, "-m", "pip"]
+    subprocess.run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, checkout], check=True)
+    (wheel,) = wheels.glob("leaktrace-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for asset in ("d3.min.js", "d3-flamegraph.umd.min.js", "d3-flamegraph.css", "d3.LICENSE", "d3-flame-graph.LICENSE"):
+        assert f"leaktrace/outputs/web/{asset}" in names
+    subprocess.run([*pip, "install", "-q", "--no-deps", "--target", site, wheel], check=True)
+    page = tmp_path / "page.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "leaktrace.cli", "-c", str(program("sites")), "--html", str(page), "3600"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # not the checkout: the package comes from the wheel's files alone
+        env=dict(os.environ, PYTHONPATH=str(site)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"{site}/leaktrace"
+        in subprocess.run(
+            [sys.executable, "-c", "import leaktrace; print(leaktrace.__file__)"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(site)),
+            cwd=tmp_path,
+        ).stdout
+    )
+    assert "d3-flame-graph" in page.read_text() and "flamegraph" in page.read_text()
