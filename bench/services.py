@@ -83,6 +83,13 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGINT) -> None:
 ATTACH = {
     "leaktrace -p": (LEAKTRACE + ["-p", "{pid}", "3600"], "stderr", "probes live"),
     "preload -p": (LEAKTRACE + ["--engine", "preload", "-p", "{pid}", "3600"], "stderr", "attached in-process"),
+    # One frame per stack: what the stack walk costs, beside the two above (not in the defaults).
+    "leaktrace -p --frames 1": (LEAKTRACE + ["-p", "{pid}", "--frames", "1", "3600"], "stderr", "probes live"),
+    "preload -p --frames 1": (
+        LEAKTRACE + ["--engine", "preload", "-p", "{pid}", "--frames", "1", "3600"],
+        "stderr",
+        "attached in-process",
+    ),
     "empty probes": ([PYTHON, str(HERE / "empty_probes.py"), "-p", "{pid}"], "stdout", "attached"),
     "memleak -p": (["memleak-bpfcc", "-O", "{library}", "-p", "{pid}", "3600"], "stdout", "Attaching to pid"),
 }
