@@ -26,7 +26,7 @@ tests=0
 packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
 if [ $tests -eq 1 ]; then
     command -v npm >/dev/null 2>&1 || packages+=(npm)   # speedscope's; a machine's own Node.js is kept
-    packages+=(bpfcc-tools bpftool g++ util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack)
+    packages+=(bpfcc-tools bpftool g++ util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus)
 fi
 
 missing=()
@@ -77,9 +77,9 @@ if [ ! -x .venv/bin/python ]; then
     /usr/bin/python3 -m venv --system-site-packages .venv
 fi
 if [ $tests -eq 1 ]; then
-    if ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, pytest, jsonschema, tabulate, bcc, capstone, numpy, memray; t.preload_library()' >/dev/null 2>&1 || [ ! -x .venv/bin/ruff ]; then
+    if ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, pytest, jsonschema, prometheus_client, tabulate, bcc, capstone, numpy, memray; t.preload_library()' >/dev/null 2>&1 || [ ! -x .venv/bin/ruff ]; then
         .venv/bin/pip install -q -e '.[test,bench]'
     fi
-elif ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, tabulate, bcc, capstone, numpy; t.preload_library()' >/dev/null 2>&1; then
+elif ! .venv/bin/python -c 'import leaktrace.sources.preload.table as t, prometheus_client, tabulate, bcc, capstone, numpy; t.preload_library()' >/dev/null 2>&1; then
     .venv/bin/pip install -q -e .
 fi

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import select
 import shutil
 import signal
@@ -126,3 +128,24 @@ def chromium(url: str, *what: str, budget_ms: int = 3000) -> str:
         )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
+
+
+GO = shutil.which("go") or "/usr/bin/go"
+
+
+def pprof_top(path, sample_index: str, tmp_path) -> dict[str, int]:
+    """go tool pprof -top: flat value per function (bytes in B, or a count)."""
+    result = subprocess.run(
+        [GO, "tool", "pprof", "-top", "-nodecount=1000", f"-sample_index={sample_index}", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path), "PPROF_TMPDIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    flat = {}
+    for line in result.stdout.splitlines():
+        row = re.match(r"\s*(\d+)B?\s+[\d.]+%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.+)$", line)
+        if row and int(row.group(1)):
+            flat[row.group(2).strip()] = int(row.group(1))
+    return flat

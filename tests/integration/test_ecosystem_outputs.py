@@ -9,7 +9,6 @@ import html
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -19,9 +18,8 @@ import pytest
 
 from leaktrace.outputs.pprof import profile_class
 
-from helpers import chromium, final_report, reports, run_command
+from helpers import GO, chromium, final_report, pprof_top, reports, run_command
 
-GO = shutil.which("go") or "/usr/bin/go"
 SPEEDSCOPE = Path(__file__).parents[2] / "build/speedscope/node_modules/speedscope/dist/release/index.html"
 
 
@@ -33,24 +31,6 @@ def innermost_totals(report: dict) -> tuple[Counter, Counter]:
         space[name] += group["bytes"]
         objects[name] += group["count"]
     return space, objects
-
-
-def pprof_top(path, sample_index: str, tmp_path) -> dict[str, int]:
-    """go tool pprof -top: flat value per function (bytes in B, or a count)."""
-    result = subprocess.run(
-        [GO, "tool", "pprof", "-top", "-nodecount=1000", f"-sample_index={sample_index}", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HOME": str(tmp_path), "PPROF_TMPDIR": str(tmp_path)},
-    )
-    assert result.returncode == 0, result.stderr
-    flat = {}
-    for line in result.stdout.splitlines():
-        row = re.match(r"\s*(\d+)B?\s+[\d.]+%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.+)$", line)
-        if row and int(row.group(1)):
-            flat[row.group(2).strip()] = int(row.group(1))
-    return flat
 
 
 def speedscope_sandwich(folded: Path, tmp_path: Path) -> dict[str, tuple[int, int]]:

@@ -54,7 +54,7 @@ def test_each_process_keeps_what_it_inherited(program):
     losses = {
         name: value
         for name, value in counters.items()
-        if name not in ("allocations", "frees", "nested_calls", "stacks_truncated") and value
+        if name not in ("allocations", "frees", "nested_calls") and not name.startswith("stacks_truncated") and value
     }
     assert losses == {}
     # The exec'd child's 888 can come before leaktrace has read its new image's maps (README, Limits).

@@ -54,6 +54,7 @@ REGISTRY = {
     "decode-leak-info": ("decode_leak_info", "DecodeLeakInfoCommand"),
     "heap": ("heap", "HeapCommand"),
     "completion": ("completion", "CompletionCommand"),
+    "agent": ("agent", "AgentCommand"),
 }
 # One line each for the top-level help (the commands' modules are not imported for it).
 SUMMARIES = {
@@ -61,6 +62,7 @@ SUMMARIES = {
     "heap": "walk a running process's glibc heap once, no probes (--unreachable: leaks in it)",
     "decode-leak-info": "print a get_malloc_leak_info buffer written by --leak-info",
     "completion": 'print a bash or zsh completion script (eval "$(leaktrace completion bash)")',
+    "agent": "trace as a service; serve /metrics (Prometheus), /debug/pprof/heap (pprof), /status over HTTP",
 }
 EXAMPLES = """commands:
 {commands}

@@ -10,7 +10,7 @@ import select
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, MallocDebugConfig
 from leaktrace.errors import RuntimeFailure, UsageError
@@ -63,6 +63,14 @@ def command_status(exit_status: int | None) -> int:
     if exit_status is None:
         return 0
     return 128 - exit_status if exit_status < 0 else exit_status
+
+
+class Reporter(Protocol):
+    """What the report loop hands each snapshot to: the trace command's outputs, the agent's state."""
+
+    def report(self, snapshot: Snapshot) -> None: ...
+
+    def dump_now(self, snapshot: Snapshot) -> None: ...
 
 
 class _SignalFlags:
@@ -157,7 +165,7 @@ class TraceCommand(Command):
         return dataclasses.replace(snapshot, unreachable=report)
 
     @staticmethod
-    def report_loop(trace: TraceSource, args: argparse.Namespace, outputs: Outputs, flags: _SignalFlags) -> bool:
+    def report_loop(trace: TraceSource, args: argparse.Namespace, outputs: Reporter, flags: _SignalFlags) -> bool:
         """Reports every interval until stopped or the target is gone; True when COUNT reports were made."""
         reports = 0
         next_report = time.monotonic() + args.interval

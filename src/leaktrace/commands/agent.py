@@ -1,0 +1,168 @@
+"""`leaktrace agent --listen HOST:PORT`: the trace command's selection (-p PID, --all with
+its filters, --engine), run until stopped, serving its latest snapshot over HTTP:
+/metrics (Prometheus), /debug/pprof/heap[?pid=PID] (pprof, as a Go program serves it),
+/status (the JSON report) and / (an index). Loopback unless an address is named; GET only,
+a few seconds per request, and a scrape never waits for the trace (it reads the last
+snapshot taken)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import html
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from leaktrace.errors import UsageError
+
+from . import ArgumentParser, Command
+from .engines import ENGINES
+from .trace import TraceCommand, _SignalFlags
+from .trace_arguments import add_trace_arguments, check_combinations, engine_settings, malloc_debug_config
+
+REQUEST_SECONDS = 5.0  # a client slower than this is dropped
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--listen wants HOST:PORT, not '{text}'")
+    return host.strip("[]"), int(port)
+
+
+class AgentState:
+    """The latest snapshot, symbolized, with its growth: written by the trace loop (as a
+    report would be), read by the HTTP threads."""
+
+    def __init__(self, growth_intervals: int):
+        from leaktrace.analysis.growth import GrowthTracker
+        from leaktrace.analysis.symbolize import Symbolizer
+
+        self._symbolizer, self._growth = Symbolizer(), GrowthTracker(growth_intervals)
+        self._lock = threading.Lock()
+        self.latest: tuple | None = None  # (SymbolizedSnapshot, Growth, seconds the report took), once there is one
+        self.started_at = time.time()
+
+    def report(self, snapshot) -> None:
+        started = time.monotonic()
+        symbolized = self._symbolizer.symbolize(snapshot)
+        growth = self._growth.observe(snapshot)
+        with self._lock:
+            self.latest = (symbolized, growth, time.monotonic() - started)
+
+    def dump_now(self, snapshot) -> None:
+        """SIGUSR2 asks the trace command for a heap dump; the agent has none to write."""
+
+    def read(self):
+        with self._lock:
+            return self.latest
+
+
+def _only_pid(symbolized, pid: int):
+    snapshot = symbolized.snapshot
+    groups = tuple(g for g in snapshot.groups if g.pid == pid)
+    processes = {p: info for p, info in snapshot.processes.items() if p == pid}
+    return dataclasses.replace(symbolized, snapshot=dataclasses.replace(snapshot, groups=groups, processes=processes))
+
+
+def handler_for(state: AgentState, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_SECONDS  # the socket's: a slow or silent client cannot hold a thread
+        server_version = "leaktrace-agent"
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            url = urlparse(self.path)
+            latest = state.read()
+            if url.path == "/":
+                return self._send(200, "text/html; charset=utf-8", INDEX.encode())
+            if latest is None:
+                return self._send(503, "text/plain", b"no snapshot yet\n")
+            symbolized, growth, report_seconds = latest
+            if url.path == "/metrics":
+                from leaktrace.outputs.metrics import render_metrics
+
+                body = render_metrics(symbolized, growth, args.top_processes or 10, args.min_bytes or 0, report_seconds)
+                return self._send(200, "text/plain; version=0.0.4; charset=utf-8", body)
+            if url.path == "/debug/pprof/heap":
+                from leaktrace.outputs.pprof import render_pprof
+
+                pid = parse_qs(url.query).get("pid", [""])[0]
+                if pid and not pid.isdigit():
+                    return self._send(400, "text/plain", b"pid must be a number\n")
+                chosen = _only_pid(symbolized, int(pid)) if pid else symbolized
+                return self._send(200, "application/octet-stream", render_pprof(chosen, time.time() - state.started_at))
+            if url.path == "/status":
+                from leaktrace.outputs.json_report import render_json
+
+                return self._send(200, "application/json", render_json(symbolized, growth).encode())
+            return self._send(404, "text/plain", b"not found: see /\n")
+
+        def _send(self, status: int, kind: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *arguments) -> None:  # noqa: A002 (http.server's name)
+            """Requests are not logged (a scrape every few seconds would fill stderr)."""
+
+    return Handler
+
+
+INDEX = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>leaktrace agent</title></head><body>
+<h1>leaktrace agent</h1><ul>
+<li><a href="/metrics">/metrics</a>: Prometheus metrics of the traced processes</li>
+<li><a href="/debug/pprof/heap">/debug/pprof/heap</a> (<code>?pid=PID</code> for one process): the live heap as a
+pprof profile (<code>go tool pprof http://HOST:PORT/debug/pprof/heap</code>)</li>
+<li><a href="/status">/status</a>: the latest report as JSON (docs/report.schema.json)</li>
+</ul></body></html>
+"""
+
+
+class AgentCommand(Command):
+    name = "agent"
+    help = (
+        "Trace -p PID or --all as a long-running service and serve the live heap over HTTP: /metrics "
+        "(Prometheus), /debug/pprof/heap (pprof), /status (JSON)."
+    )
+
+    def prepare_parser(self, parser: ArgumentParser) -> None:
+        add_trace_arguments(parser)
+        parser.add_argument(
+            "--listen",
+            default="127.0.0.1:9464",
+            metavar="HOST:PORT",
+            help="where to serve (default 127.0.0.1:9464; only loopback unless an address is named)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        host, port = listen_address(args.listen)
+        config = malloc_debug_config(args)
+        settings = engine_settings(args, config)
+        check_combinations(args, ENGINES[args.engine])
+        flags = _SignalFlags()
+        state = AgentState(args.growth_intervals)
+        try:  # before anything is attached: an address in use is the user's to fix
+            server = ThreadingHTTPServer((host, port), handler_for(state, args))
+        except OSError as e:
+            raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+        server.daemon_threads = True
+        trace, what = ENGINES[args.engine].start(args, settings, config)
+        serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+        with trace:
+            for line in trace.startup_lines(what, args.verbose):
+                print(f"leaktrace: {line}", file=sys.stderr, flush=True)
+            serving.start()
+            print(
+                f"leaktrace: serving http://{html.escape(host)}:{port}/ (metrics, pprof, status)",
+                file=sys.stderr,
+                flush=True,
+            )
+            TraceCommand.report_loop(trace, args, state, flags)
+        server.shutdown()
+        server.server_close()
+        return 0

@@ -1,0 +1,124 @@
+"""leaktrace agent: a real Prometheus (Debian's, started here on 127.0.0.1) scrapes /metrics
+and holds a program's exact live bytes; go tool pprof reads /debug/pprof/heap?pid=PID as it
+reads a Go program's; the server takes GET only, and a silent client holds nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import leaktrace_command
+from helpers import pprof_top, wait_for_line
+
+COUNT, SIZE = 100, 1000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, timeout: float = 10) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read()
+
+
+@pytest.fixture
+def agent_on_known_heap(program):
+    """(agent URL, the program's pid) once the program has made its COUNT blocks under the agent."""
+    target = subprocess.Popen([program("known_heap"), str(COUNT), str(SIZE)], stdout=subprocess.PIPE, text=True)
+    assert wait_for_line(target.stdout) == "ready\n"
+    port = free_port()
+    agent = subprocess.Popen(
+        leaktrace_command("agent", "-p", str(target.pid), "--listen", f"127.0.0.1:{port}", "0.3"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while "serving http://" not in (line := wait_for_line(agent.stderr)):
+            assert line, "the agent ended"
+        target.send_signal(signal.SIGUSR1)
+        assert wait_for_line(target.stdout) == "done\n"
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while (
+            f'pid="{target.pid}"' not in get(f"{url}/metrics").decode()
+            or json.loads(get(f"{url}/status"))["live_bytes"] < COUNT * SIZE
+        ):
+            assert time.monotonic() < deadline, "no snapshot with the blocks"
+            time.sleep(0.2)
+        yield url, target.pid
+        agent.send_signal(signal.SIGINT)
+        _, err = agent.communicate(timeout=30)
+        assert agent.returncode == 0, err
+        assert "Traceback" not in err
+    finally:
+        agent.kill()
+        target.kill()
+        target.wait()
+
+
+def test_prometheus_scrapes_the_exact_live_bytes(agent_on_known_heap, tmp_path):
+    url, pid = agent_on_known_heap
+    metrics = get(f"{url}/metrics")
+    checked = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    prometheus_port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: leaktrace\n"
+        f"    static_configs:\n      - targets: ['{url.removeprefix('http://')}']\n"
+    )
+    prometheus = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prometheus_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        query = f"http://127.0.0.1:{prometheus_port}/api/v1/query?query=leaktrace_live_bytes%7Bpid%3D%22{pid}%22%7D"
+        deadline, value = time.monotonic() + 60, None
+        while value != COUNT * SIZE:
+            assert time.monotonic() < deadline, f"Prometheus has {value!r}"
+            time.sleep(0.5)
+            try:
+                result = json.loads(get(query))["data"]["result"]
+            except (urllib.error.URLError, ConnectionError):
+                continue  # not up yet
+            value = int(float(result[0]["value"][1])) if result else None
+    finally:
+        prometheus.terminate()
+        prometheus.wait()
+
+
+def test_go_tool_pprof_reads_the_heap_endpoint(agent_on_known_heap, tmp_path):
+    url, pid = agent_on_known_heap
+    flat = pprof_top(f"{url}/debug/pprof/heap?pid={pid}", "inuse_space", tmp_path)
+    assert flat["grow"] == COUNT * SIZE
+    assert pprof_top(f"{url}/debug/pprof/heap?pid={pid}", "inuse_objects", tmp_path)["grow"] == COUNT
+
+
+def test_the_server_takes_get_only_and_a_silent_client_holds_nothing(agent_on_known_heap):
+    url, _ = agent_on_known_heap
+    request = urllib.request.Request(f"{url}/metrics", data=b"x", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 501
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))):  # connected, says nothing
+        started = time.monotonic()
+        assert b"leaktrace_live_bytes" in get(f"{url}/metrics", timeout=5)
+        assert time.monotonic() - started < 5
+    assert b"/debug/pprof/heap" in get(url + "/")
