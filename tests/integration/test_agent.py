@@ -8,6 +8,7 @@ import json
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +32,16 @@ def get(url: str, timeout: float = 10) -> bytes:
         return response.read()
 
 
+def snapshot_status(url: str) -> dict | None:
+    """/status, or None while the agent has no snapshot yet (503)."""
+    try:
+        return json.loads(get(f"{url}/status"))
+    except urllib.error.HTTPError as e:
+        if e.code != 503:
+            raise
+        return None
+
+
 @pytest.fixture
 def agent_on_known_heap(program):
     """(agent URL, the program's pid) once the program has made its COUNT blocks under the agent."""
@@ -43,16 +54,16 @@ def agent_on_known_heap(program):
         text=True,
     )
     try:
-        while "serving http://" not in (line := wait_for_line(agent.stderr)):
+        watchdog = threading.Timer(60, agent.kill)  # readline blocks: select cannot see lines already buffered
+        watchdog.start()
+        while "serving http://" not in (line := agent.stderr.readline()):
             assert line, "the agent ended"
+        watchdog.cancel()
         target.send_signal(signal.SIGUSR1)
         assert wait_for_line(target.stdout) == "done\n"
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
-        while (
-            f'pid="{target.pid}"' not in get(f"{url}/metrics").decode()
-            or json.loads(get(f"{url}/status"))["live_bytes"] < COUNT * SIZE
-        ):
+        while (status := snapshot_status(url)) is None or status["live_bytes"] < COUNT * SIZE:
             assert time.monotonic() < deadline, "no snapshot with the blocks"
             time.sleep(0.2)
         yield url, target.pid
@@ -106,7 +117,7 @@ def test_prometheus_scrapes_the_exact_live_bytes(agent_on_known_heap, tmp_path):
 def test_go_tool_pprof_reads_the_heap_endpoint(agent_on_known_heap, tmp_path):
     url, pid = agent_on_known_heap
     flat = pprof_top(f"{url}/debug/pprof/heap?pid={pid}", "inuse_space", tmp_path)
-    assert flat["grow"] == COUNT * SIZE
+    assert flat["grow"] == COUNT * SIZE, flat
     assert pprof_top(f"{url}/debug/pprof/heap?pid={pid}", "inuse_objects", tmp_path)["grow"] == COUNT
 
 
