@@ -10,7 +10,6 @@ scrapes that failed or took over a second. Run as root from the repo:
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,14 +19,9 @@ import urllib.request
 from pathlib import Path
 
 from churn_bench import cpu_seconds, rss_mib  # bench/: the directory Python starts this script from
+from services import free_port
 
 HERE = Path(__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(url: str, stop: threading.Event, slow: list[str]) -> None:
