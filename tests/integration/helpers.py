@@ -8,8 +8,10 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -149,3 +151,21 @@ def pprof_top(path, sample_index: str, tmp_path) -> dict[str, int]:
         if row and int(row.group(1)):
             flat[row.group(2).strip()] = int(row.group(1))
     return flat
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_redis(port: int, running, timeout: float = 30) -> None:
+    """Until the redis on port answers PING; running() says whatever starts it is still there."""
+    deadline = time.monotonic() + timeout
+    while (
+        subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True, text=True, timeout=30).stdout
+        != "PONG\n"
+    ):
+        assert time.monotonic() < deadline and running(), "redis did not start"
+        time.sleep(0.05)

@@ -16,15 +16,9 @@ import urllib.request
 import pytest
 
 from conftest import leaktrace_command
-from helpers import pprof_top, wait_for_line
+from helpers import free_port, pprof_top, wait_for_line
 
 COUNT, SIZE = 100, 1000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, timeout: float = 10) -> bytes:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
-import time
 
 import pytest
 
 from conftest import DEBUG_BUILD, leaktrace_command
-from helpers import final_report, reports, run_command, sites
+from helpers import final_report, free_port, reports, run_command, sites, wait_for_redis
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
@@ -25,12 +23,6 @@ ALLOCATOR_CALLS_LEAKS = {
     "leak_memalign": [(128, 12)],
     "leak_aligned": [(160, 8)],
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def link_against(build_dir, program_source: str, library: str, name: str) -> str:
@@ -133,13 +125,7 @@ def test_redis_with_jemalloc_runs_under_the_preload_library():
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while (
-            subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True, timeout=30).stdout
-            != "PONG\n"
-        ):
-            assert time.monotonic() < deadline and trace.poll() is None, "redis did not start"
-            time.sleep(0.1)
+        wait_for_redis(port, lambda: trace.poll() is None)
         for i in range(200):
             assert (
                 subprocess.run(

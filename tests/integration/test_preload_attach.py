@@ -17,7 +17,7 @@ from leaktrace.platform.process import parse_maps, read_target
 from leaktrace.sources.preload.table import counters_in_place, library_base, preload_library
 
 from conftest import leaktrace_command
-from helpers import reports, wait_for_line
+from helpers import free_port, reports, wait_for_line, wait_for_redis
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
 
@@ -157,11 +157,7 @@ def test_a_static_program_and_a_traced_one_are_refused_in_one_line(program, buil
 def test_redis_with_jemalloc_attached_and_detached_keeps_serving(tmp_path):
     """Debian's redis-server (jemalloc): attached while it serves, its blocks go to jemalloc
     and back; after the detach it serves on."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = open(tmp_path / "redis.log", "w")
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
@@ -170,10 +166,7 @@ def test_redis_with_jemalloc_attached_and_detached_keeps_serving(tmp_path):
     )
     cli = ["redis-cli", "-p", str(port)]
     try:
-        deadline = time.monotonic() + 20
-        while subprocess.run([*cli, "PING"], capture_output=True, text=True).stdout.strip() != "PONG":
-            assert time.monotonic() < deadline, "redis did not start"
-            time.sleep(0.05)
+        wait_for_redis(port, lambda: server.poll() is None, timeout=20)
         tracer = attached(server.pid)
         for i in range(200):
             subprocess.run([*cli, "SET", f"key{i}", "v" * 1000], check=True, capture_output=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import html
 import sys
 import threading
 import time
@@ -158,7 +157,7 @@ class AgentCommand(Command):
                 print(f"leaktrace: {line}", file=sys.stderr, flush=True)
             serving.start()
             print(
-                f"leaktrace: serving http://{html.escape(host)}:{port}/ (metrics, pprof, status)",
+                f"leaktrace: serving http://{host}:{port}/ (metrics, pprof, status)",
                 file=sys.stderr,
                 flush=True,
             )

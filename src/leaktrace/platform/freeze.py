@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import RSP_INDEX, USER_REGS_WORDS
-from leaktrace.platform.process import Mapping, alive, live_thread, parent_of, parse_maps, proc_path, zombie
+from leaktrace.platform.process import (
+    Mapping,
+    alive,
+    live_thread,
+    parent_of,
+    parse_maps,
+    proc_path,
+    status_field,
+    zombie,
+)
 from leaktrace.platform.ptrace import (
     PTRACE_DETACH,
     PTRACE_GETREGS,
@@ -197,11 +206,7 @@ def _seize_threads_once(pid: int) -> set[int]:
 
 
 def _tracer_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("TracerPid:")), 0)
-    except OSError:
-        return 0
+    return int(status_field(pid, "TracerPid") or "0")
 
 
 def _why_not_stopped(pid: int, error: OSError) -> str:

@@ -159,13 +159,18 @@ def alive(pid: int) -> bool:
     return live_thread(pid) is not None
 
 
-def catches(pid: int, signal_number: int) -> bool:
-    """The process has a handler for the signal (the kernel's SigCgt mask, not the process's word)."""
+def status_field(pid: int | str, name: str) -> str | None:
+    """A field of /proc/PID/status (the kernel's words), None if the process or field is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            mask = next((int(line.split()[1], 16) for line in f if line.startswith("SigCgt:")), 0)
-    except (OSError, ValueError):
-        return False
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(f"{name}:")), None)
+    except OSError:
+        return None
+
+
+def catches(pid: int, signal_number: int) -> bool:
+    """The process has a handler for the signal (the kernel's SigCgt mask, not the process's word)."""
+    mask = int(status_field(pid, "SigCgt") or "0", 16)
     return bool(mask >> (signal_number - 1) & 1)
 
 
@@ -207,14 +212,8 @@ def parent_of(pid: int) -> int | None:
 
 def _thread_group_of(pid: int) -> int | None:
     """The process a thread id belongs to (itself for a process); None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return None
+    tgid = status_field(pid, "Tgid")
+    return int(tgid) if tgid else None
 
 
 def read_target(pid: int) -> ProcessInfo:

@@ -164,9 +164,8 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         # A file's packed rows -> (first row, row count, first page, page count) in the kernel's tables.
         self._uploaded: dict[bytes, tuple[int, int, int, int]] = {}
         self._next_row = self._next_page = 0
-        self._exec_maps = {}  # pid -> (generation, maps version, exec_maps entries) loaded
+        self._exec_maps = {}  # pid -> (generation, maps version, exec_maps entries, crowded) loaded
         self.notices = []
-        self._crowded = set()
         self._modules = ModuleFiles()
         self._parsed_procs: dict[bytes, TracedProcess] = {}
 

@@ -21,7 +21,6 @@ class ProcessRegistry(MapReader):
     """Taking processes and their records out of the kernel's tables."""
 
     _exec_maps: dict
-    _crowded: set[tuple[int, int]]
 
     def ignore(self, images: dict[int, int]) -> None:
         """Stops tracing these processes (pid -> generation) until they exec; sweep() then
@@ -40,7 +39,6 @@ class ProcessRegistry(MapReader):
         exit); their live and site records stay for sweep()."""
         for pid in pids:
             self._exec_maps.pop(pid, None)
-        self._crowded = {(pid, gen) for pid, gen in self._crowded if pid not in pids}
         delete_keys(self._bpf[b"procs"], struct.pack(f"<{len(pids)}I", *pids))
 
     @gc_paused

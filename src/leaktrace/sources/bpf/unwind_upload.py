@@ -27,10 +27,10 @@ class UnwindUpload(KernelState):
     _uploaded: dict[bytes, tuple[int, int, int, int]]
     _next_row: int
     _next_page: int
-    _exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes]]]  # pid -> (generation, maps version, entries)
+    # pid -> (generation, maps version, entries, whether the image had more mappings than fit)
+    _exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes], bool]]
     _modules: ModuleFiles
-    notices: list[str]  # what the stack walk cannot cover, said once, for Trace.take_notices
-    _crowded: set[tuple[int, int]]  # (pid, generation) with more executable mappings than it knows
+    notices: list[str]  # what the stack walk cannot cover, said once per image, for Trace.take_notices
 
     def _upload(self, table: FileTable) -> tuple[int, int, int, int]:
         """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
@@ -57,18 +57,18 @@ class UnwindUpload(KernelState):
         unwind rows of each file (compiled once per file); only mappings new to this image are
         opened, and nothing is done if they are unchanged."""
         pid = process.pid
-        loaded_gen, version, entries = self._exec_maps.get(pid, (0, 0, {}))
+        loaded_gen, version, entries, crowded = self._exec_maps.get(pid, (0, 0, {}, False))
         if (loaded_gen, version) == (gen, maps.version):
             return
         if loaded_gen != gen:
-            entries = {}
+            entries, crowded = {}, False
         executable = maps.executable
         if len(executable) > MAX_EXEC_MAPS:
             # The lowest (the program, below the libraries) and the highest (mapped first: libc,
             # ld.so and the modules loaded at start, as libraries are mapped top-down).
             executable = executable[:1] + executable[1 - MAX_EXEC_MAPS :]
-            if (pid, gen) not in self._crowded:
-                self._crowded.add((pid, gen))
+            if not crowded:
+                crowded = True
                 self.notices.append(
                     f"pid {pid} maps {len(maps.executable)} executable ranges, more than the stack walk's"
                     f" {MAX_EXEC_MAPS}: a frame in the lowest libraries ends its stack (stacks_truncated)"
@@ -91,4 +91,4 @@ class UnwindUpload(KernelState):
         packed = struct.pack("<II", gen, len(entries)) + b"".join(entries.values())
         ct.memmove(ct.addressof(value), packed, len(packed))
         table[ct.c_uint32(pid)] = value
-        self._exec_maps[pid] = (gen, maps.version, entries)
+        self._exec_maps[pid] = (gen, maps.version, entries, crowded)

@@ -11,9 +11,8 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import Mapping, MapsFollower, alive, parse_maps, read_target
+from leaktrace.platform.process import Mapping, MapsFollower, alive, parse_maps, read_target, status_field
 from leaktrace.platform.remote_call import RemoteCaller
-from leaktrace.platform.target_files import read_regular
 from leaktrace.sources.preload.table import library_base, preload_library
 
 RTLD_NOW = 2
@@ -25,17 +24,12 @@ ATTACH_ERRORS = {
 }
 
 
-def _status_fields(pid: int) -> dict[str, str]:
-    text = read_regular(f"/proc/{pid}/status", 1 << 16).decode(errors="replace")
-    return {key: value.strip() for key, _, value in (line.partition(":") for line in text.splitlines())}
-
-
 def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | None:
     """Why the library cannot be put into pid safely, or None."""
-    status = _status_fields(pid)
-    if status.get("TracerPid", "0") != "0":
-        return f"pid {pid} is traced by pid {status['TracerPid']} (a debugger?)"
-    if status.get("Seccomp", "0") != "0":
+    tracer = status_field(pid, "TracerPid")
+    if tracer not in (None, "0"):
+        return f"pid {pid} is traced by pid {tracer} (a debugger?)"
+    if status_field(pid, "Seccomp") not in (None, "0"):
         return f"pid {pid} runs under a seccomp filter: loading a library may be forbidden there"
     if not any(os.path.basename(m.path).startswith("ld-linux") for m in executable):
         return f"pid {pid} ({info.comm}) has no dynamic loader (a static program)"
@@ -85,11 +79,10 @@ class Injection:
         its unwinder), and libc's dlopen and dlerror in the process."""
         forbidden, functions = [], {}
         files = ModuleFiles().open(info, executable)
-        own = os.path.realpath(preload_library())
         for m in executable:
             elf, name = files.get(m.start), os.path.basename(m.path)
-            allocator = elf is not None and elf.exports_function("malloc")
-            if allocator or name.startswith(("ld-linux", "libgcc_s")) or m.path == own:
+            allocator = elf is not None and elf.exports_function("malloc")  # this library exports it too
+            if allocator or name.startswith(("ld-linux", "libgcc_s")):
                 forbidden.append((m.start, m.end))
             vaddr = elf.file_offset_to_vaddr(m.offset) if elf is not None else None
             if elf is not None and vaddr is not None and name.startswith("libc.so"):

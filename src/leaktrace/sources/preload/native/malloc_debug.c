@@ -67,6 +67,20 @@ static void after_fork_in_child(void)
     after_fork(1);
 }
 
+// The parsed options put to work: the unwinder, the block layout, fork handling; then calls
+// go through the library.
+static void switch_on(void)
+{
+    static int forks_followed;
+    find_own_code();
+    choose_unwinder();
+    blocks_init();
+    stacks_on = config.backtrace;
+    if (!forks_followed++)  // an attach after a detach: the handlers are in already
+        pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+    __atomic_store_n(&config.state, 1, __ATOMIC_RELEASE);
+}
+
 // Reads the options once, on the first allocator call (constructors of other
 // libraries may allocate before ours runs).
 static void read_config(void)
@@ -83,20 +97,14 @@ static void read_config(void)
         config.state = 2;
         return;
     }
-    find_own_code();
-    choose_unwinder();
-    blocks_init();
-    stacks_on = config.backtrace;
     signal(DUMP_SIGNAL, on_dump_signal);
     if (config.enable_on_signal)
         signal(TOGGLE_SIGNAL, on_toggle_signal);
-    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
-    __atomic_store_n(&config.state, 1, __ATOMIC_RELEASE);
+    switch_on();
 }
 
 int start_attached(const char *options)
 {
-    static int forks_followed;
     memset(&config, 0, sizeof config);
     config.state = 2;
     // Blocks with guards or held back after free could not be given to the allocator after the detach.
@@ -107,14 +115,8 @@ int start_attached(const char *options)
     }
     config.track_allocs = 0;  // blocks from before the attach are the allocator's: passed through, counted
     forward_to_global_scope();
-    find_own_code();
-    choose_unwinder();
-    blocks_init();
     table_clear();
-    stacks_on = config.backtrace;
-    if (!forks_followed++)
-        pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
-    __atomic_store_n(&config.state, 1, __ATOMIC_RELEASE);
+    switch_on();
     return 1;
 }
 
