@@ -361,3 +361,41 @@ def test_a_program_with_more_modules_than_the_walk_knows_keeps_the_first_ones_wh
     assert report["counters"]["stacks_truncated"] >= count - len(whole)
     assert report["counters"]["stacks_truncated_unknown_code"] == report["counters"]["stacks_truncated"]
     assert result.stderr.count("executable ranges, more than the stack walk's 512") == 1
+
+
+@pytest.fixture(scope="module")
+def big_text(build_dir) -> Path:
+    """programs/big_text.c with 200 MiB of code, built as chromium is (frame pointers, no unwind
+    tables) around one function with CFI and no frame pointer (big_text_cfi.c)."""
+    out = build_dir / "big_text"
+    out.mkdir(exist_ok=True)
+    chromium_like = ["-O1", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"]
+    steps = [
+        ["gcc", *chromium_like, "-fno-optimize-sibling-calls", '-DBIG_TEXT_MIB="200"', "-c", "-o", out / "main.o"],
+        ["gcc", *NO_FP, "-c", "-o", out / "cfi.o", PROGRAMS / "big_text_cfi.c"],
+        ["gcc", "-pthread", "-o", out / "big_text", out / "main.o", out / "cfi.o"],
+    ]
+    steps[0].append(PROGRAMS / "big_text.c")
+    for step in steps:
+        subprocess.run([str(part) for part in step], check=True)
+    return out / "big_text"
+
+
+def test_stacks_through_frame_pointer_code_larger_than_the_page_index_reach_main(big_text):
+    """Code without CFI is walked by its frame pointers, on into libc's CFI where a caller keeps
+    none (main's and the thread's callers), in a module of 200 MiB: whole stacks, none truncated."""
+    result = run_command(["-c", str(big_text), "--json", "--frames", "40", "3600"])
+    report = final_report(result)
+    assert report["counters"]["stacks_truncated"] == 0, report["counters"]
+    assert "do not fit" not in result.stderr and "does not fit" not in result.stderr
+    found = {
+        group["size"]: [frame["function"] for frame in group["frames"]]
+        for group in report["groups"]
+        if group["size"] in (7001, 7002, 7003)
+    }
+    start = ["main", "__libc_start_call_main", "__libc_start_main", "_start"]
+    assert found == {
+        7001: start,
+        7002: ["allocate_here", "through_cfi", *start],
+        7003: ["allocate_here", "thread_body", "start_thread", "clone3"],
+    }

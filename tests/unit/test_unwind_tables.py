@@ -17,9 +17,11 @@ from leaktrace.sources.bpf.unwind_tables import (
     CFA_END,
     CFA_RSP,
     CFA_SIGNAL,
+    MAX_FILE_PAGES,
     PAGE,
     ROW_PAGE_SHIFT,
     UNWIND_ROW,
+    Rule,
     compile_eh_frame,
     compile_rows,
     file_table,
@@ -53,14 +55,31 @@ def test_the_page_index_narrows_every_search_to_the_right_row(path):
     found = table(path)
     pcs = [pc for pc, *_ in UNWIND_ROW.iter_unpack(found.rows)]
     pages = list(PAGE.iter_unpack(found.pages))
-    assert pcs == sorted(pcs) and found.page_count == ((pcs[-1] - found.page_origin) >> ROW_PAGE_SHIFT) + 1
+    assert pcs == sorted(pcs) and found.page_count == ((pcs[-1] - found.page_origin) >> found.page_shift) + 1
     addresses = random.Random(7).sample(range(pcs[0], pcs[-1] + 4096), 20000) + pcs
     for vaddr in addresses:
-        page = min((vaddr - found.page_origin) >> ROW_PAGE_SHIFT, found.page_count - 1)
+        page = min((vaddr - found.page_origin) >> found.page_shift, found.page_count - 1)
         low, high = pages[page]
         assert 0 <= low < high <= len(pcs)
         within = bisect.bisect_right(pcs, vaddr, low, high) - 1
         assert within == bisect.bisect_right(pcs, vaddr) - 1, hex(vaddr)
+
+
+@pytest.mark.parametrize("code_mib", [1, 300])
+def test_a_module_of_any_size_gets_a_page_index_of_bounded_size(code_mib):
+    """Rows spread over 300 MiB of code (more than chromium's 225) are indexed in larger pages,
+    never more than MAX_FILE_PAGES of them, and every search still lands on the right row."""
+    seed = 30
+    print(f"seed {seed}")
+    chooser = random.Random(seed)
+    pcs = sorted(chooser.sample(range(0x1000, 0x1000 + (code_mib << 20)), 5000))
+    found = file_table([(pc, Rule(CFA_RSP, 8 + 8 * (i % 7))) for i, pc in enumerate(pcs)])
+    assert found.page_count <= MAX_FILE_PAGES
+    assert (found.page_shift == ROW_PAGE_SHIFT) == (code_mib << 20 >> ROW_PAGE_SHIFT < MAX_FILE_PAGES)
+    pages = list(PAGE.iter_unpack(found.pages))
+    for vaddr in chooser.sample(range(pcs[0], pcs[-1] + 4096), 20000) + pcs:
+        low, high = pages[min((vaddr - found.page_origin) >> found.page_shift, found.page_count - 1)]
+        assert bisect.bisect_right(pcs, vaddr, low, high) - 1 == bisect.bisect_right(pcs, vaddr) - 1, hex(vaddr)
 
 
 def test_rules_of_known_functions():

@@ -16,6 +16,7 @@ CFA_SIGNAL = 4
 RBP_SAME = 0
 RBP_SAVED = 1
 ROW_PAGE_SHIFT = 9
+MAX_FILE_PAGES = 65536
 MAX_EXEC_MAPS = 512
 CTL_EXIT_STOP = 0
 CTL_NEXT_GEN = 1
@@ -113,4 +114,4 @@ UNWIND_ROW = struct.Struct('<IihBB')   # pc, cfa_offset, rbp_offset, cfa_rule, r
 
 CFI_SECTION_ROW = struct.Struct('<QQQihBB')   # fde_start, fde_end, pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
 
-EXEC_MAP = struct.Struct('<QQQIIIIII')   # start, end, bias, first_row, row_count, first_page, page_count, page_origin, pad
+EXEC_MAP = struct.Struct('<QQQIIIIII')   # start, end, bias, first_row, row_count, first_page, page_count, page_origin, page_shift

@@ -73,7 +73,7 @@ struct stack_capture {
 };
 
 // A process's executable mappings, sorted by start: each with the rows of its file and their
-// page index: for each 2^ROW_PAGE_SHIFT bytes of the module from page_origin on, the rows
+// page index: for each 2^page_shift bytes of the module from page_origin on, the rows
 // that can hold the rule of an address there (from the one in effect where the page starts
 // to the one where the next starts), so that a row search covers one page's rows.
 struct exec_maps {
@@ -93,6 +93,7 @@ struct walk_state {
     u32 copied;    // bytes of the stack copied from copy_base on (0: every read goes to user memory)
     u32 last_map;  // the mapping of the last frame: the next one is most often in it too
     u32 why;       // WALK_TRUNCATED: the counter of its reason (C_TRUNCATED_*)
+    u32 fp_ended;  // pc came from a frame-pointer chain's last link: kept only if its rows need no rbp
     u64 copy_base;
     u64 addr;  // the block being recorded, with its record
     struct live_val val;
@@ -434,7 +435,7 @@ static __always_inline struct unwind_row *row_for(struct exec_map *m, u64 vaddr)
     u32 lo = m->first_row, hi = m->first_row + m->row_count;  // the answer is in [lo, hi)
     if (m->page_count) {
         // Below the origin, the last page: its rows all start above vaddr, which has none.
-        u64 page = (vaddr - m->page_origin) >> ROW_PAGE_SHIFT;
+        u64 page = (vaddr - m->page_origin) >> (m->page_shift & 63);
         u32 at = m->first_page + (page < m->page_count ? page : m->page_count - 1);
         u64 *rows = unwind_pages.lookup(&at);
         if (rows)
@@ -516,18 +517,25 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
         if (depth == 0 && STACK_DEPTH == 1)
             w->end = WALK_COMPLETE;
         else
-            truncate_walk(w, maps ? C_TRUNCATED_UNKNOWN_CODE : C_TRUNCATED_NO_TABLES);
+            truncate_walk(w, w->fp_ended ? C_TRUNCATED_NO_RULE
+                             : maps      ? C_TRUNCATED_UNKNOWN_CODE
+                                         : C_TRUNCATED_NO_TABLES);
         return;
     }
+    // A return address follows its call: the call's own rule is the one at pc - 1.
+    struct unwind_row *row = row_for(m, w->pc - 1 - m->bias);
+    u8 rule = row ? row->cfa_rule : CFA_UNKNOWN;
+    if (w->fp_ended && rule != CFA_RSP && rule != CFA_END) {
+        truncate_walk(w, C_TRUNCATED_NO_RULE);
+        return;
+    }
+    w->fp_ended = 0;
     out->ip[depth] = w->pc;
     w->depth = depth + 1;
     if (depth + 1 >= STACK_DEPTH) {  // the frame limit: the stack is whole as asked
         w->end = WALK_COMPLETE;
         return;
     }
-    // A return address follows its call: the call's own rule is the one at pc - 1.
-    struct unwind_row *row = row_for(m, w->pc - 1 - m->bias);
-    u8 rule = row ? row->cfa_rule : CFA_UNKNOWN;
     if (rule == CFA_END) {
         w->end = WALK_COMPLETE;
         return;
@@ -569,12 +577,19 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
         }
         w->pc = frame[1], w->sp = cfa;
     } else {
-        // No rule here: the frame-pointer chain, if rbp points into the stack above sp.
+        // No rule here: the frame-pointer chain, if rbp points into the stack at or above sp. A
+        // saved rbp not above it ends the chain (a caller without frame pointers: libc's
+        // __libc_start_call_main and start_thread under chromium's main and threads).
         u64 frame[2] = {};  // the saved frame pointer, then the return address
-        if (w->bp <= w->sp || read_stack(call, frame, w->bp) != 0 || frame[0] <= w->bp) {
+        if (!w->bp) {
+            w->end = WALK_COMPLETE;  // the ABI's mark of the outermost frame (ld.so's _dl_start_user)
+            return;
+        }
+        if (w->bp < w->sp || read_stack(call, frame, w->bp) != 0) {
             truncate_walk(w, C_TRUNCATED_NO_RULE);
             return;
         }
+        w->fp_ended = frame[0] <= w->bp;
         w->sp = w->bp + 16, w->pc = frame[1], w->bp = frame[0];
     }
     if (!w->pc)
@@ -704,6 +719,7 @@ static __always_inline int exit_call(struct pt_regs *ctx)
         struct walk_state *w = &call->walk;
         w->pc = PT_REGS_IP(ctx), w->sp = PT_REGS_SP(ctx), w->bp = PT_REGS_FP(ctx);
         w->depth = 0, w->end = WALK_ON, w->tgid = tgid, w->addr = addr, w->val = val, w->last_map = 0;
+        w->fp_ended = 0;
         // Cleared before the walk, so the stored stack has zeros past its last frame.
 #pragma clang loop unroll(disable)
         for (u32 i = 0; i < STACK_DEPTH; i++) {

@@ -39,6 +39,7 @@ from leaktrace.sources.bpf.layout import (  # the rules and rows as leaktrace.bp
     CFA_SIGNAL,
     CFA_UNKNOWN,
     CFI_SECTION_ROW,
+    MAX_FILE_PAGES,
     RBP_SAME,
     RBP_SAVED,
     ROW_PAGE_SHIFT,
@@ -239,12 +240,13 @@ def compile_rows(fdes: list[tuple[int, int, list[tuple[int, Rule]]]]) -> list[tu
 @dataclass(frozen=True)
 class FileTable:
     """A file's rows, packed as the kernel's row table holds them, and their page index: for
-    each 2^ROW_PAGE_SHIFT bytes from page_origin on, the rows that can hold the rule of an
+    each 2^page_shift bytes from page_origin on, the rows that can hold the rule of an
     address there: from the one in effect where the page starts to the one where the next does."""
 
     rows: bytes
     pages: bytes
     page_origin: int
+    page_shift: int = ROW_PAGE_SHIFT  # at most MAX_FILE_PAGES pages, however large the module
     refused: int = 0  # FDEs cut or dropped: they reached outside the module's code
 
     @property
@@ -264,19 +266,22 @@ def file_table(rows: list[tuple[int, Rule]]) -> FileTable:
     )
     if not rows:
         return FileTable(b"", b"", 0)
-    origin = rows[0][0] >> ROW_PAGE_SHIFT << ROW_PAGE_SHIFT
+    shift = ROW_PAGE_SHIFT
+    while (rows[-1][0] - (rows[0][0] >> shift << shift)) >> shift >= MAX_FILE_PAGES:
+        shift += 1
+    origin = rows[0][0] >> shift << shift
     starts, row = [], 0  # the row in effect where each page starts
-    for page in range(((rows[-1][0] - origin) >> ROW_PAGE_SHIFT) + 1):
-        start = origin + (page << ROW_PAGE_SHIFT)
+    for page in range(((rows[-1][0] - origin) >> shift) + 1):
+        start = origin + (page << shift)
         while row + 1 < len(rows) and rows[row + 1][0] <= start:
             row += 1
         starts.append(row)
     ends = [following + 1 for following in starts[1:]] + [len(rows)]
-    return FileTable(packed, b"".join(PAGE.pack(low, high) for low, high in zip(starts, ends)), origin)
+    return FileTable(packed, b"".join(PAGE.pack(low, high) for low, high in zip(starts, ends)), origin, shift)
 
 
-CACHE_FORMAT = 4  # of the cache's files: bump whenever the rows a file compiles to change
-CACHE_HEADER = struct.Struct("<4sIIIII")  # magic, format, page origin, rows, pages, FDEs refused
+CACHE_FORMAT = 5  # of the cache's files: bump whenever the rows a file compiles to change
+CACHE_HEADER = struct.Struct("<4sIIIIII")  # magic, format, page origin, page shift, rows, pages, FDEs refused
 CACHE_KEEP = 1000  # cache files kept: the least recently used go first
 CACHE_FILE_LIMIT = 64 << 20  # a larger cache file is not read (the kernel's tables hold less)
 # The names leaktrace gives cache files (this format's, and the build-ids and file identities
@@ -289,7 +294,7 @@ def cfi_digest(elf: ElfFile) -> str:
     """What a module's rows are a function of: its CFI sections' bytes and load addresses,
     hashed. A target chooses its build-id, so a build-id is no proof that two files compile
     to the same rows; this digest is."""
-    digest = hashlib.sha256(CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, 0, 0, 0, 0))
+    digest = hashlib.sha256(CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, 0, 0, 0, 0, 0))
     for start, end in code_ranges(elf):  # the rows are clipped to them
         digest.update(struct.pack("<QQ", start, end))
     for name in CFI_SECTIONS:
@@ -350,17 +355,25 @@ class TableCache:
             os.utime(fd)  # recently used
         if len(data) < CACHE_HEADER.size:
             return None
-        magic, version, origin, rows, pages, refused = CACHE_HEADER.unpack_from(data)
+        magic, version, origin, shift, rows, pages, refused = CACHE_HEADER.unpack_from(data)
         body = data[CACHE_HEADER.size :]
         if (magic, version) != (b"LTUW", CACHE_FORMAT) or len(body) != rows * UNWIND_ROW.size + pages * PAGE.size:
             return None
-        return FileTable(body[: rows * UNWIND_ROW.size], body[rows * UNWIND_ROW.size :], origin, refused)
+        if not ROW_PAGE_SHIFT <= shift < 32 or pages > MAX_FILE_PAGES:
+            return None
+        return FileTable(body[: rows * UNWIND_ROW.size], body[rows * UNWIND_ROW.size :], origin, shift, refused)
 
     def store(self, digest: str, table: FileTable) -> None:
         if self._fd is None:
             return
         header = CACHE_HEADER.pack(
-            b"LTUW", CACHE_FORMAT, table.page_origin, table.row_count, table.page_count, table.refused
+            b"LTUW",
+            CACHE_FORMAT,
+            table.page_origin,
+            table.page_shift,
+            table.row_count,
+            table.page_count,
+            table.refused,
         )
         try:
             write_atomically(self._name(digest), header + table.rows + table.pages, dir_fd=self._fd)

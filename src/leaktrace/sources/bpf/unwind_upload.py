@@ -32,16 +32,26 @@ class UnwindUpload(KernelState):
     _modules: ModuleFiles
     notices: list[str]  # what the stack walk cannot cover, said once per image, for Trace.take_notices
 
-    def _upload(self, table: FileTable) -> tuple[int, int, int, int]:
+    def _upload(self, path: str, table: FileTable) -> tuple[int, int, int, int]:
         """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
         on first use; no rows when they do not fit (its frames then go by the checked frame-pointer
-        chain), no pages when they do not (its row searches then cover every row of the file)."""
+        chain), no pages when they do not (its row searches then cover every row of the file).
+        Either is said once."""
         if table.rows not in self._uploaded:
             rows, pages = table.row_count, table.page_count
             if self._next_row + rows > self.settings.max_unwind_rows:
                 rows = pages = 0
-            if self._next_page + pages > self.settings.max_unwind_pages:
+                self.notices.append(
+                    f"{path}: its {table.row_count} unwind rows do not fit the kernel's table"
+                    f" ({self._next_row} of {self.settings.max_unwind_rows} used): its frames go by the"
+                    " frame-pointer chain (stacks_truncated_no_rule where it fails)"
+                )
+            elif self._next_page + pages > self.settings.max_unwind_pages:
                 pages = 0
+                self.notices.append(
+                    f"{path}: its page index ({table.page_count} pages) does not fit the kernel's"
+                    f" ({self._next_page} of {self.settings.max_unwind_pages} used): its row searches are longer"
+                )
             first_row, first_page = self._next_row, self._next_page
             if rows:
                 update_array(self._bpf[b"unwind_rows"], first_row, table.rows, rows)
@@ -76,15 +86,16 @@ class UnwindUpload(KernelState):
         new = [m for m in executable if m not in entries]
         modules = self._modules.open(process, new)
         for m in new:
-            bias, located, page_origin = m.start, (0, 0, 0, 0), 0
+            bias, located, page_origin, page_shift = m.start, (0, 0, 0, 0), 0, 0
             elf = modules[m.start]
             vaddr = elf.file_offset_to_vaddr(m.offset) if elf else None
             if elf is not None and vaddr is not None:  # address - module virtual address
                 bias = m.start - vaddr
                 if self.settings.unwind == "dwarf":
                     file_table = self.tables.table_of(elf)
-                    located, page_origin = self._upload(file_table), file_table.page_origin
-            entries[m] = EXEC_MAP.pack(m.start, m.end, bias, *located, page_origin, 0)
+                    located = self._upload(elf.path, file_table)
+                    page_origin, page_shift = file_table.page_origin, file_table.page_shift
+            entries[m] = EXEC_MAP.pack(m.start, m.end, bias, *located, page_origin, page_shift)
         entries = {m: entries[m] for m in executable}
         table = self._bpf[b"exec_maps"]
         value = table.Leaf()
