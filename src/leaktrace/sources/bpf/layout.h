@@ -149,9 +149,9 @@ struct exec_map {
     u32 page_origin;  // module virtual address of page 0
     u32 page_shift;   // its pages are 2^page_shift bytes of code
 };
-#define ROW_PAGE_SHIFT 9    // the smallest page: 512 bytes of code
+#define ROW_PAGE_SHIFT 9      // the smallest page: 512 bytes of code
 #define MAX_FILE_PAGES 65536  // a larger module gets larger pages (chromium's 225 MiB: 4 KiB)
-#define MAX_EXEC_MAPS 512  // a power of two: mapping_of in leaktrace.bpf.c masks with it
+#define MAX_EXEC_MAPS 512     // a power of two: mapping_of in leaktrace.bpf.c masks with it
 
 // The control array's slots (see leaktrace.bpf.c for what each one means).
 #define CTL_EXIT_STOP 0
