@@ -50,6 +50,40 @@ def test_command_exact_per_call_site(program, probes_left_as_found):
     assert report["processes"][0]["exited"] is True
 
 
+@pytest.mark.parametrize(
+    "script",
+    [
+        '#!/bin/sh\nx=$(echo run)\nexec {program} "$@"\n',  # dash, which allocates before its exec
+        "#!/usr/bin/env python3\nimport os, sys\nos.execv('{program}', sys.argv)\n",  # env, then python3
+    ],
+    ids=["sh", "env-python3"],
+)
+def test_a_script_command_is_traced_through_its_exec(program, tmp_path, script, probes_left_as_found):
+    """A command that is a script runs as given; the program it execs is traced, exactly."""
+    command = tmp_path / "run-shapes"
+    command.write_text(script.format(program=program("shapes")))
+    command.chmod(0o755)
+    result = run_command(["-c", f"{command} an-argument", "--json", "3600"])
+    report = final_report(result)
+    assert_shapes(report)
+    assert [process["comm"] for process in report["processes"]] == ["shapes"]
+
+
+def test_a_script_that_execs_another_allocators_program_says_so(tmp_path):
+    """redis-server allocates through jemalloc: a script that execs it is traced through libc,
+    and the trace says in one line that the program's allocator was not traced."""
+    command = tmp_path / "redis-version"
+    command.write_text("#!/bin/sh\nexec redis-server --version\n")
+    command.chmod(0o755)
+    result = run_command(["-c", str(command), "--json", "3600"])
+    final_report(result)
+    lines = [line for line in result.stderr.splitlines() if "was not traced" in line]
+    assert lines == [
+        "leaktrace: the command's last program (redis-server) allocated through"
+        " /usr/lib/x86_64-linux-gnu/libjemalloc.so.2, which was not traced: name it with --lib"
+    ]
+
+
 def test_frames_name_the_call_chain(program):
     report = final_report(run_command(["-c", str(program("shapes")), "--json", "3600"]))
     grown = [g for g in report["groups"] if g["frames"] and g["frames"][0]["function"] == "realloc_grow"]

@@ -247,6 +247,33 @@ def resolve_executable(name: str) -> str:
     return os.path.realpath(path)
 
 
+SCRIPT_DEPTH = 4  # interpreters of interpreters the kernel follows (BINPRM_MAX_RECURSION)
+
+
+def program_behind(path: str) -> str:
+    """The ELF program that running path ends up in: path itself, or for a script the
+    interpreter its `#!` line names (through `env NAME`, the NAME found on PATH), followed as
+    the kernel follows it. Raises RuntimeFailure when there is none."""
+    for _ in range(SCRIPT_DEPTH + 1):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(256)
+        except OSError as e:
+            raise RuntimeFailure(f"cannot read {path}: {e.strerror}") from None
+        if not head.startswith(b"#!"):
+            return path
+        words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+        if not words:
+            raise RuntimeFailure(f"{path}: its #! line names no interpreter")
+        if os.path.basename(words[0]) == "env":
+            named = [word for word in words[1:] if not word.startswith("-") and "=" not in word]
+            found = shutil.which(named[0]) if named else None
+            path = os.path.realpath(found or words[0])
+        else:
+            path = os.path.realpath(words[0])
+    raise RuntimeFailure(f"{path}: more than {SCRIPT_DEPTH} interpreters deep")
+
+
 def program_loader(path: str) -> str | None:
     """The dynamic loader (ld.so) a program names, if it names one."""
     try:

@@ -19,6 +19,7 @@ from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_pr
 from leaktrace.platform.process import (
     alive,
     library_of_executable,
+    program_behind,
     program_loader,
     read_process,
     read_target,
@@ -88,12 +89,13 @@ class Trace(PollingSource, ProcessTracking):
         """Starts argv with the probes already live: none of its allocations is missed."""
         check_system()
         path = resolve_executable(argv[0])
-        library = library or library_of_executable(path)
-        libc = library_of_executable(path, "_exit") if library != path else None
+        program = program_behind(path)  # a script: the program it runs is traced through its exec
+        library = library or library_of_executable(program)
+        libc = library_of_executable(program, "_exit") if library != program else None
         elf = _library(library)
         pid, gate, errors = spawn_gated(path, argv)
         engine = BpfEngine(
-            settings, pid, (elf,), arm_on_exec=True, stop_library=libc or library, loader=program_loader(path)
+            settings, pid, (elf,), arm_on_exec=True, stop_library=libc or library, loader=program_loader(program)
         )
         release = StopRelease(pid)
         try:
@@ -242,6 +244,21 @@ class Trace(PollingSource, ProcessTracking):
             processes = dict(self.final_snapshot.processes)
             processes[self.pid] = self._process_info(self.pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
+        last = self.final_snapshot.processes.get(self.pid)
+        unseen = self._allocator_not_probed(last) if self.is_child and last is not None and last.maps else None
+        if unseen:  # a script that exec'd a program of another allocator (redis-server: jemalloc)
+            self.engine.notices.append(
+                f"the command's last program ({last.name or last.comm}) allocated through {unseen},"
+                f" which was not traced: name it with --lib"
+            )
+
+    def _allocator_not_probed(self, last: ProcessInfo) -> str | None:
+        """The allocator library a process's image used, when it is not one the probes are on."""
+        try:
+            used = allocator_library_of_process(last, ModuleFiles())
+        except (RuntimeFailure, ElfError):
+            return None
+        return None if used.identity in {elf.identity for elf in self.engine.libraries} else used.path
 
     def take_notices(self) -> list[str]:
         notices, self.engine.notices = self.engine.tables.take_notices() + self.engine.notices, []
