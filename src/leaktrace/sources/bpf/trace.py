@@ -245,12 +245,13 @@ class Trace(PollingSource, ProcessTracking):
             processes[self.pid] = self._process_info(self.pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
         last = self.final_snapshot.processes.get(self.pid)
-        unseen = self._allocator_not_probed(last) if self.is_child and last is not None and last.maps else None
-        if unseen:  # a script that exec'd a program of another allocator (redis-server: jemalloc)
-            self.engine.notices.append(
-                f"the command's last program ({last.name or last.comm}) allocated through {unseen},"
-                f" which was not traced: name it with --lib"
-            )
+        if self.is_child and last is not None and last.maps:
+            unseen = self._allocator_not_probed(last)
+            if unseen:  # a script that exec'd a program of another allocator (redis-server: jemalloc)
+                self.engine.notices.append(
+                    f"the command's last program ({last.name or last.comm}) allocated through {unseen},"
+                    f" which was not traced: name it with --lib"
+                )
 
     def _allocator_not_probed(self, last: ProcessInfo) -> str | None:
         """The allocator library a process's image used, when it is not one the probes are on."""
