@@ -1,11 +1,13 @@
-// Loads DIR/m0.so .. DIR/m{N-1}.so one after another, calling each one's touch() (one malloc).
+// Loads DIR/m0.so .. DIR/m{N-1}.so one after another, calling each one's touch() (one malloc);
+// with a third argument, then says "ready" and waits to be attached to.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
-    if (argc != 3)
+    if (argc != 3 && argc != 4)
         return 2;
     char path[4096];
     for (int i = 0; i < atoi(argv[2]); i++) {
@@ -14,6 +16,12 @@ int main(int argc, char **argv)
         if (!module)
             return 1;
         ((void (*)(void))dlsym(module, "touch"))();
+    }
+    if (argc == 4) {
+        puts("ready");
+        fflush(stdout);
+        for (;;)
+            pause();
     }
     return 0;
 }
