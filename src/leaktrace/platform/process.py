@@ -81,9 +81,8 @@ class MapsFollower:
             if self._executable[line].path.startswith("/"):
                 self._unmapped[line] = self._executable[line]
             del self._executable[line]
-        new = {
-            line: m for line, m in zip(added, map(_mapping, added)) if m and "x" in m.perms and m.path != "[vsyscall]"
-        }
+        executable = [line for line in added if line[line.find(" ") + 3 : line.find(" ") + 4] == "x"]
+        new = {line: m for line, m in zip(executable, map(_mapping, executable)) if m and m.path != "[vsyscall]"}
         self._executable.update(new)
         if self._unmapped and added:
             mapped = parse_maps(text)
@@ -107,6 +106,13 @@ def _read_address_space_file(pid: int, name: str, tries: int = 200) -> bytes:
     """/proc's maps or cmdline of a process, read through its first thread or, when that one
     has exited (pthread_exit), through any other: each thread's file reads empty once it is a
     zombie, and threads may come and go between the listing and the read."""
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            data = f.read()
+        if data:
+            return data  # the common case: its first thread lives
+    except (FileNotFoundError, ProcessLookupError):
+        pass
     for _ in range(tries):
         try:
             threads = [pid] + [int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid]

@@ -42,6 +42,8 @@ def credentials_of(pid: int) -> Credentials:
             for line in f:
                 name, _, value = line.partition(":")
                 fields[name] = value.split()
+                if name == "Groups":  # after Uid and Gid
+                    break
         return Credentials(int(fields["Uid"][3]), int(fields["Gid"][3]), tuple(int(g) for g in fields["Groups"]))
     except (OSError, KeyError, IndexError, ValueError):
         raise RuntimeFailure(f"cannot read pid {pid}'s credentials") from None

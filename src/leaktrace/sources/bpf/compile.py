@@ -19,12 +19,14 @@ from bcc import BPF
 
 from leaktrace.android.options import SIZE_MAX
 from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI
 
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
 # alloc_return tail-calls, which must be loaded as its caller is.
 LINKED_PROGRAMS = (b"alloc_enter", b"alloc_return", b"free_enter", b"exit_stop", b"modules_changed", b"unwind_frames")
+TERMINAL_MEMBERS = {("task_struct", "signal"): "TASK_SIGNAL", ("signal_struct", "tty"): "SIGNAL_TTY"}
 VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
 
 
@@ -77,23 +79,36 @@ def program_cflags(settings: EngineSettings, target: int) -> list[str]:
     """The program's -D flags for an engine tracing target (0: every process, with children)."""
     s = settings
     follow_forks = s.follow_forks or not target
-    return [
-        f"-DTARGET_TGID={target}",
-        f"-DFOLLOW_FORKS={int(follow_forks)}",
-        f"-DTRACE_ALL={int(not target)}",
-        f"-DSELF_TGID={os.getpid()}",
-        f"-DMAX_PROCS={s.max_procs}",
-        f"-DSTACK_DEPTH={s.stack_depth}",
-        f"-DLT_SIZE_MIN={s.size_min}ULL",
-        f"-DLT_SIZE_MAX={s.size_max}ULL",
-        f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}",
-        f"-DMAX_LIVE={s.max_live}",
-        f"-DMAX_SITES={s.max_sites}",
-        f"-DMAX_STACKS={s.max_stacks}",
-        f"-DUNWIND_DWARF={int(s.unwind == 'dwarf')}",
-        f"-DMAX_ROWS={s.max_unwind_rows}",
-        f"-DMAX_PAGES={s.max_unwind_pages}",
-    ] + _tracepoint_cflags(follow_forks)
+    return (
+        [
+            f"-DTARGET_TGID={target}",
+            f"-DFOLLOW_FORKS={int(follow_forks)}",
+            f"-DTRACE_ALL={int(not target)}",
+            f"-DSELF_TGID={os.getpid()}",
+            f"-DMAX_PROCS={s.max_procs}",
+            f"-DSTACK_DEPTH={s.stack_depth}",
+            f"-DLT_SIZE_MIN={s.size_min}ULL",
+            f"-DLT_SIZE_MAX={s.size_max}ULL",
+            f"-DPAGE_BYTES={os.sysconf('SC_PAGE_SIZE')}",
+            f"-DMAX_LIVE={s.max_live}",
+            f"-DMAX_SITES={s.max_sites}",
+            f"-DMAX_STACKS={s.max_stacks}",
+            f"-DUNWIND_DWARF={int(s.unwind == 'dwarf')}",
+            f"-DMAX_ROWS={s.max_unwind_rows}",
+            f"-DMAX_PAGES={s.max_unwind_pages}",
+        ]
+        + _tracepoint_cflags(follow_forks)
+        + _hold_cflags(follow_forks)
+    )
+
+
+def _hold_cflags(follow_forks: bool) -> list[str]:
+    """With children traced, programs they exec are held for their tables (hold_for_tables),
+    where the kernel's BTF says where a task's controlling terminal is."""
+    offsets = member_offsets(TERMINAL_MEMBERS) if follow_forks else {}
+    if len(offsets) != len(TERMINAL_MEMBERS):
+        return ["-DHOLD_IMAGES=0"]
+    return ["-DHOLD_IMAGES=1"] + [f"-D{macro}={offsets[member]}" for member, macro in TERMINAL_MEMBERS.items()]
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -165,6 +166,7 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         self._uploaded: dict[bytes, tuple[int, int, int, int]] = {}
         self._next_row = self._next_page = 0
         self._exec_maps = {}  # pid -> (generation, maps version, exec_maps entries, crowded) loaded
+        self._tables_lock = threading.Lock()
         self.notices = []
         self._modules = ModuleFiles()
         self._parsed_procs: dict[bytes, TracedProcess] = {}

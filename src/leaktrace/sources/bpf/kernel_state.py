@@ -8,6 +8,7 @@ from typing import Any
 
 from leaktrace.sources.bpf.layout import (
     CTL_EXIT_STOP,
+    CTL_HOLDS_OFF,
     CTL_NEXT_GEN,
     CTL_TABLES_GEN,
     CTL_TABLES_STOP,
@@ -47,6 +48,18 @@ class KernelState:
     def clear_tables_stop(self, gen: int) -> None:
         self._set_control(CTL_TABLES_GEN, gen)
         self._set_control(CTL_TABLES_STOP, 0)
+
+    @property
+    def holds_images(self) -> bool:
+        """The program holds programs exec'd under the trace for their tables (hold_for_tables)."""
+        try:
+            self._bpf[b"holds"]
+        except KeyError:
+            return False
+        return True
+
+    def stop_holding(self) -> None:
+        self._set_control(CTL_HOLDS_OFF, 1)
 
     def exit_stop_pending(self) -> bool:
         """True once the target has been stopped in _exit by the BPF program."""

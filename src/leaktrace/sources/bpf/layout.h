@@ -163,6 +163,15 @@ struct exec_map {
 #define CTL_TEXT_AFTER_FREE 6
 #define CTL_TABLES_STOP 7
 #define CTL_TABLES_GEN 8
+#define CTL_HOLDS_OFF 9
 #define NO_TABLES_STOP 0xffffffff
+
+// A program stopped at its first allocator call until its unwind tables are in (-f, --all).
+struct hold {
+    u32 gen;    // its image
+    u32 state;  // HOLD_*
+};
+#define HOLD_WAITING 1   // stopped (or about to be): user space continues it
+#define HOLD_RELEASED 2  // continued: not held again for this image
 
 #endif

@@ -27,7 +27,10 @@ CTL_TEXT_BEFORE_FREE = 5
 CTL_TEXT_AFTER_FREE = 6
 CTL_TABLES_STOP = 7
 CTL_TABLES_GEN = 8
+CTL_HOLDS_OFF = 9
 NO_TABLES_STOP = 0xffffffff
+HOLD_WAITING = 1
+HOLD_RELEASED = 2
 
 C_ALLOCS = 0
 C_FREES = 1
@@ -115,3 +118,5 @@ UNWIND_ROW = struct.Struct('<IihBB')   # pc, cfa_offset, rbp_offset, cfa_rule, r
 CFI_SECTION_ROW = struct.Struct('<QQQihBB')   # fde_start, fde_end, pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
 
 EXEC_MAP = struct.Struct('<QQQIIIIII')   # start, end, bias, first_row, row_count, first_page, page_count, page_origin, page_shift
+
+HOLD = struct.Struct('<II')   # gen, state

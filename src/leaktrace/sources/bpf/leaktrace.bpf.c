@@ -17,6 +17,9 @@
 //   UNWIND_DWARF   1: stacks follow the modules' CFI rows; 0: the frame-pointer chain only
 //   MAX_ROWS       capacity of the unwind-row table (every module's rows, end to end)
 //   MAX_PAGES      capacity of the row-page index (every module's pages, end to end)
+//   HOLD_IMAGES    1: a program exec'd under the trace (-f, --all) is stopped at its first
+//                  allocator call until its unwind tables are in (see hold_for_tables)
+//   TASK_SIGNAL, SIGNAL_TTY   offsets of task_struct.signal and signal_struct.tty (from BTF)
 //
 // Traced processes are the keys of `procs`. Each process image has a `gen`
 // (new at fork and exec, never reused) that is part of every live and site
@@ -139,6 +142,10 @@ BPF_ARRAY(unwind_rows, struct unwind_row, MAX_ROWS);
 BPF_ARRAY(unwind_pages, u64, MAX_PAGES);  // a page's rows: [low word, high word), counted from first_row
 BPF_F_TABLE("hash", u32, struct exec_maps, exec_maps, MAX_PROCS, BPF_F_NO_PREALLOC);
 BPF_PROG_ARRAY(unwind_programs, 1);
+#if HOLD_IMAGES
+BPF_HASH(holds, u32, struct hold, MAX_PROCS);  // tgid -> the image stopped for its tables
+BPF_RINGBUF_OUTPUT(hold_wakeups, 1);           // a tgid per hold: wakes user space at once
+#endif
 // [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
 // [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
 // [CTL_COPIES_DONE] written by user space: forks whose copies it has made;
@@ -148,8 +155,9 @@ BPF_PROG_ARRAY(unwind_programs, 1);
 // [CTL_TABLES_STOP] = 1 once the target is stopped for its unwind tables;
 // [CTL_TABLES_GEN] the target image whose tables user space has loaded (NO_TABLES_STOP:
 // never stop; -c stops its command at the first allocator call of each new image, so
-// that no stack is walked before the modules' tables are in).
-BPF_ARRAY(control, u32, 9);
+// that no stack is walked before the modules' tables are in);
+// [CTL_HOLDS_OFF] = 1 once user space takes no more holds (it is closing).
+BPF_ARRAY(control, u32, 10);
 
 static __always_inline void count(u32 which)
 {
@@ -641,12 +649,54 @@ static __always_inline u64 store_stack(struct stack_capture *capture)
     return store_as_last_stack(capture, hash);
 }
 
+#if HOLD_IMAGES
+// Whether the current process has a controlling terminal: a job-control shell waits for its
+// jobs with WUNTRACED and would take a stop for the user's Ctrl-Z, so such a process is not held.
+static __always_inline int has_terminal(void)
+{
+    u64 task = bpf_get_current_task(), signal = 0, tty = 0;
+    if (bpf_probe_read_kernel(&signal, sizeof(signal), (void *)(task + TASK_SIGNAL)) != 0 || !signal)
+        return 1;
+    if (bpf_probe_read_kernel(&tty, sizeof(tty), (void *)(signal + SIGNAL_TTY)) != 0)
+        return 1;
+    return tty != 0;
+}
+
+// A program exec'd under the trace whose tables are not in yet: stopped before this first
+// allocator call runs, once per image, until user space has loaded them and continues it
+// (so that its stacks are whole from its first allocation). The stop is sent before the
+// wakeup, so user space's SIGCONT always comes after it.
+static __always_inline void hold_for_tables(u32 tgid, u32 gen)
+{
+    struct exec_maps *maps = exec_maps.lookup(&tgid);
+    if (maps && maps->gen == gen)
+        return;
+    struct proc *p = procs.lookup(&tgid);
+    struct hold *held = holds.lookup(&tgid);
+    if (!p || !p->execed || (held && held->gen == gen))
+        return;
+    u32 slot = CTL_HOLDS_OFF;
+    u32 *off = control.lookup(&slot);
+    if (!off || *off || has_terminal())
+        return;
+    struct hold now = {.gen = gen, .state = HOLD_WAITING};
+    if (holds.update(&tgid, &now) != 0)
+        return;  // no room: its first stacks end at frame 0 (stacks_truncated_no_tables)
+    bpf_send_signal(19 /* SIGSTOP */);
+    hold_wakeups.ringbuf_output(&tgid, sizeof(tgid), 0);
+}
+#endif
+
 static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u32 gen = calling_gen(tgid);
     if (!gen)
         return 0;
+#if HOLD_IMAGES
+    if (TRACE_ALL || tgid != TARGET_TGID)
+        hold_for_tables(tgid, gen);
+#endif
     struct pending_call *call = thread_call(1);
     if (!call) {
         count(C_PENDING_LOST);

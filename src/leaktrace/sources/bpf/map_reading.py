@@ -112,6 +112,14 @@ class MapReader(KernelState):
             self._parsed_procs[record] = known
         return known
 
+    def process(self, tgid: int) -> TracedProcess | None:
+        """One process's record, if the kernel side knows it."""
+        try:
+            value = self._bpf[b"procs"][ct.c_uint32(tgid)]
+        except KeyError:
+            return None
+        return self._traced_process(bytes(value))
+
     def processes(self) -> dict[int, TracedProcess]:
         """Every process the kernel side knows (traced or ignored), by tgid: one batch read."""
         keys, values, _ = dump_map(self._bpf[b"procs"])
@@ -181,4 +189,5 @@ class MapReader(KernelState):
             "procs": {key.value for key in self._bpf[b"procs"].keys()},
             "inherits": {key.value for key in self._bpf[b"inherits"].keys()},
             "copy_slots": {key.parent for key in self._bpf[b"copy_slots"].keys()},
+            "holds": {key.value for key in self._bpf[b"holds"].keys()} if self.holds_images else set(),
         }

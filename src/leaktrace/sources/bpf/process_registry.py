@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes as ct
 import struct
+import threading
 
 from leaktrace.sources.bpf.layout import (
     IGNORED_UNSELECTED,
@@ -21,6 +22,7 @@ class ProcessRegistry(MapReader):
     """Taking processes and their records out of the kernel's tables."""
 
     _exec_maps: dict
+    _tables_lock: threading.Lock
 
     def ignore(self, images: dict[int, int]) -> None:
         """Stops tracing these processes (pid -> generation) until they exec; sweep() then
@@ -37,9 +39,13 @@ class ProcessRegistry(MapReader):
         """Takes processes that exited out of the process table, once user space has read that
         they did (the kernel side dropped their mappings, inheritance and copy slots at their
         exit); their live and site records stay for sweep()."""
-        for pid in pids:
-            self._exec_maps.pop(pid, None)
-        delete_keys(self._bpf[b"procs"], struct.pack(f"<{len(pids)}I", *pids))
+        with self._tables_lock:
+            for pid in pids:
+                self._exec_maps.pop(pid, None)
+        packed = struct.pack(f"<{len(pids)}I", *pids)
+        delete_keys(self._bpf[b"procs"], packed)
+        if self.holds_images:
+            delete_keys(self._bpf[b"holds"], packed)
 
     @gc_paused
     def sweep(self, exited: dict[int, int]) -> None:

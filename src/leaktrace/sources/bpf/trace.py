@@ -17,6 +17,7 @@ from leaktrace.model.snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, U
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process, libc_libraries
 from leaktrace.platform.process import (
+    MapsFollower,
     alive,
     library_of_executable,
     program_behind,
@@ -27,6 +28,7 @@ from leaktrace.platform.process import (
 )
 from leaktrace.platform.system import check_system
 from leaktrace.sources.bpf.engine import BpfEngine, EngineSettings
+from leaktrace.sources.bpf.image_holds import ImageHolds
 from leaktrace.sources.bpf.launch import StopRelease, reap, spawn_gated
 from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
 from leaktrace.sources.protocol import PollingSource
@@ -71,6 +73,7 @@ class Trace(PollingSource, ProcessTracking):
         self._exited = False
         self._start_tracking(info)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
+        self._holds = ImageHolds(engine._bpf, self._serve_hold) if engine.holds_images else None
 
     # -- starting -----------------------------------------------------------
 
@@ -149,6 +152,7 @@ class Trace(PollingSource, ProcessTracking):
         """
         if self._exited and self.final_snapshot is not None and older_than_ms is None:
             return self.final_snapshot
+        taken = time.time()  # before anything is read: what the snapshot shows is at least this recent
         older_than_ns = None if older_than_ms is None else older_than_ms * 1_000_000
         self._read_departed()
         pids = self._traced_pids()
@@ -162,7 +166,7 @@ class Trace(PollingSource, ProcessTracking):
                 allocations = (allocations or []) + departed_allocations
         self._departed = []
         return Snapshot(
-            time.time(),
+            taken,
             tuple(groups),
             self.engine.counters(),
             processes,
@@ -263,6 +267,8 @@ class Trace(PollingSource, ProcessTracking):
 
     def take_notices(self) -> list[str]:
         notices, self.engine.notices = self.engine.tables.take_notices() + self.engine.notices, []
+        if self._holds is not None:
+            notices, self._holds.failures = notices + self._holds.failures, []
         return notices
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
@@ -283,8 +289,28 @@ class Trace(PollingSource, ProcessTracking):
     def exited(self) -> bool:
         return self._exited
 
+    def _serve_hold(self, pid: int, gen: int) -> bool:
+        """Loads the tables of a program held at its first allocator call, unless it is outside
+        the selection (then it is only continued, and left out at the next poll); True if loaded."""
+        record = self.engine.process(pid)
+        if record is None or record.gen != gen or record.ignored or not self.selection.matches(pid, record):
+            return False
+        info = read_process(pid)
+        if info is None or not info.maps:
+            return False
+        maps = MapsFollower()
+        maps.follow(info.maps)
+        self.engine.load_tables(info, gen, maps)
+        self._infos.setdefault(pid, info)  # its frames are named from these maps should it exit unread
+        return True
+
     def close(self) -> None:
-        """Detaches every probe; a launched command is let go (and continued if stopped)."""
+        """Detaches every probe; a launched command is let go (and continued if stopped), and
+        so is every program held for its tables."""
+        holds, self._holds = self._holds, None
+        if holds is not None:
+            self.engine.stop_holding()
+            holds.close()
         self.engine.close()
         if self.is_child and not self._exited:
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import struct
+import threading
 
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.module_files import ModuleFiles
@@ -31,6 +32,7 @@ class UnwindUpload(KernelState):
     _exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes], bool]]
     _modules: ModuleFiles
     notices: list[str]  # what the stack walk cannot cover, said once per image, for Trace.take_notices
+    _tables_lock: threading.Lock  # load_tables runs in the image holds' thread too
 
     def _upload(self, path: str, table: FileTable) -> tuple[int, int, int, int]:
         """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
@@ -65,7 +67,11 @@ class UnwindUpload(KernelState):
     def load_tables(self, process: ProcessInfo, gen: int, maps: MapsFollower) -> None:
         """Gives the stack walk the executable mappings of the process's image gen, with the
         unwind rows of each file (compiled once per file); only mappings new to this image are
-        opened, and nothing is done if they are unchanged."""
+        opened, and nothing is done if they are unchanged. Called from the image holds' thread too."""
+        with self._tables_lock:
+            self._load_tables(process, gen, maps)
+
+    def _load_tables(self, process: ProcessInfo, gen: int, maps: MapsFollower) -> None:
         pid = process.pid
         loaded_gen, version, entries, crowded = self._exec_maps.get(pid, (0, 0, {}, False))
         if (loaded_gen, version) == (gen, maps.version):
