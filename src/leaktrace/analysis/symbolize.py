@@ -16,7 +16,14 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from leaktrace.model.snapshot import AllocationGroup, LiveAllocation, ProcessInfo, Snapshot, UnreachableLeak
+from leaktrace.model.snapshot import (
+    AllocationGroup,
+    LiveAllocation,
+    LossRecord,
+    ProcessInfo,
+    Snapshot,
+    UnreachableLeak,
+)
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, parse_maps, printable
@@ -62,7 +69,7 @@ class SymbolizedSnapshot:
         """The frames one return address stands for: inlined ones first, then its function's."""
         return [*self.inlined.get((pid, address), ()), self.frames[pid, address]]
 
-    def stack_of(self, group: AllocationGroup | LiveAllocation | UnreachableLeak) -> list[Frame]:
+    def stack_of(self, group: AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord) -> list[Frame]:
         """Every frame of a stack, innermost first, inlined ones included."""
         return [frame for address in group.stack for frame in self.frames_at(group.pid, address)]
 
@@ -223,10 +230,11 @@ class Symbolizer:
     def symbolize(self, snapshot: Snapshot) -> SymbolizedSnapshot:
         unreachable = snapshot.unreachable.leaks if snapshot.unreachable else ()
         addresses: dict[int, set[int]] = {}
-        items: tuple[AllocationGroup | LiveAllocation | UnreachableLeak, ...] = (
+        items: tuple[AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord, ...] = (
             *snapshot.groups,
             *(snapshot.allocations or ()),
             *unreachable,
+            *(snapshot.leak_check.records if snapshot.leak_check else ()),
         )
         for item in items:
             addresses.setdefault(item.pid, set()).update(item.stack)

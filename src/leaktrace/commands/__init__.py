@@ -30,7 +30,21 @@ def bounded_int(low: int, high: int | None = None):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """Reports a usage error as one line (through UsageError) instead of usage text."""
+    """Reports a usage error as one line (through UsageError) instead of usage text; takes
+    valgrind's options that may stand alone or carry a value (`--leak-check`, `--leak-check=full`)
+    without letting a bare one swallow the interval after it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._bare_values: dict[str, str] = {}  # such an option -> the value it has alone
+
+    def add_valued_flag(self, flag: str, alone: str, **kwargs) -> None:
+        self._bare_values[flag] = alone
+        self.add_argument(flag, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        args = [f"{arg}={self._bare_values[arg]}" if arg in self._bare_values else arg for arg in args or []]
+        return super().parse_args(args, namespace)
 
     def error(self, message: str):
         raise UsageError(message)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 
 from leaktrace.analysis.growth import GrowthTracker
+from leaktrace.analysis.suppressions import LeakCheckSettings, apply_suppressions
 from leaktrace.analysis.symbolize import Symbolizer
 from leaktrace.android.heap_dump import render_heap_dump
 from leaktrace.android.leak_info import get_malloc_leak_info
@@ -18,6 +20,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Snapshot
 from leaktrace.outputs.files import FILE_FORMATS, FileContext
 from leaktrace.outputs.json_report import render_json
+from leaktrace.outputs.leak_check import render_leak_check
 from leaktrace.outputs.process_report import render_process_report
 from leaktrace.outputs.text import render_text
 from leaktrace.platform.atomic_write import write_atomically
@@ -55,16 +58,21 @@ class Outputs:
     growth_intervals: int = 3  # rises in a row that flag a stack as a likely leak
     contents: bool = False  # unreachable leaks with their first bytes
     files: dict[str, str] = field(default_factory=dict)  # FileFormat.option -> path, rewritten each report
+    leak_check: LeakCheckSettings | None = None  # --leak-check: valgrind's kinds at the command's exit
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
         self.growth = GrowthTracker(self.growth_intervals)
         self.unwritten = 0  # output files that could not be written (exit status 3)
+        self.leak_errors = 0  # loss records of the error kinds left after the suppressions
         self._announced: set[str] = set()  # paths said once ("written to"), not at every report
         self.started_at = time.time()
 
     def exit_status(self) -> int:
-        """0, or UNWRITTEN_OUTPUT once an output file could not be written (the trace itself ran)."""
+        """--error-exitcode's N when the leak check found errors; else UNWRITTEN_OUTPUT once an
+        output file could not be written (the trace itself ran); else 0."""
+        if self.leak_errors and self.leak_check is not None and self.leak_check.error_exitcode:
+            return self.leak_check.error_exitcode
         return UNWRITTEN_OUTPUT if self.unwritten else 0
 
     @property
@@ -89,6 +97,11 @@ class Outputs:
     def report(self, snapshot: Snapshot) -> None:
         """The report; per process, the leak-info file, heap dumps and, for one that exited, its leak log."""
         symbolized = self.symbolizer.symbolize(snapshot)
+        if snapshot.leak_check is not None and self.leak_check is not None:
+            judged = apply_suppressions(snapshot.leak_check, symbolized, self.leak_check.suppressions)
+            snapshot = dataclasses.replace(snapshot, leak_check=judged)
+            symbolized = dataclasses.replace(symbolized, snapshot=snapshot)
+            self.leak_errors = len(judged.errors(self.leak_check.errors_for))
         growth = self.growth.observe(snapshot)
         if self.json:
             text = render_json(symbolized, growth)
@@ -99,6 +112,8 @@ class Outputs:
         if snapshot.unreachable and not self.json:
             text += f"unreachable memory of pid {snapshot.unreachable.pid}:\n"
             text += render_unreachable(symbolized, snapshot.unreachable, self.contents)
+        if snapshot.leak_check and self.leak_check and not self.json:
+            text += render_leak_check(symbolized, self.leak_check)
         write_fully(sys.stdout, text)
         context = FileContext(growth, snapshot.taken_at - self.started_at)
         for output in FILE_FORMATS:

@@ -24,10 +24,12 @@ from .trace_arguments import (
     check_combinations,
     check_output_paths,
     engine_settings,
+    leak_check_settings,
     malloc_debug_config,
 )
 
 if TYPE_CHECKING:
+    from leaktrace.analysis.suppressions import LeakCheckSettings
     from leaktrace.model.snapshot import Snapshot
     from leaktrace.sources.protocol import TraceSource
 
@@ -115,7 +117,7 @@ class TraceCommand(Command):
         add_trace_arguments(parser)
 
     @staticmethod
-    def outputs(args: argparse.Namespace, config: MallocDebugConfig) -> Outputs:
+    def outputs(args: argparse.Namespace, config: MallocDebugConfig, leak_check: LeakCheckSettings | None) -> Outputs:
         # The renderers load here, once the probes are live: they are not on the start-up path.
         from .outputs import Outputs
 
@@ -136,6 +138,7 @@ class TraceCommand(Command):
             min_bytes=args.min_bytes or 0,
             growth_intervals=args.growth_intervals,
             contents=args.contents,
+            leak_check=leak_check,
         )
 
     @staticmethod
@@ -199,6 +202,7 @@ class TraceCommand(Command):
             return 0
         check_combinations(args, ENGINES[args.engine])
         check_output_paths(args, config)
+        leak_check = leak_check_settings(args)  # its suppression files read before anything starts
         if args.top_view and not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError(
                 "--top-view needs a terminal on standard input and output; without one, drop it for reports"
@@ -208,10 +212,11 @@ class TraceCommand(Command):
         with trace:
             for line in trace.startup_lines(what, args.verbose):
                 print(f"leaktrace: {line}", file=sys.stderr, flush=True)
-            outputs = self.outputs(args, config)
+            outputs = self.outputs(args, config, leak_check)
             if trace.logs_own_leaks:
                 outputs.leak_track = False
             trace.final_with_allocations = outputs.wants_exit_allocations
+            trace.leak_check_at_exit = outputs.leak_check is not None
             if args.top_view:
                 from leaktrace.outputs.top_view import run_top_view
 

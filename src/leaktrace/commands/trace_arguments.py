@@ -25,6 +25,8 @@ from leaktrace.sources.bpf.compile import EngineSettings
 from . import ArgumentParser, bounded_int
 
 if TYPE_CHECKING:
+    from leaktrace.analysis.suppressions import LeakCheckSettings
+
     from .engines import Engine
 
 
@@ -177,6 +179,48 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("--contents", action="store_true", help="--unreachable: show the first 32 bytes of each leak")
     parser.add_argument("--limit", type=bounded_int(0), metavar="N", help="--unreachable: leaks shown (default 100)")
+    parser.add_valued_flag(
+        "--leak-check",
+        "full",
+        choices=("no", "summary", "yes", "full"),
+        help="-c: at the command's exit, judge every block still allocated into valgrind's kinds "
+        "(definitely, indirectly, possibly lost, still reachable) and list them (default: full)",
+    )
+    parser.add_argument(
+        "--show-leak-kinds",
+        metavar="KINDS",
+        help="--leak-check: kinds listed by stack (valgrind's default: definite,possible; or all)",
+    )
+    parser.add_argument(
+        "--errors-for-leak-kinds",
+        metavar="KINDS",
+        help="--leak-check: kinds that count as errors for --error-exitcode (default: definite,possible)",
+    )
+    parser.add_argument(
+        "--error-exitcode",
+        type=bounded_int(1, 255),
+        metavar="N",
+        help="--leak-check: exit N when a leak of those kinds remains after the suppressions",
+    )
+    parser.add_argument(
+        "--suppressions",
+        metavar="FILE",
+        action="append",
+        help="--leak-check: leaks to leave out, in valgrind's format (Memcheck:Leak) or "
+        "LeakSanitizer's (leak:PATTERN); repeatable",
+    )
+    parser.add_argument(
+        "--default-suppressions",
+        choices=("yes", "no"),
+        default="yes",
+        help="--leak-check: apply leaktrace's own (blocks glibc keeps on purpose) (default yes)",
+    )
+    parser.add_valued_flag(
+        "--gen-suppressions",
+        "all",
+        choices=("no", "yes", "all"),
+        help="--leak-check: print a valgrind suppression for each leak listed",
+    )
     parser.add_argument(
         "-f",
         "--follow-forks",
@@ -267,6 +311,7 @@ def check_combinations(args: argparse.Namespace, engine: Engine) -> None:
     """Refuses options that do not go together, before anything starts."""
     if args.kill_on_exit and args.command is None:
         raise UsageError("--kill-on-exit ends a command leaktrace started: use it with -c")
+    check_leak_check(args)
     if args.all:
         if args.unreachable:
             raise UsageError("--unreachable checks one process: use -p or -c, not --all")
@@ -285,3 +330,59 @@ def check_combinations(args: argparse.Namespace, engine: Engine) -> None:
     for flag, name in engine.refuses:
         if getattr(args, name) not in (None, False):
             raise UsageError(f"{flag} works with the BPF engine only")
+
+
+_LEAK_CHECK_OPTIONS = (
+    ("--show-leak-kinds", "show_leak_kinds"),
+    ("--errors-for-leak-kinds", "errors_for_leak_kinds"),
+    ("--error-exitcode", "error_exitcode"),
+    ("--suppressions", "suppressions"),
+    ("--gen-suppressions", "gen_suppressions"),
+)
+
+
+def check_leak_check(args: argparse.Namespace) -> None:
+    """--leak-check judges a command leaktrace started, at its exit, with the BPF engine; the
+    options that shape it need it."""
+    checking = args.leak_check not in (None, "no")
+    if not checking:
+        given = [flag for flag, name in _LEAK_CHECK_OPTIONS if getattr(args, name) not in (None, "no")]
+        if given:
+            raise UsageError(f"{given[0]} needs --leak-check")
+        return
+    if args.command is None:
+        raise UsageError("--leak-check judges a command at its exit: use it with -c")
+    if args.engine != "bpf":
+        raise UsageError("--leak-check works with the BPF engine only")
+    from leaktrace.analysis.suppressions import leak_kinds
+
+    for flag, name in (("--show-leak-kinds", "show_leak_kinds"), ("--errors-for-leak-kinds", "errors_for_leak_kinds")):
+        if getattr(args, name) is not None:
+            leak_kinds(getattr(args, name), flag)
+
+
+def leak_check_settings(args: argparse.Namespace) -> LeakCheckSettings | None:
+    """--leak-check's settings, its suppression files read (UsageError for one that cannot be)."""
+    if args.leak_check in (None, "no"):
+        return None
+    from leaktrace.analysis.suppressions import (
+        DEFAULT_SUPPRESSIONS,
+        LeakCheckSettings,
+        leak_kinds,
+        read_suppressions,
+    )
+
+    defaults = LeakCheckSettings()
+    files = ([DEFAULT_SUPPRESSIONS] if args.default_suppressions == "yes" else []) + (args.suppressions or [])
+    return LeakCheckSettings(
+        summary_only=args.leak_check == "summary",
+        shown=leak_kinds(args.show_leak_kinds, "--show-leak-kinds") if args.show_leak_kinds else defaults.shown,
+        errors_for=(
+            leak_kinds(args.errors_for_leak_kinds, "--errors-for-leak-kinds")
+            if args.errors_for_leak_kinds
+            else defaults.errors_for
+        ),
+        error_exitcode=args.error_exitcode,
+        suppressions=tuple(read_suppressions(files)),
+        generate=args.gen_suppressions in ("yes", "all"),
+    )

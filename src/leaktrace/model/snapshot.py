@@ -169,6 +169,69 @@ class UnreachableLeak:
         return self.size + self.referenced_size + self.similar_size + self.similar_referenced_size
 
 
+class LeakKind(str, enum.Enum):
+    """valgrind's kinds of a block still allocated at exit, by how the roots reach it."""
+
+    DEFINITE = "definite"  # no pointer to it at all from the roots or from reachable blocks
+    INDIRECT = "indirect"  # pointed to only from lost blocks
+    POSSIBLE = "possible"  # reached from the roots only through a pointer into its middle
+    REACHABLE = "reachable"  # a chain of pointers to block starts leads to it from the roots
+
+    @property
+    def words(self) -> str:
+        """As valgrind's summary names it."""
+        return {"definite": "definitely lost", "indirect": "indirectly lost", "possible": "possibly lost"}.get(
+            self.value, "still reachable"
+        )
+
+
+@dataclass(frozen=True)
+class LossRecord:
+    """The blocks of one kind with the same stack (valgrind's loss record)."""
+
+    pid: int
+    kind: LeakKind
+    blocks: int
+    bytes: int
+    stack: tuple[int, ...] = ()
+    stack_status: StackStatus = StackStatus.CAPTURED
+    suppressed_by: str | None = None  # the suppression that matched it, once they were applied
+
+
+@dataclass(frozen=True)
+class SuppressionUse:
+    """How much one suppression matched (valgrind's used_suppression)."""
+
+    name: str
+    source: str  # file:line
+    blocks: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class LeakCheck:
+    """Every block a process still had at its exit, judged into valgrind's kinds."""
+
+    pid: int
+    records: tuple[LossRecord, ...]  # largest first
+    pause_seconds: float  # how long the exiting process stood still for its copy
+    unreadable_pages: int = 0
+    suppressions_used: tuple[SuppressionUse, ...] = ()
+
+    def total(self, kind: LeakKind | None) -> tuple[int, int]:
+        """(bytes, blocks) of one kind left after the suppressions (None: of those suppressed)."""
+        records = [
+            r
+            for r in self.records
+            if (r.suppressed_by is not None if kind is None else r.kind == kind and r.suppressed_by is None)
+        ]
+        return sum(r.bytes for r in records), sum(r.blocks for r in records)
+
+    def errors(self, kinds: frozenset[LeakKind]) -> list[LossRecord]:
+        """The records of these kinds no suppression matched."""
+        return [r for r in self.records if r.kind in kinds and r.suppressed_by is None]
+
+
 def request_range(usable: int, page: int = 4096) -> tuple[int, int]:
     """The request sizes glibc may serve with a block of this usable size: a heap chunk's usable
     size is 8 more than a multiple of 16, and up to 31 bytes more than the request (a chunk is
@@ -222,6 +285,8 @@ class Snapshot:
     allocations: tuple[LiveAllocation, ...] | None = None
     # The reachability check of the target, when one was asked for (--unreachable).
     unreachable: UnreachableReport | None = None
+    # valgrind's leak kinds of what the command still had at its exit (--leak-check).
+    leak_check: LeakCheck | None = None
 
     @property
     def live_bytes(self) -> int:

@@ -8,7 +8,7 @@ import json
 
 from leaktrace.analysis.growth import Growth, bytes_by_process, stack_id
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
-from leaktrace.model.snapshot import UnreachableReport
+from leaktrace.model.snapshot import LeakCheck, LeakKind, UnreachableReport
 
 JSON_FORMAT = 1  # of the report's shape: raised on a change a reader of the old one would misread
 
@@ -58,6 +58,30 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
             for g in groups
         ],
         "unreachable": None if snap.unreachable is None else unreachable_to_dict(symbolized, snap.unreachable),
+        "leak_check": None if snap.leak_check is None else leak_check_to_dict(symbolized, snap.leak_check),
+    }
+
+
+def leak_check_to_dict(symbolized: SymbolizedSnapshot, check: LeakCheck) -> dict:
+    """valgrind's kinds: totals per kind (after the suppressions), every loss record with its
+    frames, and what each suppression matched."""
+    summary = {kind.value: check.total(kind) for kind in LeakKind} | {"suppressed": check.total(None)}
+    return {
+        "pid": check.pid,
+        "pause_seconds": check.pause_seconds,
+        "summary": {name: {"bytes": size, "blocks": blocks} for name, (size, blocks) in summary.items()},
+        "records": [
+            {
+                "kind": record.kind.value,
+                "blocks": record.blocks,
+                "bytes": record.bytes,
+                "stack_status": record.stack_status.value,
+                "suppressed_by": record.suppressed_by,
+                "frames": [frame_to_dict(f) for f in symbolized.stack_of(record)],
+            }
+            for record in check.records
+        ],
+        "suppressions_used": [dataclasses.asdict(used) for used in check.suppressions_used],
     }
 
 

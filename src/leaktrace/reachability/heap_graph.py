@@ -32,12 +32,16 @@ class HeapGraph:
     sources: np.ndarray  # int64: allocation holding the reference
     targets: np.ndarray  # int64: allocation referenced
     rooted: np.ndarray  # bool: referenced from a root or a register
+    at_start: np.ndarray  # bool, per reference: it points to its target's first byte
+    rooted_at_start: np.ndarray  # bool: a root or register points to its first byte
 
-    def reachable(self) -> np.ndarray:
-        """Which allocations can be reached from the roots."""
-        marked = self.rooted.copy()
-        order = np.argsort(self.sources, kind="stable")
-        sources, targets = self.sources[order], self.targets[order]
+    def reachable(self, roots: np.ndarray | None = None, edges: np.ndarray | None = None) -> np.ndarray:
+        """Which allocations can be reached from the roots (or from these nodes), following every
+        reference (or only these)."""
+        marked = (self.rooted if roots is None else roots).copy()
+        sources, targets = (self.sources, self.targets) if edges is None else (self.sources[edges], self.targets[edges])
+        order = np.argsort(sources, kind="stable")
+        sources, targets = sources[order], targets[order]
         starts = np.searchsorted(sources, np.arange(len(self.begins) + 1))
         frontier = np.flatnonzero(marked)
         while frontier.size:
@@ -65,7 +69,8 @@ def build_graph(
     begins = begins.astype(np.uint64)
     ends = begins + np.maximum(sizes.astype(np.uint64), 1)
     rooted = np.zeros(len(begins), dtype=bool)
-    all_sources, all_targets = [], []
+    rooted_at_start = np.zeros(len(begins), dtype=bool)
+    all_sources, all_targets, all_at_start = [], [], []
     if len(begins):
         low, high = begins[0], ends.max()
         for region in regions:
@@ -74,20 +79,32 @@ def build_graph(
             targets = _owners(words[candidates], begins, ends)
             keep = targets >= 0
             candidates, targets = candidates[keep], targets[keep]
+            at_start = words[candidates] == begins[targets]
             addresses = np.uint64(region.base) + candidates.astype(np.uint64) * np.uint64(8)
             sources = _owners(addresses, begins, ends)
             inside = sources >= 0
             all_sources.append(sources[inside])
             all_targets.append(targets[inside])
+            all_at_start.append(at_start[inside])
             outside = ~inside
             in_roots = np.zeros(len(addresses), dtype=bool)
             for root_low, root_high in region.root_ranges:
                 in_roots |= (addresses >= np.uint64(root_low)) & (addresses < np.uint64(root_high))
             rooted[targets[outside & in_roots]] = True
+            rooted_at_start[targets[outside & in_roots & at_start]] = True
         values = np.array([v for v in register_values if low <= v < high], dtype=np.uint64)
         held = _owners(values, begins, ends)
         rooted[held[held >= 0]] = True
-    return HeapGraph(begins, ends, joined(all_sources, np.int64), joined(all_targets, np.int64), rooted)
+        rooted_at_start[held[(held >= 0) & (values == begins[np.maximum(held, 0)])]] = True
+    return HeapGraph(
+        begins,
+        ends,
+        joined(all_sources, np.int64),
+        joined(all_targets, np.int64),
+        rooted,
+        joined(all_at_start, bool),
+        rooted_at_start,
+    )
 
 
 def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:

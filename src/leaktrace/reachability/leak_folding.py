@@ -65,8 +65,21 @@ def strongly_connected(nodes: list[int], successors: dict[int, list[int]]) -> di
     return component
 
 
-def fold_leaks(nodes: list[int], sizes: dict[int, int], edges: list[tuple[int, int]]) -> list[FoldedLeak]:
-    """The leaks to report among the unreachable nodes, given the references between them."""
+@dataclass(frozen=True)
+class Components:
+    """The strongly connected components of a graph and the references between them."""
+
+    members: dict[int, list[int]]  # component -> its nodes
+    links: dict[int, set[int]]  # component -> the other components it references
+    referenced: set[int]  # components another one references
+
+    @property
+    def dominators(self) -> list[int]:
+        """The components nothing else references, by their lowest node."""
+        return sorted((c for c in self.members if c not in self.referenced), key=lambda c: min(self.members[c]))
+
+
+def components_of(nodes: list[int], edges: list[tuple[int, int]]) -> Components:
     successors: dict[int, list[int]] = defaultdict(list)
     for source, target in edges:
         if source != target:
@@ -83,10 +96,22 @@ def fold_leaks(nodes: list[int], sizes: dict[int, int], edges: list[tuple[int, i
             if a != b:
                 links[a].add(b)
                 referenced.add(b)
+    return Components(members, links, referenced)
+
+
+def lost_leaders(nodes: list[int], edges: list[tuple[int, int]]) -> set[int]:
+    """valgrind's definitely lost blocks among lost ones: the lowest node (address) of each
+    component no other lost block references; the rest are indirectly lost."""
+    found = components_of(nodes, edges)
+    return {min(found.members[c]) for c in found.dominators}
+
+
+def fold_leaks(nodes: list[int], sizes: dict[int, int], edges: list[tuple[int, int]]) -> list[FoldedLeak]:
+    """The leaks to report among the unreachable nodes, given the references between them."""
+    found = components_of(nodes, edges)
+    members, links = found.members, found.links
     leaks = []
-    for number in sorted(members, key=lambda c: min(members[c])):
-        if number in referenced:
-            continue
+    for number in found.dominators:
         seen, todo = {number}, [number]
         while todo:
             for following in links[todo.pop()]:

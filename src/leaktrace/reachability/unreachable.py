@@ -29,7 +29,10 @@ from leaktrace.model.heap import HeapReport, HeapWalk
 from leaktrace.model.snapshot import (
     CONTENTS_LENGTH,
     UNREACHABLE_LIMIT,
+    LeakCheck,
+    LeakKind,
     LiveAllocation,
+    LossRecord,
     ProcessInfo,
     StackStatus,
     UnreachableLeak,
@@ -41,7 +44,7 @@ from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles, allocator_l
 from leaktrace.platform.process import Mapping, read_target
 from leaktrace.reachability.glibc_heap import HeapWalkRefused, walk_heap
 from leaktrace.reachability.heap_graph import MemoryRegion, build_graph
-from leaktrace.reachability.leak_folding import fold_leaks
+from leaktrace.reachability.leak_folding import fold_leaks, lost_leaders
 
 
 def scanned_mapping(mapping: Mapping) -> bool:
@@ -276,5 +279,51 @@ def _sweep_blocks(
         complete,
         image.pause_seconds,
         time.monotonic() - started,
+        image.unreadable_pages,
+    )
+
+
+def judge_leak_kinds(image: FrozenImage, allocations: list[LiveAllocation]) -> LeakCheck:
+    """valgrind's verdict on every block of a process at its exit (all of them known): still
+    reachable through pointers to block starts from the roots, possibly lost when only a
+    pointer into a block's middle leads there, else lost: definitely for the lowest block of
+    each group of lost blocks no other lost block points into, indirectly for the rest."""
+    ordered = sorted((a for a in allocations if a.pid == image.pid), key=lambda a: a.address)
+    begins = np.array([a.address for a in ordered], dtype=np.uint64)
+    sizes = np.array([a.size for a in ordered], dtype=np.uint64)
+    registers = [value for regs in image.registers.values() for value in regs]
+    graph = build_graph(begins, sizes, _regions(image, begins, True, ()), registers)
+    reachable = graph.reachable(graph.rooted_at_start, graph.at_start)
+    possible = graph.reachable(graph.rooted | reachable) & ~reachable
+    lost = ~(reachable | possible)
+    among_lost = lost[graph.sources] & lost[graph.targets]
+    edges = list(zip(graph.sources[among_lost].tolist(), graph.targets[among_lost].tolist()))
+    leaders = lost_leaders(np.flatnonzero(lost).tolist(), edges)
+    records: dict[tuple, list[int]] = {}
+    for i, allocation in enumerate(ordered):
+        kind = (
+            LeakKind.REACHABLE
+            if reachable[i]
+            else LeakKind.POSSIBLE
+            if possible[i]
+            else LeakKind.DEFINITE
+            if i in leaders
+            else LeakKind.INDIRECT
+        )
+        record = records.setdefault((kind, allocation.stack, allocation.stack_status), [0, 0])
+        record[0] += 1
+        record[1] += allocation.size
+    return LeakCheck(
+        image.pid,
+        tuple(
+            sorted(
+                (
+                    LossRecord(image.pid, kind, blocks, size, stack, status)
+                    for (kind, stack, status), (blocks, size) in records.items()
+                ),
+                key=lambda r: (-r.bytes, r.kind, r.stack),
+            )
+        ),
+        image.pause_seconds,
         image.unreadable_pages,
     )

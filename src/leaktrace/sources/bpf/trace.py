@@ -13,8 +13,9 @@ import signal
 import time
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.model.snapshot import UNREACHABLE_LIMIT, ProcessInfo, Snapshot, UnreachableReport
+from leaktrace.model.snapshot import UNREACHABLE_LIMIT, LeakCheck, ProcessInfo, Snapshot, UnreachableReport
 from leaktrace.platform.elf import ElfError, ElfFile
+from leaktrace.platform.freeze import freeze_and_copy
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process, libc_libraries
 from leaktrace.platform.process import (
     MapsFollower,
@@ -65,6 +66,7 @@ class Trace(PollingSource, ProcessTracking):
         self.selection = selection
         # Set to make the final snapshot list every live pointer (for the exit leak log).
         self.final_with_allocations = False
+        self.leak_check_at_exit = False  # -c: judge valgrind's leak kinds at the command's exit stop
         self.logs_own_leaks = False
         self.pid = pid
         self.is_child = is_child
@@ -228,12 +230,29 @@ class Trace(PollingSource, ProcessTracking):
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
                 # children it reaped since this poll began are taken leave of first.
                 self._track_processes()
-                self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
+                self.final_snapshot = self.snapshot(
+                    with_allocations=self.final_with_allocations or self.leak_check_at_exit
+                )
+                if self.leak_check_at_exit:
+                    self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_check=self._judge_at_exit())
                 self.engine.clear_exit_stop()
                 os.kill(self.pid, signal.SIGCONT)
             return True
         self._finish(status)
         return False
+
+    def _judge_at_exit(self) -> LeakCheck | None:
+        """valgrind's leak kinds of every block the command still has, judged while it stands
+        in _exit (every block known: it was traced from its start); None, said, if it cannot be."""
+        from leaktrace.reachability.unreachable import judge_leak_kinds, scanned_mapping  # numpy: only for this
+
+        assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
+        try:
+            image = freeze_and_copy(self.pid, scanned_mapping)
+        except RuntimeFailure as e:
+            self.engine.notices.append(f"leak check skipped: {e}")
+            return None
+        return judge_leak_kinds(image, list(self.final_snapshot.allocations))
 
     def _finish(self, status: int | None) -> None:
         if status is not None:

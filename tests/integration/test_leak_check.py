@@ -1,0 +1,172 @@
+"""--leak-check: valgrind's leak kinds at a command's exit, held to valgrind itself on the same
+programs (C with a thread, C++ through operator new), with suppression files in valgrind's
+and LeakSanitizer's formats, and --error-exitcode gating the run as valgrind's does."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import DEBUG_BUILD, PROGRAMS
+from helpers import final_report, run_command
+
+VALGRIND = ["valgrind", "--leak-check=full", "--show-leak-kinds=all", "--leak-check-heuristics=none"]
+KINDS = {
+    "definitely lost": "definite",
+    "indirectly lost": "indirect",
+    "possibly lost": "possible",
+    "still reachable": "reachable",
+    "suppressed": "suppressed",
+}
+
+
+@pytest.fixture(scope="module")
+def built(build_dir) -> dict[str, Path]:
+    out = build_dir / "leak_check"
+    out.mkdir(exist_ok=True)
+    programs = {"leak_kinds": out / "leak_kinds", "cxx_alloc": out / "cxx_alloc"}
+    subprocess.run([*DEBUG_BUILD, "-o", programs["leak_kinds"], PROGRAMS / "leak_kinds.c"], check=True)
+    subprocess.run(["g++", *DEBUG_BUILD[1:], "-o", programs["cxx_alloc"], PROGRAMS / "cxx_alloc.cpp"], check=True)
+    return programs
+
+
+def valgrind(program: Path, *options: str) -> tuple[dict[str, tuple[int, int]], int, str]:
+    """valgrind's LEAK SUMMARY (kind -> (bytes, blocks)), its exit status and its log."""
+    result = subprocess.run([*VALGRIND, *options, str(program)], capture_output=True, text=True, timeout=300)
+    summary = {}
+    for line in result.stderr.splitlines():
+        found = re.match(r"==\d+==\s+([a-z ]+): ([\d,]+) bytes in ([\d,]+) blocks", line)
+        if found and found.group(1) in KINDS:
+            summary[KINDS[found.group(1)]] = (
+                int(found.group(2).replace(",", "")),
+                int(found.group(3).replace(",", "")),
+            )
+    return summary, result.returncode, result.stderr
+
+
+def leaktrace(program: Path, *options: str) -> tuple[dict, int, str]:
+    """The final JSON report's leak check, leaktrace's exit status and its stderr."""
+    result = run_command(["-c", str(program), "--json", "--leak-check", *options, "3600"])
+    report = final_report(result) if result.returncode == 0 else None
+    if report is None:
+        from helpers import reports
+
+        report = reports(result.stdout)[-1]
+    return report["leak_check"], result.returncode, result.stderr
+
+
+def totals(check: dict) -> dict[str, tuple[int, int]]:
+    return {kind: (value["bytes"], value["blocks"]) for kind, value in check["summary"].items()}
+
+
+def by_site(check: dict) -> dict[tuple[str, str], tuple[int, int]]:
+    """(kind, the function that called make) -> (blocks, bytes), suppressed records left out."""
+    found: dict[tuple[str, str], tuple[int, int]] = {}
+    for record in check["records"]:
+        if record["suppressed_by"] is None:
+            key = (record["kind"], record["frames"][1]["function"])
+            blocks, size = found.get(key, (0, 0))
+            found[key] = (blocks + record["blocks"], size + record["bytes"])
+    return found
+
+
+@pytest.mark.parametrize("name", ["leak_kinds", "cxx_alloc"])
+def test_each_kinds_bytes_and_blocks_equal_valgrinds(built, name):
+    theirs, _, log = valgrind(built[name])
+    ours, status, errors = leaktrace(built[name])
+    assert status == 0, errors
+    assert totals(ours) | {"suppressed": theirs["suppressed"]} == theirs, log
+
+
+def test_each_call_site_has_its_kind(built):
+    ours, _, _ = leaktrace(built["leak_kinds"], "--show-leak-kinds", "all")
+    assert by_site(ours) == {
+        ("definite", "definite_block"): (1, 100),
+        ("definite", "lost_list"): (1, 48),
+        ("indirect", "lost_list"): (2, 96),
+        ("definite", "lost_cycle"): (1, 64),
+        ("indirect", "lost_cycle"): (1, 64),
+        ("possible", "possible_block"): (1, 200),
+        ("reachable", "reachable_block"): (1, 300),
+        ("definite", "thread_blocks"): (3, 72),
+        ("reachable", "thread_blocks"): (1, 32),
+    }
+    # glibc's vector of a thread's TLS, which valgrind frees before its check: the default rule.
+    [used] = ours["suppressions_used"]
+    assert (used["blocks"], used["bytes"]) == (1, 272) and "thread-local storage" in used["name"]
+
+
+def test_error_exitcode_gates_as_valgrinds_and_a_valgrind_suppression_file_silences_it(built, tmp_path):
+    program = built["leak_kinds"]
+    _, theirs, _ = valgrind(program, "--error-exitcode=7")
+    _, ours, errors = leaktrace(program, "--error-exitcode", "7")
+    assert (theirs, ours) == (7, 7), errors
+    # Suppressions valgrind wrote for its own findings silence leaktrace's too.
+    _, _, log = valgrind(program, "--gen-suppressions=all")
+    blocks = re.findall(
+        r"^\{\n.*?^\}\n", "\n".join(line for line in log.splitlines() if not line.startswith("==")) + "\n", re.S | re.M
+    )
+    assert len(blocks) == 10
+    written = tmp_path / "valgrind.supp"
+    written.write_text(
+        "".join(b.replace("<insert_a_suppression_name_here>", f"found-{i}") for i, b in enumerate(blocks))
+    )
+    summary, theirs, _ = valgrind(program, "--error-exitcode=7", f"--suppressions={written}")
+    check, ours, errors = leaktrace(program, "--error-exitcode", "7", "--suppressions", str(written))
+    assert (theirs, ours) == (0, 0), errors
+    assert totals(check)["definite"] == totals(check)["possible"] == (0, 0) == summary["definite"]
+
+
+def test_generated_suppressions_are_accepted_by_valgrind(built, tmp_path):
+    program = built["leak_kinds"]
+    result = run_command(["-c", str(program), "--leak-check", "--gen-suppressions", "--show-leak-kinds", "all", "3600"])
+    blocks = re.findall(r"^\{\n.*?^\}\n", result.stdout, re.S | re.M)
+    assert len(blocks) == 10, result.stdout
+    written = tmp_path / "leaktrace.supp"
+    written.write_text(
+        "".join(b.replace("<insert_a_suppression_name_here>", f"ours-{i}") for i, b in enumerate(blocks))
+    )
+    summary, theirs, log = valgrind(program, "--error-exitcode=7", f"--suppressions={written}")
+    assert theirs == 0 and summary["suppressed"] == (976, 12), log
+    check, ours, errors = leaktrace(program, "--error-exitcode", "7", "--suppressions", str(written))
+    assert ours == 0 and totals(check)["suppressed"] == (1248, 13), errors
+
+
+def test_leak_sanitizer_suppressions(built, tmp_path):
+    written = tmp_path / "lsan.supp"
+    written.write_text("# LeakSanitizer's format\nleak:lost_list\nleak:^thread_blocks$\n")
+    check, status, errors = leaktrace(built["leak_kinds"], "--error-exitcode", "9", "--suppressions", str(written))
+    assert status == 9, errors
+    assert totals(check) == {
+        "definite": (164, 2),
+        "indirect": (64, 1),
+        "possible": (200, 1),
+        "reachable": (300, 1),
+        "suppressed": (520, 8),
+    }
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--error-exitcode", "7"], "--error-exitcode needs --leak-check"),
+        (["--leak-check", "--suppressions", "/nonexistent/x.supp"], "cannot read suppressions /nonexistent/x.supp"),
+        (["--leak-check", "--show-leak-kinds", "lost"], "--show-leak-kinds: 'lost' is not a list of"),
+        (["--leak-check", "--engine", "preload"], "--leak-check works with the BPF engine only"),
+    ],
+)
+def test_bad_leak_check_options_are_one_line(built, args, message):
+    result = run_command(["-c", str(built["leak_kinds"]), *args, "3600"])
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"leaktrace: {message}"), result.stderr
+
+
+def test_a_malformed_suppression_file_is_refused_before_anything_starts(built, tmp_path):
+    written = tmp_path / "bad.supp"
+    written.write_text("{\n   name\n   Memcheck:Leak\n   fn:malloc\n}\n")
+    result = run_command(["-c", str(built["leak_kinds"]), "--leak-check", "--suppressions", str(written), "3600"])
+    assert result.returncode == 2 and "is not fun:, obj:, src: or '...'" in result.stderr
+    assert "probes live" not in result.stderr
