@@ -4,9 +4,12 @@ reads a Go program's; the server takes GET only, and a silent client holds nothi
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -16,7 +19,7 @@ import urllib.request
 import pytest
 
 from conftest import leaktrace_command
-from helpers import free_port, pprof_top, wait_for_line
+from helpers import free_port, pprof_top, run_command, wait_for_line
 
 COUNT, SIZE = 100, 1000
 
@@ -127,3 +130,59 @@ def test_the_server_takes_get_only_and_a_silent_client_holds_nothing(agent_on_kn
         assert b"leaktrace_live_bytes" in get(f"{url}/metrics", timeout=5)
         assert time.monotonic() - started < 5
     assert b"/debug/pprof/heap" in get(url + "/")
+
+
+def get_unix(path: str, url_path: str) -> tuple[int, bytes]:
+    """A GET over a Unix socket (curl --unix-socket does the same)."""
+    connection = http.client.HTTPConnection("localhost", timeout=10)
+    connection.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.sock.settimeout(10)
+    connection.sock.connect(path)
+    connection.request("GET", url_path)
+    response = connection.getresponse()
+    return response.status, response.read()
+
+
+def test_the_agent_serves_on_a_unix_socket_of_its_own(program, tmp_path):
+    """unix:PATH: a socket made there, root's alone, serving the same endpoints; gone at the end.
+    A path that exists already is refused in one line and left as it was."""
+    taken = tmp_path / "taken"
+    taken.write_text("not ours")
+    refused = run_command(["agent", "--all", "--listen", f"unix:{taken}", "1"])
+    assert refused.returncode == 2 and refused.stderr.startswith(f"leaktrace: cannot listen on {taken}:")
+    assert taken.read_text() == "not ours"
+
+    target = subprocess.Popen([program("known_heap"), str(COUNT), str(SIZE)], stdout=subprocess.PIPE, text=True)
+    assert wait_for_line(target.stdout) == "ready\n"
+    path = str(tmp_path / "agent.sock")
+    agent = subprocess.Popen(
+        leaktrace_command("agent", "-p", str(target.pid), "--listen", f"unix:{path}", "0.3"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        watchdog = threading.Timer(60, agent.kill)
+        watchdog.start()
+        while f"serving unix:{path}" not in (line := agent.stderr.readline()):
+            assert line, "the agent ended"
+        watchdog.cancel()
+        assert stat.S_ISSOCK(os.lstat(path).st_mode) and stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+        target.send_signal(signal.SIGUSR1)
+        assert wait_for_line(target.stdout) == "done\n"
+        deadline = time.monotonic() + 30
+        while True:
+            status, body = get_unix(path, "/status")
+            if status == 200 and json.loads(body)["live_bytes"] >= COUNT * SIZE:
+                break
+            assert time.monotonic() < deadline, (status, body[:200])
+            time.sleep(0.2)
+        status, metrics = get_unix(path, "/metrics")
+        assert status == 200 and b"leaktrace_live_bytes{" in metrics
+        agent.send_signal(signal.SIGINT)
+        _, err = agent.communicate(timeout=30)
+        assert agent.returncode == 0, err
+        assert not os.path.lexists(path)
+    finally:
+        agent.kill()
+        target.kill()
+        target.wait()

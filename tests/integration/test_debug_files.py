@@ -131,3 +131,39 @@ def test_debug_file_from_a_debuginfod_server(program, tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def with_mini_debug_info(program, tmp_path, name: str = "sites"):
+    """The program stripped of everything, with a MiniDebugInfo of its static and global
+    functions in .gnu_debugdata, made the way Fedora makes it (nm, objcopy, xz)."""
+    original, built = program(name), tmp_path / name
+
+    def names(*options: str) -> set[str]:
+        listing = subprocess.run(
+            ["nm", *options, "--format=posix", "--defined-only", str(original)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return {line.split()[0] for line in listing.stdout.splitlines() if line.split()[1] in "Tt" or "-D" in options}
+
+    (tmp_path / "keep").write_text("\n".join(sorted(names() - names("-D"))) + "\n")
+    mini = tmp_path / "mini"
+    subprocess.run(["objcopy", "--only-keep-debug", str(original), str(mini)], check=True)
+    subprocess.run(
+        ["objcopy", "-S", "--remove-section", ".comment", f"--keep-symbols={tmp_path / 'keep'}", str(mini)], check=True
+    )
+    subprocess.run(["xz", "-f", str(mini)], check=True)
+    subprocess.run(["strip", "--strip-all", "-R", ".comment", "-o", str(built), str(original)], check=True)
+    subprocess.run(["objcopy", "--add-section", f".gnu_debugdata={mini}.xz", str(built)], check=True)
+    return built
+
+
+def test_a_stripped_program_is_named_from_its_mini_debug_info(program, tmp_path):
+    """No .symtab, no debug file, no debuginfod: the functions come from .gnu_debugdata (without lines)."""
+    built = with_mini_debug_info(program, tmp_path)
+    assert not ElfFile(str(built)).has_symtab
+    report = final_report(run_command(["-c", str(built), "--json"], env={**os.environ, "DEBUGINFOD_URLS": ""}))
+    stacks = frames_of(report)
+    assert sorted(stack[0][0] for stack in stacks) == ["site_a", "site_b", "site_c", "site_d"]
+    assert all(stack[1][:2] == ("main", None) for stack in stacks)

@@ -170,3 +170,35 @@ def test_a_malformed_suppression_file_is_refused_before_anything_starts(built, t
     result = run_command(["-c", str(built["leak_kinds"]), "--leak-check", "--suppressions", str(written), "3600"])
     assert result.returncode == 2 and "is not fun:, obj:, src: or '...'" in result.stderr
     assert "probes live" not in result.stderr
+
+
+def usable(size: int) -> int:
+    """glibc's usable size of a block of this request (what its heap walk measures)."""
+    return max(32, (size + 8 + 15) & ~15) - 8
+
+
+def test_an_attached_process_is_judged_at_the_end_of_the_trace(built):
+    """-p on a process that made every block before the trace: the heap walk finds them, and the
+    kinds' blocks equal valgrind's (libc's freeres off, as the live process keeps its blocks),
+    each sized by glibc's usable size."""
+    _, _, log = valgrind(built["leak_kinds"], "--run-libc-freeres=no")
+    expected: dict[str, list[int]] = {}
+    for line in log.splitlines():
+        found = re.search(
+            r"([\d,]+) (?:\(([\d,]+) direct, [\d,]+ indirect\) )?bytes in ([\d,]+) blocks are ([a-z ]+?) in loss", line
+        )
+        if found:
+            size, blocks = (int((found.group(i) or found.group(1)).replace(",", "")) for i in (2, 3))
+            totals_of = expected.setdefault(KINDS[found.group(4)], [0, 0])
+            totals_of[0] += usable(size // blocks) * blocks
+            totals_of[1] += blocks
+    target = subprocess.Popen([str(built["leak_kinds"]), "wait"], stdout=subprocess.PIPE)
+    try:
+        assert target.stdout is not None and target.stdout.readline() == b"ready\n"
+        result = run_command(["-p", str(target.pid), "--json", "--leak-check", "--show-leak-kinds", "all", "0.3", "1"])
+    finally:
+        target.kill()
+        target.wait()
+    check = final_report(result)["leak_check"]
+    assert {kind: list(total) for kind, total in totals(check).items() if kind != "suppressed"} == expected, log
+    assert all(record["stack_status"] == "before_trace" for record in check["records"])

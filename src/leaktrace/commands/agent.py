@@ -1,4 +1,4 @@
-"""`leaktrace agent --listen HOST:PORT`: the trace command's selection (-p PID, --all with
+"""`leaktrace agent --listen HOST:PORT|unix:PATH`: the trace command's selection (-p PID, --all with
 its filters, --engine), run until stopped, serving its latest snapshot over HTTP:
 /metrics (Prometheus), /debug/pprof/heap[?pid=PID] (pprof, as a Go program serves it),
 /status (the JSON report) and / (an index). Loopback unless an address is named; GET only,
@@ -8,7 +8,10 @@ snapshot taken)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
+import socket
 import sys
 import threading
 import time
@@ -25,11 +28,57 @@ from .trace_arguments import add_trace_arguments, check_combinations, engine_set
 REQUEST_SECONDS = 5.0  # a client slower than this is dropped
 
 
-def listen_address(text: str) -> tuple[str, int]:
+def listen_address(text: str) -> tuple[str, int] | str:
+    """(host, port), or the path of a Unix socket (unix:PATH)."""
+    if text.startswith("unix:"):
+        path = text[len("unix:") :]
+        if not path.startswith("/"):
+            raise UsageError(f"--listen unix: wants an absolute path, not '{path}'")
+        return path
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"--listen wants HOST:PORT, not '{text}'")
+        raise UsageError(f"--listen wants HOST:PORT or unix:PATH, not '{text}'")
     return host.strip("[]"), int(port)
+
+
+class UnixHTTPServer(ThreadingHTTPServer):
+    """HTTP on a Unix socket made for it: nothing may be at the path already (it is never
+    replaced), the socket is root's alone (mode 0600), and it is removed at the end if it is
+    still the one made."""
+
+    address_family = socket.AF_UNIX
+    _made: int | None = None  # the socket's inode, once bound
+
+    @property
+    def path(self) -> str:
+        return str(self.server_address)
+
+    def server_bind(self) -> None:
+        path = self.path
+        previous = os.umask(0o177)
+        try:
+            self.socket.bind(path)  # fails on anything already there
+        finally:
+            os.umask(previous)
+        self._made = os.lstat(path).st_ino
+        self.server_name, self.server_port = "localhost", 0
+
+    def server_close(self) -> None:
+        super().server_close()
+        with contextlib.suppress(OSError):
+            if os.lstat(self.path).st_ino == self._made:
+                os.unlink(self.path)
+
+
+def listening(address: tuple[str, int] | str, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """The server, bound; UsageError (nothing attached yet) when the address cannot be had."""
+    try:
+        if isinstance(address, str):
+            return UnixHTTPServer(address, handler)  # type: ignore[arg-type]
+        return ThreadingHTTPServer(address, handler)
+    except OSError as e:
+        where = address if isinstance(address, str) else f"{address[0]}:{address[1]}"
+        raise UsageError(f"cannot listen on {where}: {e.strerror}") from None
 
 
 class AgentState:
@@ -134,34 +183,32 @@ class AgentCommand(Command):
         parser.add_argument(
             "--listen",
             default="127.0.0.1:9464",
-            metavar="HOST:PORT",
-            help="where to serve (default 127.0.0.1:9464; only loopback unless an address is named)",
+            metavar="HOST:PORT|unix:PATH",
+            help="where to serve (default 127.0.0.1:9464; only loopback unless an address is named); "
+            "unix:PATH: a Unix socket made there (mode 0600), never one that exists",
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        host, port = listen_address(args.listen)
+        address = listen_address(args.listen)
         config = malloc_debug_config(args)
         settings = engine_settings(args, config)
         check_combinations(args, ENGINES[args.engine])
         flags = _SignalFlags()
         state = AgentState(args.growth_intervals)
-        try:  # before anything is attached: an address in use is the user's to fix
-            server = ThreadingHTTPServer((host, port), handler_for(state, args))
-        except OSError as e:
-            raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+        server = listening(address, handler_for(state, args))  # before anything is attached
         server.daemon_threads = True
-        trace, what = ENGINES[args.engine].start(args, settings, config)
+        url = f"unix:{address}" if isinstance(address, str) else f"http://{address[0]}:{address[1]}/"
         serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-        with trace:
-            for line in trace.startup_lines(what, args.verbose):
-                print(f"leaktrace: {line}", file=sys.stderr, flush=True)
-            serving.start()
-            print(
-                f"leaktrace: serving http://{host}:{port}/ (metrics, pprof, status)",
-                file=sys.stderr,
-                flush=True,
-            )
-            TraceCommand.report_loop(trace, args, state, flags)
-        server.shutdown()
-        server.server_close()
+        try:
+            trace, what = ENGINES[args.engine].start(args, settings, config)
+            with trace:
+                for line in trace.startup_lines(what, args.verbose):
+                    print(f"leaktrace: {line}", file=sys.stderr, flush=True)
+                serving.start()
+                print(f"leaktrace: serving {url} (metrics, pprof, status)", file=sys.stderr, flush=True)
+                TraceCommand.report_loop(trace, args, state, flags)
+        finally:
+            if serving.is_alive():
+                server.shutdown()
+            server.server_close()  # a Unix socket it made goes with it
         return 0

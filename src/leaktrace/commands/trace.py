@@ -155,9 +155,15 @@ class TraceCommand(Command):
                 print(f"leaktrace: {notice}", file=sys.stderr, flush=True)
 
     @staticmethod
-    def report_snapshot(trace: TraceSource, args: argparse.Namespace, **options) -> Snapshot | None:
-        """The snapshot of a report, with the reachability check when asked for and possible."""
+    def report_snapshot(trace: TraceSource, args: argparse.Namespace, last: bool = False, **options) -> Snapshot | None:
+        """The snapshot of a report, with the reachability check when asked for and possible;
+        the last report of a -p trace with --leak-check carries valgrind's kinds of the live heap."""
         snapshot = TraceCommand.snapshot_or_skip(trace, args.older_than, **options)
+        if snapshot is not None and last and args.leak_check not in (None, "no") and not trace.is_child:
+            try:
+                snapshot = dataclasses.replace(snapshot, leak_check=trace.check_leak_kinds())
+            except RuntimeFailure as e:
+                print(f"leaktrace: leak check skipped: {e}", file=sys.stderr, flush=True)
         if snapshot is None or not args.unreachable or trace.exited:
             return snapshot
         try:
@@ -182,7 +188,8 @@ class TraceCommand(Command):
                 if snapshot:
                     outputs.dump_now(snapshot)
             if time.monotonic() >= next_report:
-                snapshot = TraceCommand.report_snapshot(trace, args)
+                last = bool(args.count) and reports + 1 >= args.count
+                snapshot = TraceCommand.report_snapshot(trace, args, last)
                 if snapshot:
                     outputs.report(snapshot)
                 reports += 1
@@ -224,7 +231,9 @@ class TraceCommand(Command):
             elif self.report_loop(trace, args, outputs, flags):
                 self.leave_command(trace, args, what)
                 return outputs.exit_status()
-            final = self.report_snapshot(trace, args, with_allocations=trace.exited and outputs.wants_exit_allocations)
+            final = self.report_snapshot(
+                trace, args, last=True, with_allocations=trace.exited and outputs.wants_exit_allocations
+            )
             if final:
                 outputs.report(final)
             if trace.exited:  # the last line: how the target ended

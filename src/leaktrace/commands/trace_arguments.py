@@ -183,8 +183,8 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         "--leak-check",
         "full",
         choices=("no", "summary", "yes", "full"),
-        help="-c: at the command's exit, judge every block still allocated into valgrind's kinds "
-        "(definitely, indirectly, possibly lost, still reachable) and list them (default: full)",
+        help="judge every block still allocated into valgrind's kinds (definitely, indirectly, possibly "
+        "lost, still reachable) and list them: -c at the command's exit, -p at the trace's end (default: full)",
     )
     parser.add_argument(
         "--show-leak-kinds",
@@ -350,8 +350,8 @@ def check_leak_check(args: argparse.Namespace) -> None:
         if given:
             raise UsageError(f"{given[0]} needs --leak-check")
         return
-    if args.command is None:
-        raise UsageError("--leak-check judges a command at its exit: use it with -c")
+    if args.all:
+        raise UsageError("--leak-check judges one process (-c at its exit, -p at the trace's end), not --all")
     if args.engine != "bpf":
         raise UsageError("--leak-check works with the BPF engine only")
     from leaktrace.analysis.suppressions import leak_kinds

@@ -144,6 +144,14 @@ class ElfFile:
                 return None if address is None else (bytes(self._data[offset : offset + size]), address)
         return None
 
+    def file_section(self, name: str, limit: int) -> bytes | None:
+        """The bytes of a section as the file holds them, loaded or not (.gnu_debugdata is not);
+        None when there is none, or it is larger than limit."""
+        for section, typ, offset, size, _, _ in self._sections:
+            if section == name and typ != SHT_NOBITS and size <= limit and offset + size <= len(self._data):
+                return bytes(self._data[offset : offset + size])
+        return None
+
     @cached_property
     def build_id(self) -> str | None:
         """The GNU build-id note's bytes, in hexadecimal (as debug file names and tools spell it)."""

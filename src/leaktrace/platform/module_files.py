@@ -64,6 +64,36 @@ def _from_debuginfod(build_id: str) -> ElfFile | None:
     return debug if debug is not None and debug.build_id == build_id else None
 
 
+MINI_DEBUG_LIMIT = 64 << 20  # bytes of a module's .gnu_debugdata read, and of what it unpacks to
+
+
+def mini_debug_info(elf: ElfFile) -> ElfFile | None:
+    """A module's MiniDebugInfo: the xz-compressed ELF in its .gnu_debugdata that holds the
+    symbols of its static functions (as Fedora ships its binaries), unpacked into memory, at
+    most MINI_DEBUG_LIMIT bytes of it: the section is the target's, and may be a bomb."""
+    packed = elf.file_section(".gnu_debugdata", MINI_DEBUG_LIMIT)
+    if not packed:
+        return None
+    import lzma  # only for the modules that have one
+
+    try:
+        data = lzma.LZMADecompressor().decompress(packed, max_length=MINI_DEBUG_LIMIT)
+    except lzma.LZMAError:
+        return None
+    fd = os.memfd_create("leaktrace-minidebuginfo", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        os.close(fd)
+        return None
+    try:
+        return ElfFile(f"{elf.path} (.gnu_debugdata)", fd)  # it owns fd, and closes it on failure
+    except ElfError:
+        return None
+
+
 class ModuleFiles:
     """ELF files of mapped modules, by file identity (device, inode, mtime, size)."""
 
@@ -75,8 +105,8 @@ class ModuleFiles:
         """A module's separate debug file (symbols and lines a stripped module lacks): by its
         build-id under /usr/lib/debug/.build-id, else by its .gnu_debuglink beside it, in .debug/
         beside it or under /usr/lib/debug; opened with the process's rights, and taken only if it
-        is of the same build (build-id, or the link's CRC-32); else from debuginfod when
-        DEBUGINFOD_URLS is set. None if there is none."""
+        is of the same build (build-id, or the link's CRC-32); else its own MiniDebugInfo; else
+        from debuginfod when DEBUGINFOD_URLS is set. None if there is none."""
         if elf.identity in self._debug_files:
             return self._debug_files[elf.identity]
         found = None
@@ -104,6 +134,8 @@ class ModuleFiles:
             if debug is not None and debug is not elf and same_build(debug):
                 found = debug
                 break
+        if found is None:
+            found = mini_debug_info(elf)
         if found is None and elf.build_id:
             found = _from_debuginfod(elf.build_id)
         self._debug_files[elf.identity] = found

@@ -169,6 +169,18 @@ def sweep_walked(
     and stack), else a block made before the trace. A traced allocation the walk did not find was
     freed while its record was read, unless the walk is incomplete: then it is judged too. The
     tracer's own blocks in the heap (tracer_blocks) are left out, and excluded are never roots."""
+    begins, sizes, allocation_at, traced = _walked_blocks(image, allocations, walk, tracer_blocks)
+    report = _sweep_blocks(image, begins, sizes, allocation_at, walk.complete, limit, walk.allocator_state + excluded)
+    return dataclasses.replace(
+        report, heap_walk=heap_walk_line(walk), walk_problems=walk.problems, before_trace=len(begins) - traced
+    )
+
+
+def _walked_blocks(
+    image: FrozenImage, allocations: list[LiveAllocation], walk: HeapWalk, tracer_blocks: Sequence[int] = ()
+) -> tuple[np.ndarray, np.ndarray, Callable[[int], LiveAllocation], int]:
+    """Every block the walk found (begins ascending, sizes), each the trace's record where it has
+    one (its size and stack), else a block made before the trace; and how many had a record."""
     traced = {a.address: a for a in allocations if a.pid == image.pid}
     begins, sizes = walk.addresses, walk.usable.copy()
     if len(tracer_blocks):
@@ -190,10 +202,7 @@ def sweep_walked(
     def allocation_at(i: int) -> LiveAllocation:
         return records.get(i) or LiveAllocation(image.pid, int(begins[i]), int(sizes[i]), (), StackStatus.BEFORE_TRACE)
 
-    report = _sweep_blocks(image, begins, sizes, allocation_at, walk.complete, limit, walk.allocator_state + excluded)
-    return dataclasses.replace(
-        report, heap_walk=heap_walk_line(walk), walk_problems=walk.problems, before_trace=len(begins) - len(records)
-    )
+    return begins, sizes, allocation_at, len(records)
 
 
 def examine_heap(pid: int, unreachable: bool = False, limit: int = UNREACHABLE_LIMIT) -> HeapReport:
@@ -284,15 +293,41 @@ def _sweep_blocks(
 
 
 def judge_leak_kinds(image: FrozenImage, allocations: list[LiveAllocation]) -> LeakCheck:
-    """valgrind's verdict on every block of a process at its exit (all of them known): still
-    reachable through pointers to block starts from the roots, possibly lost when only a
-    pointer into a block's middle leads there, else lost: definitely for the lowest block of
-    each group of lost blocks no other lost block points into, indirectly for the rest."""
+    """valgrind's verdict on every block of a process whose blocks are all known (a command
+    traced from its start, at its exit)."""
     ordered = sorted((a for a in allocations if a.pid == image.pid), key=lambda a: a.address)
     begins = np.array([a.address for a in ordered], dtype=np.uint64)
     sizes = np.array([a.size for a in ordered], dtype=np.uint64)
+    return _judge_blocks(image, begins, sizes, ordered.__getitem__, True, ())
+
+
+def judge_leak_kinds_walked(
+    process: ProcessInfo, image: FrozenImage, allocations: list[LiveAllocation], allocator: str
+) -> LeakCheck:
+    """valgrind's verdict on every block of a process traced since it was attached to: those
+    made before the trace come from glibc's heap walk (no stack, usable sizes). Raises
+    HeapWalkRefused where there is no walk (another allocator): the judgement would be partial."""
+    if not GLIBC_NAME.search(allocator):
+        raise HeapWalkRefused(f"pid {process.pid} allocates with {allocator}: the heap walk is glibc's")
+    walk = walk_heap(process, image)
+    begins, sizes, allocation_at, _ = _walked_blocks(image, allocations, walk)
+    return _judge_blocks(image, begins, sizes, allocation_at, walk.complete, walk.allocator_state)
+
+
+def _judge_blocks(
+    image: FrozenImage,
+    begins: np.ndarray,
+    sizes: np.ndarray,
+    allocation_at: Callable[[int], LiveAllocation],
+    complete: bool,
+    excluded: tuple[tuple[int, int], ...],
+) -> LeakCheck:
+    """valgrind's kinds: still reachable through pointers to block starts from the roots,
+    possibly lost when only a pointer into a block's middle leads there, else lost:
+    definitely for the lowest block of each group of lost blocks no other lost block points
+    into, indirectly for the rest. Blocks given as in _sweep_blocks."""
     registers = [value for regs in image.registers.values() for value in regs]
-    graph = build_graph(begins, sizes, _regions(image, begins, True, ()), registers)
+    graph = build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
     reachable = graph.reachable(graph.rooted_at_start, graph.at_start)
     possible = graph.reachable(graph.rooted | reachable) & ~reachable
     lost = ~(reachable | possible)
@@ -300,7 +335,8 @@ def judge_leak_kinds(image: FrozenImage, allocations: list[LiveAllocation]) -> L
     edges = list(zip(graph.sources[among_lost].tolist(), graph.targets[among_lost].tolist()))
     leaders = lost_leaders(np.flatnonzero(lost).tolist(), edges)
     records: dict[tuple, list[int]] = {}
-    for i, allocation in enumerate(ordered):
+    for i in range(len(begins)):
+        allocation = allocation_at(i)
         kind = (
             LeakKind.REACHABLE
             if reachable[i]

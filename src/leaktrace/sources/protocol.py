@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
-from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Snapshot, UnreachableReport
+from leaktrace.model.snapshot import UNREACHABLE_LIMIT, LeakCheck, Snapshot, UnreachableReport
 from leaktrace.platform.pacing import poll_pause
 
 
@@ -34,6 +34,9 @@ class TraceSource(Protocol):
 
     def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
         """libmemunreachable's check on the target (frozen for a moment)."""
+
+    def check_leak_kinds(self) -> LeakCheck:
+        """valgrind's leak kinds of every block the running target has (frozen for a moment)."""
 
     def take_notices(self) -> list[str]:
         """Lines for stderr about what the source met since the last call, each said once."""

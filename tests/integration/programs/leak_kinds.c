@@ -6,10 +6,12 @@
 //   possible_block  200 possibly lost (only a pointer 16 bytes in is kept)
 //   reachable_block 300 still reachable (a global holds it)
 //   thread_blocks   3 x 24 definitely lost and 1 x 32 still reachable, by the thread
-// The stack below each call is scrubbed, so no stale copy of a pointer stays behind.
+// The stack below each call is scrubbed, so no stale copy of a pointer stays behind. With an
+// argument, it then says "ready" (no stdio: its buffer would be one more block) and waits.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct node {
     struct node *next;
@@ -67,8 +69,9 @@ static void *thread_body(void *unused)
     return unused;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argv;
     pthread_t thread;
     if (pthread_create(&thread, NULL, thread_body, NULL) != 0 || pthread_join(thread, NULL) != 0)
         return 1;
@@ -78,5 +81,8 @@ int main(void)
     possible_block();
     reachable_block();
     scrub();
+    if (argc > 1 && write(1, "ready\n", 6) == 6)
+        for (;;)
+            pause();
     return 0;
 }

@@ -241,6 +241,18 @@ class Trace(PollingSource, ProcessTracking):
         self._finish(status)
         return False
 
+    def check_leak_kinds(self) -> LeakCheck:
+        """valgrind's kinds of every block the attached process has now (frozen a moment): those
+        made before the trace from glibc's heap walk. RuntimeFailure where it cannot be judged."""
+        from leaktrace.reachability.unreachable import judge_leak_kinds_walked, scanned_mapping
+
+        info = read_process(self.pid) if not self._exited else None
+        if info is None:
+            raise RuntimeFailure(f"pid {self.pid} has exited: nothing to judge")
+        image = freeze_and_copy(self.pid, scanned_mapping)
+        allocator = self.engine.library_paths[0]
+        return judge_leak_kinds_walked(info, image, self.engine.allocations({self.pid}), allocator)
+
     def _judge_at_exit(self) -> LeakCheck | None:
         """valgrind's leak kinds of every block the command still has, judged while it stands
         in _exit (every block known: it was traced from its start); None, said, if it cannot be."""

@@ -34,6 +34,7 @@ from leaktrace.model.snapshot import (
     AllocationGroup,
     Counters,
     Credentials,
+    LeakCheck,
     ProcessInfo,
     Snapshot,
     UnreachableReport,
@@ -378,6 +379,9 @@ class PreloadTrace(PollingSource):
         process = read_target(self.pid)
         allocator = allocator_library_of_process(process, ModuleFiles()).path
         return sweep_with_heap_walk(process, image, allocations, limit, allocator, table.own_blocks(), table.occupied)
+
+    def check_leak_kinds(self) -> LeakCheck:
+        raise RuntimeFailure("the leak check is the BPF engine's")
 
     def close(self) -> None:
         if self.injection and not self._gone:
