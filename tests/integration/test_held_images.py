@@ -85,16 +85,18 @@ def stopped(comm: str) -> list[int]:
     return found
 
 
-def test_killing_leaktrace_at_any_moment_leaves_no_program_stopped(program):
+@pytest.mark.parametrize("judging", [(), ("--leak-check",)], ids=["tables", "tables-and-exits"])
+def test_killing_leaktrace_at_any_moment_leaves_no_program_stopped(program, judging):
     """A shell starts sizes over and over while leaktrace --all is SIGKILLed at a random
-    moment: the loop always ends (nothing stays held), in every round."""
+    moment: the loop always ends (nothing stays held, for its tables or, with --leak-check,
+    in _exit to be judged), in every round."""
     seed = int(os.environ.get("LEAKTRACE_TEST_SEED", random.randrange(1 << 30)))
     print(f"seed {seed}")
     chooser = random.Random(seed)
     binary = program("sizes")
     for _ in range(6):
         loop = subprocess.Popen(["setsid", "sh", "-c", f"for i in $(seq 400); do {binary} 64 128; done"])
-        trace = SystemTrace("--comm", "^sizes$")
+        trace = SystemTrace("--comm", "^sizes$", *judging)
         time.sleep(chooser.uniform(0.0, 0.5))
         trace.process.kill()
         trace.process.wait()

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from test_systemwide import SystemTrace
 
 from conftest import DEBUG_BUILD, PROGRAMS
 from helpers import final_report, run_command
@@ -55,7 +57,8 @@ def leaktrace(program: Path, *options: str) -> tuple[dict, int, str]:
         from helpers import reports
 
         report = reports(result.stdout)[-1]
-    return report["leak_check"], result.returncode, result.stderr
+    [check] = report["leak_checks"]
+    return check, result.returncode, result.stderr
 
 
 def totals(check: dict) -> dict[str, tuple[int, int]]:
@@ -199,6 +202,34 @@ def test_an_attached_process_is_judged_at_the_end_of_the_trace(built):
     finally:
         target.kill()
         target.wait()
-    check = final_report(result)["leak_check"]
+    [check] = final_report(result)["leak_checks"]
     assert {kind: list(total) for kind, total in totals(check).items() if kind != "suppressed"} == expected, log
     assert all(record["stack_status"] == "before_trace" for record in check["records"])
+
+
+def test_all_judges_each_program_exec_d_under_it_at_its_exit(built):
+    """--all --leak-check: each program started under the trace is held in _exit and judged
+    (the kinds valgrind gives it); the run exits with --error-exitcode and names each one."""
+    theirs, _, _ = valgrind(built["leak_kinds"])
+    trace = SystemTrace("--comm", "^leak_kinds$", "--leak-check", "--error-exitcode", "7")
+    try:
+        pids = set()
+        for _ in range(2):
+            process = subprocess.Popen([str(built["leak_kinds"])])
+            assert process.wait(timeout=60) == 0
+            pids.add(process.pid)
+        checks: dict[int, dict] = {}
+        deadline = time.monotonic() + 60
+        while not pids <= checks.keys() and time.monotonic() < deadline:
+            checks.update({check["pid"]: check for check in trace.next_report()["leak_checks"]})
+    finally:
+        status, errors = trace.stop()
+    assert status == 7, errors
+    assert set(checks) == pids
+    for pid in pids:
+        assert totals(checks[pid]) | {"suppressed": theirs["suppressed"]} == theirs
+        assert checks[pid]["command"] == str(built["leak_kinds"])
+        assert (
+            f"leaktrace: leaks in pid {pid} ({built['leak_kinds']}): definitely lost: 284 bytes in 6 blocks,"
+            " possibly lost: 200 bytes in 1 blocks"
+        ) in errors.splitlines()

@@ -234,7 +234,7 @@ class Symbolizer:
             *snapshot.groups,
             *(snapshot.allocations or ()),
             *unreachable,
-            *(snapshot.leak_check.records if snapshot.leak_check else ()),
+            *(record for check in snapshot.leak_checks for record in check.records),
         )
         for item in items:
             addresses.setdefault(item.pid, set()).update(item.stack)

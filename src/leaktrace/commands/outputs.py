@@ -17,7 +17,7 @@ from leaktrace.android.leak_log import render_leak_log
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX
 from leaktrace.android.unreachable_report import render_unreachable
 from leaktrace.errors import RuntimeFailure
-from leaktrace.model.snapshot import Snapshot
+from leaktrace.model.snapshot import LeakCheck, LeakKind, Snapshot
 from leaktrace.outputs.files import FILE_FORMATS, FileContext
 from leaktrace.outputs.json_report import render_json
 from leaktrace.outputs.leak_check import render_leak_check
@@ -64,14 +64,14 @@ class Outputs:
         self.symbolizer = Symbolizer()
         self.growth = GrowthTracker(self.growth_intervals)
         self.unwritten = 0  # output files that could not be written (exit status 3)
-        self.leak_errors = 0  # loss records of the error kinds left after the suppressions
+        self.leaking: list[LeakCheck] = []  # leak checks with errors left after the suppressions
         self._announced: set[str] = set()  # paths said once ("written to"), not at every report
         self.started_at = time.time()
 
     def exit_status(self) -> int:
         """--error-exitcode's N when the leak check found errors; else UNWRITTEN_OUTPUT once an
         output file could not be written (the trace itself ran); else 0."""
-        if self.leak_errors and self.leak_check is not None and self.leak_check.error_exitcode:
+        if self.leaking and self.leak_check is not None and self.leak_check.error_exitcode:
             return self.leak_check.error_exitcode
         return UNWRITTEN_OUTPUT if self.unwritten else 0
 
@@ -97,11 +97,14 @@ class Outputs:
     def report(self, snapshot: Snapshot) -> None:
         """The report; per process, the leak-info file, heap dumps and, for one that exited, its leak log."""
         symbolized = self.symbolizer.symbolize(snapshot)
-        if snapshot.leak_check is not None and self.leak_check is not None:
-            judged = apply_suppressions(snapshot.leak_check, symbolized, self.leak_check.suppressions)
-            snapshot = dataclasses.replace(snapshot, leak_check=judged)
+        if snapshot.leak_checks and self.leak_check is not None:
+            settings = self.leak_check
+            judged = tuple(apply_suppressions(c, symbolized, settings.suppressions) for c in snapshot.leak_checks)
+            snapshot = dataclasses.replace(snapshot, leak_checks=judged)
             symbolized = dataclasses.replace(symbolized, snapshot=snapshot)
-            self.leak_errors = len(judged.errors(self.leak_check.errors_for))
+            for check in judged:
+                if check.errors(settings.errors_for):
+                    self.leaking.append(check)
         growth = self.growth.observe(snapshot)
         if self.json:
             text = render_json(symbolized, growth)
@@ -112,8 +115,8 @@ class Outputs:
         if snapshot.unreachable and not self.json:
             text += f"unreachable memory of pid {snapshot.unreachable.pid}:\n"
             text += render_unreachable(symbolized, snapshot.unreachable, self.contents)
-        if snapshot.leak_check and self.leak_check and not self.json:
-            text += render_leak_check(symbolized, self.leak_check)
+        if self.leak_check and not self.json:
+            text += "".join(render_leak_check(symbolized, check, self.leak_check) for check in snapshot.leak_checks)
         write_fully(sys.stdout, text)
         context = FileContext(growth, snapshot.taken_at - self.started_at)
         for output in FILE_FORMATS:
@@ -136,6 +139,21 @@ class Outputs:
                 self._heap_dump(symbolized, pid, ".txt")
             if self.dump_on_exit and process.exited:
                 self._heap_dump(symbolized, pid, ".exit.txt")
+
+    def leaking_lines(self) -> list[str]:
+        """At the end: each process judged with leaks of the error kinds left, with its command line."""
+        if self.leak_check is None:
+            return []
+        lines = []
+        for check in self.leaking:
+            kinds = ", ".join(
+                f"{kind.words}: {size:,} bytes in {blocks:,} blocks"
+                for kind in sorted(self.leak_check.errors_for, key=list(LeakKind).index)
+                for size, blocks in [check.total(kind)]
+                if blocks
+            )
+            lines.append(f"leaks in pid {check.pid}" + (f" ({check.command})" if check.command else "") + f": {kinds}")
+        return lines
 
     def dump_now(self, snapshot: Snapshot) -> None:
         symbolized = self.symbolizer.symbolize(snapshot)

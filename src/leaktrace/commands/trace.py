@@ -159,9 +159,9 @@ class TraceCommand(Command):
         """The snapshot of a report, with the reachability check when asked for and possible;
         the last report of a -p trace with --leak-check carries valgrind's kinds of the live heap."""
         snapshot = TraceCommand.snapshot_or_skip(trace, args.older_than, **options)
-        if snapshot is not None and last and args.leak_check not in (None, "no") and not trace.is_child:
+        if snapshot is not None and last and args.leak_check not in (None, "no") and args.pid is not None:
             try:
-                snapshot = dataclasses.replace(snapshot, leak_check=trace.check_leak_kinds())
+                snapshot = dataclasses.replace(snapshot, leak_checks=(trace.check_leak_kinds(),))
             except RuntimeFailure as e:
                 print(f"leaktrace: leak check skipped: {e}", file=sys.stderr, flush=True)
         if snapshot is None or not args.unreachable or trace.exited:
@@ -217,29 +217,36 @@ class TraceCommand(Command):
         flags = _SignalFlags()
         trace, what = ENGINES[args.engine].start(args, settings, config)
         with trace:
+            trace.leak_check_at_exit = leak_check is not None  # before the line that says it is live
             for line in trace.startup_lines(what, args.verbose):
                 print(f"leaktrace: {line}", file=sys.stderr, flush=True)
             outputs = self.outputs(args, config, leak_check)
             if trace.logs_own_leaks:
                 outputs.leak_track = False
             trace.final_with_allocations = outputs.wants_exit_allocations
-            trace.leak_check_at_exit = outputs.leak_check is not None
             if args.top_view:
                 from leaktrace.outputs.top_view import run_top_view
 
                 run_top_view(trace, args.interval, flags, args.growth_intervals)
             elif self.report_loop(trace, args, outputs, flags):
                 self.leave_command(trace, args, what)
+                self.say_leaking(outputs)
                 return outputs.exit_status()
             final = self.report_snapshot(
                 trace, args, last=True, with_allocations=trace.exited and outputs.wants_exit_allocations
             )
             if final:
                 outputs.report(final)
+            self.say_leaking(outputs)
             if trace.exited:  # the last line: how the target ended
                 print(f"leaktrace: {what} {ending_of(trace.exit_status)}", file=sys.stderr, flush=True)
             self.leave_command(trace, args, what)
         return outputs.exit_status() or command_status(trace.exit_status if trace.exited else None)
+
+    @staticmethod
+    def say_leaking(outputs: Outputs) -> None:
+        for line in outputs.leaking_lines():
+            print(f"leaktrace: {line}", file=sys.stderr, flush=True)
 
     @staticmethod
     def leave_command(trace: TraceSource, args: argparse.Namespace, what: str) -> None:

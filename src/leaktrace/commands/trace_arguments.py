@@ -350,8 +350,6 @@ def check_leak_check(args: argparse.Namespace) -> None:
         if given:
             raise UsageError(f"{given[0]} needs --leak-check")
         return
-    if args.all:
-        raise UsageError("--leak-check judges one process (-c at its exit, -p at the trace's end), not --all")
     if args.engine != "bpf":
         raise UsageError("--leak-check works with the BPF engine only")
     from leaktrace.analysis.suppressions import leak_kinds

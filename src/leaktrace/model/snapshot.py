@@ -217,6 +217,7 @@ class LeakCheck:
     pause_seconds: float  # how long the exiting process stood still for its copy
     unreadable_pages: int = 0
     suppressions_used: tuple[SuppressionUse, ...] = ()
+    command: str = ""  # its command line (--all: a process judged at its exit)
 
     def total(self, kind: LeakKind | None) -> tuple[int, int]:
         """(bytes, blocks) of one kind left after the suppressions (None: of those suppressed)."""
@@ -285,8 +286,9 @@ class Snapshot:
     allocations: tuple[LiveAllocation, ...] | None = None
     # The reachability check of the target, when one was asked for (--unreachable).
     unreachable: UnreachableReport | None = None
-    # valgrind's leak kinds of what the command still had at its exit (--leak-check).
-    leak_check: LeakCheck | None = None
+    # valgrind's leak kinds (--leak-check): of a -c command at its exit, of a -p process at the
+    # trace's end, of each --all process that exited since the last snapshot.
+    leak_checks: tuple[LeakCheck, ...] = ()
 
     @property
     def live_bytes(self) -> int:

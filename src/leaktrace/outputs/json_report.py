@@ -58,7 +58,7 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
             for g in groups
         ],
         "unreachable": None if snap.unreachable is None else unreachable_to_dict(symbolized, snap.unreachable),
-        "leak_check": None if snap.leak_check is None else leak_check_to_dict(symbolized, snap.leak_check),
+        "leak_checks": [leak_check_to_dict(symbolized, check) for check in snap.leak_checks],
     }
 
 
@@ -68,6 +68,7 @@ def leak_check_to_dict(symbolized: SymbolizedSnapshot, check: LeakCheck) -> dict
     summary = {kind.value: check.total(kind) for kind in LeakKind} | {"suppressed": check.total(None)}
     return {
         "pid": check.pid,
+        "command": check.command,
         "pause_seconds": check.pause_seconds,
         "summary": {name: {"bytes": size, "blocks": blocks} for name, (size, blocks) in summary.items()},
         "records": [

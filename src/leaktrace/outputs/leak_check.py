@@ -6,15 +6,13 @@ from __future__ import annotations
 
 from leaktrace.analysis.suppressions import LeakCheckSettings, suppression_text
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
-from leaktrace.model.snapshot import LeakKind
+from leaktrace.model.snapshot import LeakCheck, LeakKind
 
 
-def render_leak_check(symbolized: SymbolizedSnapshot, settings: LeakCheckSettings) -> str:
-    check = symbolized.snapshot.leak_check
-    if check is None:
-        return ""
+def render_leak_check(symbolized: SymbolizedSnapshot, check: LeakCheck, settings: LeakCheckSettings) -> str:
     pause = f"{check.pause_seconds * 1000:.1f} ms"
-    lines = [f"leak check of pid {check.pid} at its exit (valgrind's kinds; it stood still {pause}):"]
+    command = f" ({check.command})" if check.command else ""
+    lines = [f"leak check of pid {check.pid}{command} (valgrind's kinds; it stood still {pause}):"]
     shown = sorted(
         (r for r in check.records if r.kind in settings.shown and r.suppressed_by is None),
         key=lambda r: (r.bytes, r.blocks),

@@ -133,6 +133,18 @@ def _read_address_space_file(pid: int, name: str, tries: int = 200) -> bytes:
         return f.read()
 
 
+COMMAND_LINE_LIMIT = 4096  # characters of a command line kept
+
+
+def command_line(pid: int) -> str:
+    """A process's arguments, joined by spaces, printable and bounded ("" when gone)."""
+    try:
+        arguments = _read_address_space_file(pid, "cmdline").rstrip(b"\0").split(b"\0")
+    except OSError:
+        return ""
+    return printable(" ".join(a.decode(errors="replace") for a in arguments))[:COMMAND_LINE_LIMIT]
+
+
 def read_process(pid: int) -> ProcessInfo | None:
     """Reads a process's name and maps; None when it is gone."""
     try:

@@ -257,7 +257,7 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         target_maps = read_process(self.target) if attached else None
         try:
             layouts = [(library, *self._placements(library)) for library in self.libraries]
-            stop = self._exit_stop()
+            stops = self._exit_stops()
             target_follower = MapsFollower()
             if target_maps is not None:
                 target_follower.follow(target_maps.maps)
@@ -292,8 +292,8 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
         for library, functions, placements in layouts:
             self._attach_library(library, functions, placements)
-        if stop is not None:
-            self._link(b"exit_stop", *stop, [0])
+        for library, offsets in stops:
+            self._link(b"exit_stop", library, offsets, [0])
         if self.loader and self.arm_on_exec:
             try:
                 loader = ElfFile(self.loader)
@@ -305,15 +305,22 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
                 to_r_debug = (r_debug - debug_state) % (1 << 64) if r_debug else 0
                 self._link(b"modules_changed", loader, file_offsets(loader, [debug_state]), [to_r_debug])
 
-    def _exit_stop(self) -> tuple[ElfFile, list[int]] | None:
-        """Where exit_stop's probe goes: _exit of the stop library, if it has one."""
-        if not self.stop_library:
-            return None
-        elf = next((library for library in self.libraries if library.path == self.stop_library), None) or ElfFile(
-            self.stop_library
-        )
-        exit_address = elf.dynamic_functions.get("_exit")
-        return (elf, file_offsets(elf, [exit_address])) if exit_address else None
+    def _exit_stops(self) -> list[tuple[ElfFile, list[int]]]:
+        """Where exit_stop's probes go: _exit of the stop library (-c), or of every library
+        probed that has one (--all: each process may be judged at its exit)."""
+        if self.target:
+            if not self.stop_library:
+                return []
+            found = next((library for library in self.libraries if library.path == self.stop_library), None)
+            candidates = [found or ElfFile(self.stop_library)]
+        else:
+            candidates = list(self.libraries)
+        stops = []
+        for elf in candidates:
+            exit_address = elf.dynamic_functions.get("_exit")
+            if exit_address:
+                stops.append((elf, file_offsets(elf, [exit_address])))
+        return stops
 
     def close(self) -> None:
         """Detaches every probe and frees the maps; safe to call twice."""

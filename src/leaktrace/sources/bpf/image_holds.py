@@ -1,7 +1,8 @@
 """Programs exec'd under a trace (-f, --all), which the kernel side stops at their first
-allocator call until their unwind tables are in (hold_for_tables): a thread of leaktrace's
-wakes at each one, loads its tables and continues it; a process of its own (StopRelease)
-continues them should leaktrace die first."""
+allocator call until their unwind tables are in (hold_for_tables), and with --all
+--leak-check in _exit to be judged (exit_stop): a thread of leaktrace's wakes at each one,
+does that and continues it; a process of its own (StopRelease) continues them should
+leaktrace die first."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from leaktrace.sources.bpf.launch import StopRelease
-from leaktrace.sources.bpf.layout import HOLD_RELEASED, HOLD_WAITING
+from leaktrace.sources.bpf.layout import HOLD_AT_EXIT, HOLD_RELEASED, HOLD_WAITING
 
 WAKE_MS = 100  # the longest wait between sweeps of the holds map, should a wakeup be missed
 # A hold decided by a program run that began before user space said "no more" lands within this.
@@ -23,13 +24,14 @@ LAST_HOLDS_SECONDS = 0.02
 
 
 class ImageHolds:
-    """serve(pid, gen) loads an image's tables, True when it did (whatever it raises, the
-    process is continued)."""
+    """serve(pid, gen) loads an image's tables, True when it did; judge(pid, gen) judges the
+    blocks of one held in _exit (whatever either raises, the process is continued)."""
 
-    def __init__(self, bpf: Any, serve: Callable[[int, int], bool]):
+    def __init__(self, bpf: Any, serve: Callable[[int, int], bool], judge: Callable[[int, int], None]):
         self._bpf = bpf
         self._holds = bpf[b"holds"]
         self._serve = serve
+        self._judge = judge
         self.failures: list[str] = []  # what serving met, for the trace's notices
         self.held = 0  # images held so far
         self._release = StopRelease(holds_fd=self._holds.map_fd)
@@ -63,13 +65,18 @@ class ImageHolds:
                 hold = self._holds[key]
             except KeyError:
                 continue
-            if hold.state != HOLD_WAITING:
+            if hold.state not in (HOLD_WAITING, HOLD_AT_EXIT):
                 continue
             pid, served = key.value, False
             try:
-                served = serve and self._serve(pid, hold.gen)
+                if serve and hold.state == HOLD_AT_EXIT:
+                    self._judge(pid, hold.gen)
+                    served = True  # it is leaving: nothing to hold it again for
+                else:
+                    served = serve and self._serve(pid, hold.gen)
             except Exception as e:  # noqa: BLE001 - never a reason to leave it stopped
-                self.failures.append(f"pid {pid}'s unwind tables: {e}")
+                what = "leak check" if hold.state == HOLD_AT_EXIT else "unwind tables"
+                self.failures.append(f"pid {pid}'s {what}: {e}")
             finally:  # continued first: leaktrace dying in between leaves it to StopRelease
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)

@@ -9,6 +9,7 @@ from typing import Any
 from leaktrace.sources.bpf.layout import (
     CTL_EXIT_STOP,
     CTL_HOLDS_OFF,
+    CTL_JUDGE_EXITS,
     CTL_NEXT_GEN,
     CTL_TABLES_GEN,
     CTL_TABLES_STOP,
@@ -60,6 +61,10 @@ class KernelState:
 
     def stop_holding(self) -> None:
         self._set_control(CTL_HOLDS_OFF, 1)
+
+    def judge_exits(self, judging: bool) -> None:
+        """--all --leak-check: programs exec'd under the trace are held in _exit to be judged."""
+        self._set_control(CTL_JUDGE_EXITS, int(judging))
 
     def exit_stop_pending(self) -> bool:
         """True once the target has been stopped in _exit by the BPF program."""

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from leaktrace.platform.arch import SYS_BPF
-from leaktrace.sources.bpf.layout import HOLD_WAITING
+from leaktrace.sources.bpf.layout import HOLD_RELEASED
 
 
 def spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:
@@ -39,11 +39,11 @@ def spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:
 # Run by a process of its own (a SIGKILL of leaktrace does not reach it, nor terminal signals):
 # when leaktrace dies without letting its command go, the BPF program may have left the
 # command stopped (SIGSTOP at _exit or at a new image's first allocator call), and the
-# programs in the holds map (fd holds, -1: none) that wait for their tables: each is
+# programs in the holds map (fd holds, -1: none), held for their tables or in _exit: each is
 # continued, again and again for as long as leaktrace's links may take to be detached.
 _CONTINUER = """
 import ctypes, os, signal, struct, sys, time
-command, leaktrace, holds, sys_bpf, waiting_state = (int(arg) for arg in sys.argv[1:6])
+command, leaktrace, holds, sys_bpf, released = (int(arg) for arg in sys.argv[1:6])
 if os.read(leaktrace, 1):
     sys.exit(0)
 libc = ctypes.CDLL(None, use_errno=True)
@@ -57,7 +57,7 @@ def waiting():
     found, at = [], 0
     while len(found) < 1 << 16 and bpf(4, holds, 0, at, ctypes.addressof(following), 0):
         key.raw, at = following.raw, ctypes.addressof(key)
-        if bpf(1, holds, 0, at, ctypes.addressof(value), 0) and struct.unpack("<II", value.raw)[1] == waiting_state:
+        if bpf(1, holds, 0, at, ctypes.addressof(value), 0) and struct.unpack("<II", value.raw)[1] != released:
             found.append(struct.unpack_from("<I", key.raw)[0])
     return found
 
@@ -90,7 +90,7 @@ class StopRelease:
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _CONTINUER]
-                + [str(pidfd), str(read_end), str(holds_fd or -1), str(SYS_BPF), str(HOLD_WAITING)],
+                + [str(pidfd), str(read_end), str(holds_fd or -1), str(SYS_BPF), str(HOLD_RELEASED)],
                 pass_fds=passed,
                 start_new_session=True,
                 stdin=subprocess.DEVNULL,

@@ -164,6 +164,7 @@ struct exec_map {
 #define CTL_TABLES_STOP 7
 #define CTL_TABLES_GEN 8
 #define CTL_HOLDS_OFF 9
+#define CTL_JUDGE_EXITS 10  // --all --leak-check: programs exec'd under the trace are held in _exit
 #define NO_TABLES_STOP 0xffffffff
 
 // A program stopped at its first allocator call until its unwind tables are in (-f, --all).
@@ -173,5 +174,6 @@ struct hold {
 };
 #define HOLD_WAITING 1   // stopped (or about to be): user space continues it
 #define HOLD_RELEASED 2  // continued: not held again for this image
+#define HOLD_AT_EXIT 3   // stopped in _exit: user space judges its blocks, then continues it
 
 #endif

@@ -156,8 +156,9 @@ BPF_RINGBUF_OUTPUT(hold_wakeups, 1);           // a tgid per hold: wakes user sp
 // [CTL_TABLES_GEN] the target image whose tables user space has loaded (NO_TABLES_STOP:
 // never stop; -c stops its command at the first allocator call of each new image, so
 // that no stack is walked before the modules' tables are in);
-// [CTL_HOLDS_OFF] = 1 once user space takes no more holds (it is closing).
-BPF_ARRAY(control, u32, 10);
+// [CTL_HOLDS_OFF] = 1 once user space takes no more holds (it is closing);
+// [CTL_JUDGE_EXITS] = 1: --all --leak-check holds programs in _exit to judge them.
+BPF_ARRAY(control, u32, 11);
 
 static __always_inline void count(u32 which)
 {
@@ -985,6 +986,13 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
         start_image(&started);
         if (procs.update(&tgid, &started) != 0)
             count(C_UNFOLLOWED);
+    } else if (TRACE_ALL && tgid != SELF_TGID) {
+        // --all: a program started now by a process it does not trace (one left out, or one
+        // running before the trace): traced from its start, as if its parent had been.
+        struct proc started = {.execed = 1};
+        start_image(&started);
+        if (procs.insert(&tgid, &started) != 0 && !procs.lookup(&tgid))
+            count_unfollowed(tgid);
     }
     // A call the old image never returned from (a longjmp out of a signal handler) is void.
     struct pending_call *stale = thread_call(0);
@@ -1111,7 +1119,9 @@ int modules_changed(struct pt_regs *ctx)
     return 0;
 }
 
-// -c: stop the command in _exit so that its final state and maps can be read.
+// -c: stop the command in _exit so that its final state and maps can be read. --all with
+// --leak-check: stop a program exec'd under the trace there too, for user space to judge
+// its blocks (a hold of its own, as hold_for_tables's; not on a terminal).
 int exit_stop(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -1119,6 +1129,21 @@ int exit_stop(struct pt_regs *ctx)
         u32 slot = CTL_EXIT_STOP, one = 1;
         control.update(&slot, &one);
         bpf_send_signal(19 /* SIGSTOP */);
+        return 0;
     }
+#if HOLD_IMAGES && TRACE_ALL
+    u32 slot = CTL_JUDGE_EXITS;
+    u32 *judge = control.lookup(&slot);
+    struct proc *p = procs.lookup(&tgid);
+    slot = CTL_HOLDS_OFF;
+    u32 *off = control.lookup(&slot);
+    if (!judge || !*judge || !off || *off || !p || p->ignored || !p->execed || has_terminal())
+        return 0;
+    struct hold now = {.gen = p->gen, .state = HOLD_AT_EXIT};
+    if (holds.update(&tgid, &now) != 0)
+        return 0;
+    bpf_send_signal(19 /* SIGSTOP */);
+    hold_wakeups.ringbuf_output(&tgid, sizeof(tgid), 0);
+#endif
     return 0;
 }

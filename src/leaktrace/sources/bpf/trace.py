@@ -20,6 +20,7 @@ from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_pr
 from leaktrace.platform.process import (
     MapsFollower,
     alive,
+    command_line,
     library_of_executable,
     program_behind,
     program_loader,
@@ -66,7 +67,8 @@ class Trace(PollingSource, ProcessTracking):
         self.selection = selection
         # Set to make the final snapshot list every live pointer (for the exit leak log).
         self.final_with_allocations = False
-        self.leak_check_at_exit = False  # -c: judge valgrind's leak kinds at the command's exit stop
+        self._leak_check_at_exit = False
+        self._exit_checks: list[LeakCheck] = []  # --all: processes judged at their exit, not reported yet
         self.logs_own_leaks = False
         self.pid = pid
         self.is_child = is_child
@@ -75,7 +77,7 @@ class Trace(PollingSource, ProcessTracking):
         self._exited = False
         self._start_tracking(info)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
-        self._holds = ImageHolds(engine._bpf, self._serve_hold) if engine.holds_images else None
+        self._holds = ImageHolds(engine._bpf, self._serve_hold, self._judge_exit) if engine.holds_images else None
 
     # -- starting -----------------------------------------------------------
 
@@ -167,6 +169,7 @@ class Trace(PollingSource, ProcessTracking):
             if self.final_with_allocations:  # for their exit leak log, even when not asked for the rest
                 allocations = (allocations or []) + departed_allocations
         self._departed = []
+        judged, self._exit_checks = self._exit_checks, []
         return Snapshot(
             taken,
             tuple(groups),
@@ -174,6 +177,7 @@ class Trace(PollingSource, ProcessTracking):
             processes,
             self.engine.settings.stack_depth,
             None if allocations is None else tuple(allocations),
+            leak_checks=tuple(judged),
         )
 
     def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
@@ -234,12 +238,41 @@ class Trace(PollingSource, ProcessTracking):
                     with_allocations=self.final_with_allocations or self.leak_check_at_exit
                 )
                 if self.leak_check_at_exit:
-                    self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_check=self._judge_at_exit())
+                    judged = self._judge_at_exit()
+                    self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_checks=judged)
                 self.engine.clear_exit_stop()
                 os.kill(self.pid, signal.SIGCONT)
             return True
         self._finish(status)
         return False
+
+    @property
+    def leak_check_at_exit(self) -> bool:
+        """Judge valgrind's leak kinds at exit: -c's command at its exit stop; with --all, each
+        program exec'd under the trace, held in _exit."""
+        return self._leak_check_at_exit
+
+    @leak_check_at_exit.setter
+    def leak_check_at_exit(self, judging: bool) -> None:
+        self._leak_check_at_exit = judging
+        if not self.pid and self.engine.holds_images:
+            self.engine.judge_exits(judging)
+
+    def _judge_exit(self, pid: int, gen: int) -> None:
+        """A program held in _exit: its blocks judged (all known: it was traced from its exec),
+        for the next snapshot, with its command line."""
+        from leaktrace.reachability.unreachable import judge_leak_kinds, scanned_mapping
+
+        record = self.engine.process(pid)
+        if record is None or record.gen != gen or record.ignored or not self.selection.matches(pid, record):
+            return
+        info = read_process(pid)
+        if info is None:
+            return
+        self._infos[pid] = info  # its frames are named from these maps
+        image = freeze_and_copy(pid, scanned_mapping)
+        check = judge_leak_kinds(image, self.engine.allocations(images={pid: gen}))
+        self._exit_checks.append(dataclasses.replace(check, command=command_line(pid) or info.name))
 
     def check_leak_kinds(self) -> LeakCheck:
         """valgrind's kinds of every block the attached process has now (frozen a moment): those
@@ -253,7 +286,7 @@ class Trace(PollingSource, ProcessTracking):
         allocator = self.engine.library_paths[0]
         return judge_leak_kinds_walked(info, image, self.engine.allocations({self.pid}), allocator)
 
-    def _judge_at_exit(self) -> LeakCheck | None:
+    def _judge_at_exit(self) -> tuple[LeakCheck, ...]:
         """valgrind's leak kinds of every block the command still has, judged while it stands
         in _exit (every block known: it was traced from its start); None, said, if it cannot be."""
         from leaktrace.reachability.unreachable import judge_leak_kinds, scanned_mapping  # numpy: only for this
@@ -263,8 +296,8 @@ class Trace(PollingSource, ProcessTracking):
             image = freeze_and_copy(self.pid, scanned_mapping)
         except RuntimeFailure as e:
             self.engine.notices.append(f"leak check skipped: {e}")
-            return None
-        return judge_leak_kinds(image, list(self.final_snapshot.allocations))
+            return ()
+        return (judge_leak_kinds(image, list(self.final_snapshot.allocations)),)
 
     def _finish(self, status: int | None) -> None:
         if status is not None:
@@ -324,7 +357,10 @@ class Trace(PollingSource, ProcessTracking):
         """Loads the tables of a program held at its first allocator call, unless it is outside
         the selection (then it is only continued, and left out at the next poll); True if loaded."""
         record = self.engine.process(pid)
-        if record is None or record.gen != gen or record.ignored or not self.selection.matches(pid, record):
+        if record is None or record.gen != gen or record.ignored:
+            return False
+        if not self.selection.matches(pid, record):
+            self.engine.ignore({pid: gen})  # left out at once: never held again, at its exit either
             return False
         info = read_process(pid)
         if info is None or not info.maps:
