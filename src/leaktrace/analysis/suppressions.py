@@ -50,8 +50,7 @@ ALLOCATOR_ENTRIES = (
     "operator new[](unsigned long)",
 )
 VALGRIND_PRELOAD = "/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so"
-KIND_WORDS = {"definite": LeakKind.DEFINITE, "indirect": LeakKind.INDIRECT, "possible": LeakKind.POSSIBLE}
-KIND_WORDS["reachable"] = LeakKind.REACHABLE
+KIND_WORDS = {kind.value: kind for kind in LeakKind}  # valgrind's words: definite, indirect, ...
 
 
 def leak_kinds(text: str, option: str) -> frozenset[LeakKind]:

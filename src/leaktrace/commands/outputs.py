@@ -58,7 +58,7 @@ class Outputs:
     growth_intervals: int = 3  # rises in a row that flag a stack as a likely leak
     contents: bool = False  # unreachable leaks with their first bytes
     files: dict[str, str] = field(default_factory=dict)  # FileFormat.option -> path, rewritten each report
-    leak_check: LeakCheckSettings | None = None  # --leak-check: valgrind's kinds at the command's exit
+    leak_check: LeakCheckSettings | None = None  # --leak-check: valgrind's kinds (-c and --all at exit, -p at the end)
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()

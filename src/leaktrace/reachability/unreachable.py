@@ -43,7 +43,7 @@ from leaktrace.platform.freeze import FrozenImage, freeze_and_copy
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import Mapping, read_target
 from leaktrace.reachability.glibc_heap import HeapWalkRefused, walk_heap
-from leaktrace.reachability.heap_graph import MemoryRegion, build_graph
+from leaktrace.reachability.heap_graph import HeapGraph, MemoryRegion, build_graph
 from leaktrace.reachability.leak_folding import fold_leaks, lost_leaders
 
 
@@ -148,8 +148,7 @@ def sweep_with_heap_walk(
     adds the blocks it never saw (the tracer's own blocks left out, excluded never roots);
     without a walk, the heap counts as roots."""
     try:
-        if not GLIBC_NAME.search(allocator):
-            raise HeapWalkRefused(f"pid {process.pid} allocates with {allocator}: the heap walk is glibc's")
+        refuse_other_allocators(process.pid, allocator)
         walk = walk_heap(process, image)
     except HeapWalkRefused as e:
         report = sweep_image(image, allocations, False, limit, excluded)
@@ -205,13 +204,17 @@ def _walked_blocks(
     return begins, sizes, allocation_at, len(records)
 
 
+def refuse_other_allocators(pid: int, allocator: str) -> None:
+    """HeapWalkRefused unless the process's allocator (its library's path) is glibc's."""
+    if not GLIBC_NAME.search(allocator):
+        raise HeapWalkRefused(f"pid {pid} allocates with {allocator}: the heap walk is glibc's")
+
+
 def examine_heap(pid: int, unreachable: bool = False, limit: int = UNREACHABLE_LIMIT) -> HeapReport:
     """Freezes pid, copies its writable memory, lets it go, and walks its glibc heap (and with
     unreachable, sweeps it); raises HeapWalkRefused where its allocator is not glibc's."""
     process = read_target(pid)
-    allocator = allocator_library_of_process(process, ModuleFiles())
-    if not GLIBC_NAME.search(allocator.path):
-        raise HeapWalkRefused(f"pid {pid} allocates with {allocator.path}: the heap walk is glibc's")
+    refuse_other_allocators(pid, allocator_library_of_process(process, ModuleFiles()).path)
     image = freeze_and_copy(pid, scanned_mapping)
     walk = walk_heap(process, image)
     report = sweep_walked(image, [], walk, limit) if unreachable else None
@@ -235,10 +238,25 @@ def sweep_image(
 ) -> UnreachableReport:
     """The check on a frozen copy; excluded ranges are never roots (the tracer's own records
     of the blocks, when they live in the process)."""
+    return _sweep_blocks(image, *_known_blocks(image, allocations), complete, limit, excluded)
+
+
+def _known_blocks(
+    image: FrozenImage, allocations: list[LiveAllocation]
+) -> tuple[np.ndarray, np.ndarray, Callable[[int], LiveAllocation]]:
+    """The process's allocations as blocks (begins ascending, sizes, the allocation at each)."""
     ordered = sorted((a for a in allocations if a.pid == image.pid), key=lambda a: a.address)
     begins = np.array([a.address for a in ordered], dtype=np.uint64)
     sizes = np.array([a.size for a in ordered], dtype=np.uint64)
-    return _sweep_blocks(image, begins, sizes, ordered.__getitem__, complete, limit, excluded)
+    return begins, sizes, ordered.__getitem__
+
+
+def _graph(
+    image: FrozenImage, begins: np.ndarray, sizes: np.ndarray, complete: bool, excluded: tuple[tuple[int, int], ...]
+) -> HeapGraph:
+    """The references among the blocks, and from the roots, in the frozen copy."""
+    registers = [value for regs in image.registers.values() for value in regs]
+    return build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
 
 
 def _sweep_blocks(
@@ -253,8 +271,7 @@ def _sweep_blocks(
     """The check over blocks given as arrays (begins ascending); allocation_at(i) is asked only
     for the unreachable ones."""
     started = time.monotonic()
-    registers = [value for regs in image.registers.values() for value in regs]
-    graph = build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
+    graph = _graph(image, begins, sizes, complete, excluded)
     reachable = graph.reachable()
     lost = np.flatnonzero(~reachable).tolist()
     among_lost = ~reachable[graph.sources] & ~reachable[graph.targets]
@@ -292,23 +309,19 @@ def _sweep_blocks(
     )
 
 
-def judge_leak_kinds(image: FrozenImage, allocations: list[LiveAllocation]) -> LeakCheck:
-    """valgrind's verdict on every block of a process whose blocks are all known (a command
-    traced from its start, at its exit)."""
-    ordered = sorted((a for a in allocations if a.pid == image.pid), key=lambda a: a.address)
-    begins = np.array([a.address for a in ordered], dtype=np.uint64)
-    sizes = np.array([a.size for a in ordered], dtype=np.uint64)
-    return _judge_blocks(image, begins, sizes, ordered.__getitem__, True, ())
+def judge_leak_kinds(pid: int, allocations: list[LiveAllocation]) -> LeakCheck:
+    """valgrind's verdict on every block of a process whose blocks are all known (traced from
+    its start; standing in _exit), frozen a moment for its copy."""
+    image = freeze_and_copy(pid, scanned_mapping)
+    return _judge_blocks(image, *_known_blocks(image, allocations), True, ())
 
 
-def judge_leak_kinds_walked(
-    process: ProcessInfo, image: FrozenImage, allocations: list[LiveAllocation], allocator: str
-) -> LeakCheck:
-    """valgrind's verdict on every block of a process traced since it was attached to: those
-    made before the trace come from glibc's heap walk (no stack, usable sizes). Raises
-    HeapWalkRefused where there is no walk (another allocator): the judgement would be partial."""
-    if not GLIBC_NAME.search(allocator):
-        raise HeapWalkRefused(f"pid {process.pid} allocates with {allocator}: the heap walk is glibc's")
+def judge_leak_kinds_walked(process: ProcessInfo, allocations: list[LiveAllocation], allocator: str) -> LeakCheck:
+    """valgrind's verdict on every block of a process traced since it was attached to, frozen a
+    moment: those made before the trace come from glibc's heap walk (no stack, usable sizes).
+    Raises HeapWalkRefused where there is no walk (another allocator): the judgement would be partial."""
+    refuse_other_allocators(process.pid, allocator)
+    image = freeze_and_copy(process.pid, scanned_mapping)
     walk = walk_heap(process, image)
     begins, sizes, allocation_at, _ = _walked_blocks(image, allocations, walk)
     return _judge_blocks(image, begins, sizes, allocation_at, walk.complete, walk.allocator_state)
@@ -326,8 +339,7 @@ def _judge_blocks(
     possibly lost when only a pointer into a block's middle leads there, else lost:
     definitely for the lowest block of each group of lost blocks no other lost block points
     into, indirectly for the rest. Blocks given as in _sweep_blocks."""
-    registers = [value for regs in image.registers.values() for value in regs]
-    graph = build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
+    graph = _graph(image, begins, sizes, complete, excluded)
     reachable = graph.reachable(graph.rooted_at_start, graph.at_start)
     possible = graph.reachable(graph.rooted | reachable) & ~reachable
     lost = ~(reachable | possible)

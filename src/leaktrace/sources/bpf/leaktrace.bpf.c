@@ -663,10 +663,26 @@ static __always_inline int has_terminal(void)
     return tty != 0;
 }
 
-// A program exec'd under the trace whose tables are not in yet: stopped before this first
+// Stops the current process for user space (state: HOLD_*), unless user space takes no more
+// holds, it has a terminal, or the holds table is full. The stop is sent before the wakeup,
+// so user space's SIGCONT always comes after it.
+static __always_inline void hold(u32 tgid, u32 gen, u32 state)
+{
+    u32 slot = CTL_HOLDS_OFF;
+    u32 *off = control.lookup(&slot);
+    if (!off || *off || has_terminal())
+        return;
+    struct hold now = {.gen = gen, .state = state};
+    if (holds.update(&tgid, &now) != 0)
+        return;
+    bpf_send_signal(19 /* SIGSTOP */);
+    hold_wakeups.ringbuf_output(&tgid, sizeof(tgid), 0);
+}
+
+// A program exec'd under the trace whose tables are not in yet: held before this first
 // allocator call runs, once per image, until user space has loaded them and continues it
-// (so that its stacks are whole from its first allocation). The stop is sent before the
-// wakeup, so user space's SIGCONT always comes after it.
+// (so that its stacks are whole from its first allocation; not held: they end at frame 0,
+// stacks_truncated_no_tables).
 static __always_inline void hold_for_tables(u32 tgid, u32 gen)
 {
     struct exec_maps *maps = exec_maps.lookup(&tgid);
@@ -674,17 +690,8 @@ static __always_inline void hold_for_tables(u32 tgid, u32 gen)
         return;
     struct proc *p = procs.lookup(&tgid);
     struct hold *held = holds.lookup(&tgid);
-    if (!p || !p->execed || (held && held->gen == gen))
-        return;
-    u32 slot = CTL_HOLDS_OFF;
-    u32 *off = control.lookup(&slot);
-    if (!off || *off || has_terminal())
-        return;
-    struct hold now = {.gen = gen, .state = HOLD_WAITING};
-    if (holds.update(&tgid, &now) != 0)
-        return;  // no room: its first stacks end at frame 0 (stacks_truncated_no_tables)
-    bpf_send_signal(19 /* SIGSTOP */);
-    hold_wakeups.ringbuf_output(&tgid, sizeof(tgid), 0);
+    if (p && p->execed && !(held && held->gen == gen))
+        hold(tgid, gen, HOLD_WAITING);
 }
 #endif
 
@@ -1135,15 +1142,8 @@ int exit_stop(struct pt_regs *ctx)
     u32 slot = CTL_JUDGE_EXITS;
     u32 *judge = control.lookup(&slot);
     struct proc *p = procs.lookup(&tgid);
-    slot = CTL_HOLDS_OFF;
-    u32 *off = control.lookup(&slot);
-    if (!judge || !*judge || !off || *off || !p || p->ignored || !p->execed || has_terminal())
-        return 0;
-    struct hold now = {.gen = p->gen, .state = HOLD_AT_EXIT};
-    if (holds.update(&tgid, &now) != 0)
-        return 0;
-    bpf_send_signal(19 /* SIGSTOP */);
-    hold_wakeups.ringbuf_output(&tgid, sizeof(tgid), 0);
+    if (judge && *judge && p && !p->ignored && p->execed)
+        hold(tgid, p->gen, HOLD_AT_EXIT);
 #endif
     return 0;
 }

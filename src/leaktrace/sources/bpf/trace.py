@@ -15,7 +15,6 @@ import time
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, LeakCheck, ProcessInfo, Snapshot, UnreachableReport
 from leaktrace.platform.elf import ElfError, ElfFile
-from leaktrace.platform.freeze import freeze_and_copy
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process, libc_libraries
 from leaktrace.platform.process import (
     MapsFollower,
@@ -261,43 +260,38 @@ class Trace(PollingSource, ProcessTracking):
     def _judge_exit(self, pid: int, gen: int) -> None:
         """A program held in _exit: its blocks judged (all known: it was traced from its exec),
         for the next snapshot, with its command line."""
-        from leaktrace.reachability.unreachable import judge_leak_kinds, scanned_mapping
+        from leaktrace.reachability.unreachable import judge_leak_kinds
 
-        record = self.engine.process(pid)
-        if record is None or record.gen != gen or record.ignored or not self.selection.matches(pid, record):
+        if not self._selected_image(pid, gen):
             return
         info = read_process(pid)
         if info is None:
             return
         self._infos[pid] = info  # its frames are named from these maps
-        image = freeze_and_copy(pid, scanned_mapping)
-        check = judge_leak_kinds(image, self.engine.allocations(images={pid: gen}))
+        check = judge_leak_kinds(pid, self.engine.allocations(images={pid: gen}))
         self._exit_checks.append(dataclasses.replace(check, command=command_line(pid) or info.name))
 
     def check_leak_kinds(self) -> LeakCheck:
         """valgrind's kinds of every block the attached process has now (frozen a moment): those
         made before the trace from glibc's heap walk. RuntimeFailure where it cannot be judged."""
-        from leaktrace.reachability.unreachable import judge_leak_kinds_walked, scanned_mapping
+        from leaktrace.reachability.unreachable import judge_leak_kinds_walked
 
         info = read_process(self.pid) if not self._exited else None
         if info is None:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to judge")
-        image = freeze_and_copy(self.pid, scanned_mapping)
-        allocator = self.engine.library_paths[0]
-        return judge_leak_kinds_walked(info, image, self.engine.allocations({self.pid}), allocator)
+        return judge_leak_kinds_walked(info, self.engine.allocations({self.pid}), self.engine.library_paths[0])
 
     def _judge_at_exit(self) -> tuple[LeakCheck, ...]:
         """valgrind's leak kinds of every block the command still has, judged while it stands
-        in _exit (every block known: it was traced from its start); None, said, if it cannot be."""
-        from leaktrace.reachability.unreachable import judge_leak_kinds, scanned_mapping  # numpy: only for this
+        in _exit (every block known: it was traced from its start); none, said, if it cannot be."""
+        from leaktrace.reachability.unreachable import judge_leak_kinds  # numpy: only for this
 
         assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
         try:
-            image = freeze_and_copy(self.pid, scanned_mapping)
+            return (judge_leak_kinds(self.pid, list(self.final_snapshot.allocations)),)
         except RuntimeFailure as e:
             self.engine.notices.append(f"leak check skipped: {e}")
             return ()
-        return (judge_leak_kinds(image, list(self.final_snapshot.allocations)),)
 
     def _finish(self, status: int | None) -> None:
         if status is not None:
@@ -353,14 +347,21 @@ class Trace(PollingSource, ProcessTracking):
     def exited(self) -> bool:
         return self._exited
 
-    def _serve_hold(self, pid: int, gen: int) -> bool:
-        """Loads the tables of a program held at its first allocator call, unless it is outside
-        the selection (then it is only continued, and left out at the next poll); True if loaded."""
+    def _selected_image(self, pid: int, gen: int) -> bool:
+        """Whether a held program is this image of a process the trace keeps; one outside the
+        selection is left out at once (never held again, at its exit either)."""
         record = self.engine.process(pid)
         if record is None or record.gen != gen or record.ignored:
             return False
         if not self.selection.matches(pid, record):
-            self.engine.ignore({pid: gen})  # left out at once: never held again, at its exit either
+            self.engine.ignore({pid: gen})
+            return False
+        return True
+
+    def _serve_hold(self, pid: int, gen: int) -> bool:
+        """Loads the tables of a program held at its first allocator call, unless it is outside
+        the selection (then it is only continued, and left out at the next poll); True if loaded."""
+        if not self._selected_image(pid, gen):
             return False
         info = read_process(pid)
         if info is None or not info.maps:
