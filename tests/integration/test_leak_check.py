@@ -1,6 +1,6 @@
 """--leak-check: valgrind's leak kinds at a command's exit, held to valgrind itself on the same
-programs (C with a thread, C++ through operator new), with suppression files in valgrind's
-and LeakSanitizer's formats, and --error-exitcode gating the run as valgrind's does."""
+programs (C with a thread, C++ through operator new, C with fork), with suppression files in
+valgrind's and LeakSanitizer's formats, and --error-exitcode gating the run as valgrind's does."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from test_systemwide import SystemTrace
 
 from conftest import DEBUG_BUILD, PROGRAMS
-from helpers import final_report, run_command
+from helpers import final_report, reports, run_command
 
 VALGRIND = ["valgrind", "--leak-check=full", "--show-leak-kinds=all", "--leak-check-heuristics=none"]
 KINDS = {
@@ -29,24 +29,33 @@ KINDS = {
 def built(build_dir) -> dict[str, Path]:
     out = build_dir / "leak_check"
     out.mkdir(exist_ok=True)
-    programs = {"leak_kinds": out / "leak_kinds", "cxx_alloc": out / "cxx_alloc"}
-    subprocess.run([*DEBUG_BUILD, "-o", programs["leak_kinds"], PROGRAMS / "leak_kinds.c"], check=True)
+    programs = {"leak_kinds": out / "leak_kinds", "cxx_alloc": out / "cxx_alloc", "leak_fork": out / "leak_fork"}
+    for name in ("leak_kinds", "leak_fork"):
+        subprocess.run([*DEBUG_BUILD, "-o", programs[name], PROGRAMS / f"{name}.c"], check=True)
     subprocess.run(["g++", *DEBUG_BUILD[1:], "-o", programs["cxx_alloc"], PROGRAMS / "cxx_alloc.cpp"], check=True)
     return programs
 
 
 def valgrind(program: Path, *options: str) -> tuple[dict[str, tuple[int, int]], int, str]:
     """valgrind's LEAK SUMMARY (kind -> (bytes, blocks)), its exit status and its log."""
+    by_process, status, log = valgrind_each_process(program, *options)
+    [summary] = by_process.values()
+    return summary, status, log
+
+
+def valgrind_each_process(program: Path, *options: str) -> tuple[dict[int, dict[str, tuple[int, int]]], int, str]:
+    """Each process's LEAK SUMMARY (pid -> kind -> (bytes, blocks)), in the order of their
+    exits, valgrind's exit status and its log."""
     result = subprocess.run([*VALGRIND, *options, str(program)], capture_output=True, text=True, timeout=300)
-    summary = {}
+    summaries: dict[int, dict[str, tuple[int, int]]] = {}
     for line in result.stderr.splitlines():
-        found = re.match(r"==\d+==\s+([a-z ]+): ([\d,]+) bytes in ([\d,]+) blocks", line)
-        if found and found.group(1) in KINDS:
-            summary[KINDS[found.group(1)]] = (
-                int(found.group(2).replace(",", "")),
+        found = re.match(r"==(\d+)==\s+([a-z ]+): ([\d,]+) bytes in ([\d,]+) blocks", line)
+        if found and found.group(2) in KINDS:
+            summaries.setdefault(int(found.group(1)), {})[KINDS[found.group(2)]] = (
                 int(found.group(3).replace(",", "")),
+                int(found.group(4).replace(",", "")),
             )
-    return summary, result.returncode, result.stderr
+    return summaries, result.returncode, result.stderr
 
 
 def leaktrace(program: Path, *options: str) -> tuple[dict, int, str]:
@@ -54,8 +63,6 @@ def leaktrace(program: Path, *options: str) -> tuple[dict, int, str]:
     result = run_command(["-c", str(program), "--json", "--leak-check", *options, "3600"])
     report = final_report(result) if result.returncode == 0 else None
     if report is None:
-        from helpers import reports
-
         report = reports(result.stdout)[-1]
     [check] = report["leak_checks"]
     return check, result.returncode, result.stderr
@@ -233,3 +240,33 @@ def test_all_judges_each_program_exec_d_under_it_at_its_exit(built):
             f"leaktrace: leaks in pid {pid} ({built['leak_kinds']}): definitely lost: 284 bytes in 6 blocks,"
             " possibly lost: 200 bytes in 1 blocks"
         ) in errors.splitlines()
+
+
+def test_follow_forks_judges_each_child_at_its_own_exit_as_valgrind_does(built, cpu_hogs):
+    """-f --leak-check: a forked child is held in _exit and judged with the blocks it inherited,
+    as valgrind judges it; the command is judged at its own exit, after the child."""
+    theirs, _, log = valgrind_each_process(built["leak_fork"])
+    child_theirs, parent_theirs = theirs.values()
+    result = run_command(
+        ["-c", str(built["leak_fork"]), "-f", "--json", "--leak-check", "--error-exitcode", "5", "3600"]
+    )
+    assert result.returncode == 5, result.stderr
+    [report] = reports(result.stdout)
+    child, parent = report["leak_checks"]
+    forked = {process["pid"]: process["forked"] for process in report["processes"]}
+    assert (forked[child["pid"]], forked[parent["pid"]]) == (True, False), report["processes"]
+    for ours, expected in ((child, child_theirs), (parent, parent_theirs)):
+        assert ours["command"] == str(built["leak_fork"])
+        assert totals(ours) | {"suppressed": expected["suppressed"]} == expected, log
+    assert by_site(child) == {
+        ("definite", "lost_before_fork"): (1, 40),
+        ("reachable", "kept_before_fork"): (1, 56),
+        ("definite", "child_blocks"): (2, 48),
+        ("possible", "child_blocks"): (1, 72),
+    }
+    assert by_site(parent) == {
+        ("definite", "lost_before_fork"): (1, 40),
+        ("reachable", "kept_before_fork"): (1, 56),
+        ("definite", "lost_after_fork"): (1, 88),
+    }
+    assert f"leaks in pid {child['pid']} ({built['leak_fork']}): definitely lost: 88 bytes in 3 blocks" in result.stderr

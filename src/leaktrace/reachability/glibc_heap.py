@@ -334,6 +334,30 @@ def _mmapped_chunks(
                 taken_to = at + size
 
 
+def _main_arena(process: ProcessInfo, memory: _Memory, maps: list[Mapping], libc: _Libc) -> tuple[int, str]:
+    """main_arena's address, and how it was found; HeapWalkRefused when it is not."""
+    if "main_arena" in libc.symbols:
+        return libc.bias + libc.symbols["main_arena"], "main_arena from libc's symbols"
+    found = _arena_by_shape(memory, maps, libc)
+    if found is None:
+        raise HeapWalkRefused(
+            f"pid {process.pid}'s main_arena was not found (no [heap], or no symbols and no "
+            "malloc_state of the expected shape in libc's data)"
+        )
+    return found, "main_arena found by its shape (libc has no symbols for it: install its debug file)"
+
+
+def allocator_state(process: ProcessInfo, image: FrozenImage) -> tuple[tuple[int, int], ...]:
+    """The glibc allocator's own state in libc's data (main_arena), which is never a root: its
+    top chunk pointer lies inside the last block made; none where it is not found."""
+    memory = _Memory(image)
+    try:
+        main_arena, _ = _main_arena(process, memory, image.maps, _open_libc(process, image.maps, memory, ModuleFiles()))
+    except HeapWalkRefused:
+        return ()
+    return ((main_arena, main_arena + ARENA_SIZE),)
+
+
 def walk_heap(
     process: ProcessInfo, image: FrozenImage, modules: ModuleFiles | None = None, use_debug_file: bool = True
 ) -> HeapWalk:
@@ -348,18 +372,7 @@ def walk_heap(
         libc.symbols = {}
     version = ".".join(map(str, _version(libc.elf)))
     problems: list[str] = []
-    if "main_arena" in libc.symbols:
-        main_arena = libc.bias + libc.symbols["main_arena"]
-        how = "main_arena from libc's symbols"
-    else:
-        found = _arena_by_shape(memory, maps, libc)
-        how = "main_arena found by its shape (libc has no symbols for it: install its debug file)"
-        if found is None:
-            raise HeapWalkRefused(
-                f"pid {process.pid}'s main_arena was not found (no [heap], or no symbols and no "
-                "malloc_state of the expected shape in libc's data)"
-            )
-        main_arena = found
+    main_arena, how = _main_arena(process, memory, maps, libc)
     mp = libc.bias + libc.symbols["mp_"] if "mp_" in libc.symbols else None
     if not memory.word(main_arena + ARENA_NEXT) or not memory.word(main_arena + ARENA_TOP):
         raise HeapWalkRefused(f"pid {process.pid} has not set up glibc's malloc yet (or main_arena was misread)")

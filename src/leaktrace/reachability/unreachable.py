@@ -42,7 +42,7 @@ from leaktrace.platform.arch import RED_ZONE
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import Mapping, read_target
-from leaktrace.reachability.glibc_heap import HeapWalkRefused, walk_heap
+from leaktrace.reachability.glibc_heap import HeapWalkRefused, allocator_state, walk_heap
 from leaktrace.reachability.heap_graph import HeapGraph, MemoryRegion, build_graph
 from leaktrace.reachability.leak_folding import fold_leaks, lost_leaders
 
@@ -131,7 +131,7 @@ def find_unreachable(
     blocks of the heap the trace did not see are judged too."""
     image = freeze_and_copy(process.pid, scanned_mapping)
     if complete:
-        return sweep_image(image, allocations, complete, limit)
+        return sweep_image(image, allocations, complete, limit, allocator_state(process, image))
     return sweep_with_heap_walk(process, image, allocations, limit, allocator)
 
 
@@ -309,11 +309,11 @@ def _sweep_blocks(
     )
 
 
-def judge_leak_kinds(pid: int, allocations: list[LiveAllocation]) -> LeakCheck:
+def judge_leak_kinds(process: ProcessInfo, allocations: list[LiveAllocation]) -> LeakCheck:
     """valgrind's verdict on every block of a process whose blocks are all known (traced from
     its start; standing in _exit), frozen a moment for its copy."""
-    image = freeze_and_copy(pid, scanned_mapping)
-    return _judge_blocks(image, *_known_blocks(image, allocations), True, ())
+    image = freeze_and_copy(process.pid, scanned_mapping)
+    return _judge_blocks(image, *_known_blocks(image, allocations), True, allocator_state(process, image))
 
 
 def judge_leak_kinds_walked(process: ProcessInfo, allocations: list[LiveAllocation], allocator: str) -> LeakCheck:

@@ -167,6 +167,7 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         self._next_row = self._next_page = 0
         self._exec_maps = {}  # pid -> (generation, maps version, exec_maps entries, crowded) loaded
         self._tables_lock = threading.Lock()
+        self._copy_lock = threading.Lock()
         self.notices = []
         self._modules = ModuleFiles()
         self._parsed_procs: dict[bytes, TracedProcess] = {}

@@ -1,6 +1,6 @@
 """Programs exec'd under a trace (-f, --all), which the kernel side stops at their first
-allocator call until their unwind tables are in (hold_for_tables), and with --all
---leak-check in _exit to be judged (exit_stop): a thread of leaktrace's wakes at each one,
+allocator call until their unwind tables are in (hold_for_tables), and with --leak-check
+any process whose blocks are all known in _exit to be judged (exit_stop): a thread of leaktrace's wakes at each one,
 does that and continues it; a process of its own (StopRelease) continues them should
 leaktrace die first."""
 

@@ -63,7 +63,7 @@ class KernelState:
         self._set_control(CTL_HOLDS_OFF, 1)
 
     def judge_exits(self, judging: bool) -> None:
-        """--all --leak-check: programs exec'd under the trace are held in _exit to be judged."""
+        """--leak-check with -f or --all: processes whose blocks are all known are held in _exit to be judged."""
         self._set_control(CTL_JUDGE_EXITS, int(judging))
 
     def exit_stop_pending(self) -> bool:

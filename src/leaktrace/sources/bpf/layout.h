@@ -105,6 +105,7 @@ struct proc {
     u32 uid;               // real uid as of its fork, exec or first call (for --uid)
     u32 ignored;           // IGNORED_*: known, but not traced
     u32 inheritance_lost;  // forked with no copy slot: counted at its first call unless it execs first
+    u32 whole;  // all its blocks known: started or exec'd under the trace, or forked from such with its inheritance
 };
 #define IGNORED_UNSELECTED 1  // user space found it outside --comm/--uid/--pid-filter; exec clears it
 #define IGNORED_TRACER 2      // a process leaktrace started itself (addr2line): never traced
@@ -164,7 +165,7 @@ struct exec_map {
 #define CTL_TABLES_STOP 7
 #define CTL_TABLES_GEN 8
 #define CTL_HOLDS_OFF 9
-#define CTL_JUDGE_EXITS 10  // --all --leak-check: programs exec'd under the trace are held in _exit
+#define CTL_JUDGE_EXITS 10  // --leak-check with -f or --all: processes whose blocks are all known are held in _exit
 #define NO_TABLES_STOP 0xffffffff
 
 // A program stopped at its first allocator call until its unwind tables are in (-f, --all).

@@ -113,7 +113,7 @@ LIVE_VAL = struct.Struct('<QQQII')   # size, ts_ns, stack_key, inherited, tombst
 
 SITE_KEY = struct.Struct('<IIQQ')   # tgid, gen, stack_key, size
 
-PROC = struct.Struct('<IIII16sIII')   # gen, exited, parent, execed, comm, uid, ignored, inheritance_lost
+PROC = struct.Struct('<IIII16sIIII')   # gen, exited, parent, execed, comm, uid, ignored, inheritance_lost, whole
 
 UNWIND_ROW = struct.Struct('<IihBB')   # pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
 

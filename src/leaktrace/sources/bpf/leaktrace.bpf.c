@@ -157,7 +157,7 @@ BPF_RINGBUF_OUTPUT(hold_wakeups, 1);           // a tgid per hold: wakes user sp
 // never stop; -c stops its command at the first allocator call of each new image, so
 // that no stack is walked before the modules' tables are in);
 // [CTL_HOLDS_OFF] = 1 once user space takes no more holds (it is closing);
-// [CTL_JUDGE_EXITS] = 1: --all --leak-check holds programs in _exit to judge them.
+// [CTL_JUDGE_EXITS] = 1: --leak-check with -f or --all holds whole processes in _exit to judge them.
 BPF_ARRAY(control, u32, 11);
 
 static __always_inline void count(u32 which)
@@ -984,19 +984,19 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
     struct proc *known = procs.lookup(&tgid);
     if (known) {
         start_image(known);
-        known->execed = 1;
+        known->execed = known->whole = 1;
         if (known->ignored == IGNORED_UNSELECTED)
             known->ignored = 0;  // a new program: user space selects again
         inherits.delete(&tgid);
     } else if (tgid == TARGET_TGID && !TRACE_ALL) {
-        struct proc started = {};
+        struct proc started = {.whole = 1};
         start_image(&started);
         if (procs.update(&tgid, &started) != 0)
             count(C_UNFOLLOWED);
     } else if (TRACE_ALL && tgid != SELF_TGID) {
         // --all: a program started now by a process it does not trace (one left out, or one
         // running before the trace): traced from its start, as if its parent had been.
-        struct proc started = {.execed = 1};
+        struct proc started = {.execed = 1, .whole = 1};
         start_image(&started);
         if (procs.insert(&tgid, &started) != 0 && !procs.lookup(&tgid))
             count_unfollowed(tgid);
@@ -1046,6 +1046,8 @@ int task_newtask(void *record)
     u32 parent_gen = traced_gen(parent);
     if (!parent_gen)
         return 0;
+    struct proc *forker = procs.lookup(&parent);
+    started.whole = forker && forker->whole;
     if (procs.update(&child, &started) != 0) {
         count_unfollowed(child);
         return 0;
@@ -1074,7 +1076,7 @@ int task_newtask(void *record)
     inherits.delete(&child);
     struct proc *lost = procs.lookup(&child);
     if (lost)
-        lost->inheritance_lost = 1;
+        lost->inheritance_lost = 1, lost->whole = 0;
     return 0;
 }
 
@@ -1126,9 +1128,10 @@ int modules_changed(struct pt_regs *ctx)
     return 0;
 }
 
-// -c: stop the command in _exit so that its final state and maps can be read. --all with
-// --leak-check: stop a program exec'd under the trace there too, for user space to judge
-// its blocks (a hold of its own, as hold_for_tables's; not on a terminal).
+// -c: stop the command in _exit so that its final state and maps can be read. With
+// --leak-check and fork following (-f, --all): stop there too any other process whose every
+// block is known, for user space to judge them (a hold of its own, as hold_for_tables's; not
+// on a terminal).
 int exit_stop(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -1138,11 +1141,11 @@ int exit_stop(struct pt_regs *ctx)
         bpf_send_signal(19 /* SIGSTOP */);
         return 0;
     }
-#if HOLD_IMAGES && TRACE_ALL
+#if HOLD_IMAGES
     u32 slot = CTL_JUDGE_EXITS;
     u32 *judge = control.lookup(&slot);
     struct proc *p = procs.lookup(&tgid);
-    if (judge && *judge && p && !p->ignored && p->execed)
+    if (judge && *judge && p && !p->ignored && p->whole)
         hold(tgid, p->gen, HOLD_AT_EXIT);
 #endif
     return 0;

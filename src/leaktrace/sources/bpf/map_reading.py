@@ -37,6 +37,7 @@ class TracedProcess(NamedTuple):
     execed: bool  # exec'd since it was first seen
     comm: str  # as of its fork, exec or first allocator call
     uid: int
+    whole: bool  # every block of its image is known (started or exec'd under the trace, or forked from such)
 
     @property
     def forked(self) -> bool:
@@ -97,7 +98,7 @@ class MapReader(KernelState):
         """A `procs` record, as the map holds it (records seldom change: each is parsed once)."""
         known = self._parsed_procs.get(record)
         if known is None:
-            gen, exited, parent, execed, comm, uid, ignored, _ = PROC.unpack(record)
+            gen, exited, parent, execed, comm, uid, ignored, _, whole = PROC.unpack(record)
             known = TracedProcess(
                 gen,
                 bool(exited),
@@ -106,6 +107,7 @@ class MapReader(KernelState):
                 bool(execed),
                 printable(comm.split(b"\0", 1)[0].decode(errors="replace")),
                 uid,
+                bool(whole),
             )
             if len(self._parsed_procs) >= MAX_PARSED_PROCS:
                 self._parsed_procs.clear()

@@ -38,6 +38,7 @@ class ProcessTracking:
     pid: int
     selection: Selection
     final_with_allocations: bool
+    leak_check_at_exit: bool
     _exited: bool
 
     def _start_tracking(self, info: ProcessInfo | None) -> None:
@@ -57,6 +58,9 @@ class ProcessTracking:
         self._sweep_pause = 1.0
         # Children that exited since the last snapshot: their last state, shown once.
         self._departed: list[tuple[ProcessInfo, list, list]] = []
+        # --leak-check: the images judged in _exit, and those of whole processes that exited unjudged.
+        self._judged: set[tuple[int, int]] = set()
+        self._unjudged: list[int] = []
 
     def _process_info(self, pid: int, alive: bool = True) -> ProcessInfo:
         alive = alive and not (pid == self.pid and self._exited)
@@ -124,6 +128,10 @@ class ProcessTracking:
             self.engine.ignore(unselected)
         traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}
         gone = {pid: p for pid, p in known.items() if p.exited and pid != self.pid}
+        if self.leak_check_at_exit:
+            self._unjudged += [
+                pid for pid, p in gone.items() if pid in traced and p.whole and (pid, p.gen) not in self._judged
+            ]
         for pid, p in gone.items():
             if pid in traced:
                 self._gone[pid] = (p.gen, self._departed_info(pid, known))

@@ -35,6 +35,7 @@ from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
 from leaktrace.sources.protocol import PollingSource
 
 MAPS_REFRESH = 0.2  # seconds between reads of traced processes' maps (dlopen'ed modules get tables)
+UNJUDGED_SHOWN = 5  # pids a notice names of the processes that exited without their leak check
 
 
 def _library(path: str) -> ElfFile:
@@ -236,8 +237,8 @@ class Trace(PollingSource, ProcessTracking):
                 self.final_snapshot = self.snapshot(
                     with_allocations=self.final_with_allocations or self.leak_check_at_exit
                 )
-                if self.leak_check_at_exit:
-                    judged = self._judge_at_exit()
+                if self.leak_check_at_exit:  # after the children judged at their own exits
+                    judged = self.final_snapshot.leak_checks + self._judge_at_exit()
                     self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_checks=judged)
                 self.engine.clear_exit_stop()
                 os.kill(self.pid, signal.SIGCONT)
@@ -247,28 +248,33 @@ class Trace(PollingSource, ProcessTracking):
 
     @property
     def leak_check_at_exit(self) -> bool:
-        """Judge valgrind's leak kinds at exit: -c's command at its exit stop; with --all, each
-        program exec'd under the trace, held in _exit."""
+        """Judge valgrind's leak kinds at exit: -c's command at its exit stop; with fork following
+        (-f, --all), each other process whose every block is known, held in _exit."""
         return self._leak_check_at_exit
 
     @leak_check_at_exit.setter
     def leak_check_at_exit(self, judging: bool) -> None:
         self._leak_check_at_exit = judging
-        if not self.pid and self.engine.holds_images:
+        if self.engine.holds_images:
             self.engine.judge_exits(judging)
 
     def _judge_exit(self, pid: int, gen: int) -> None:
-        """A program held in _exit: its blocks judged (all known: it was traced from its exec),
-        for the next snapshot, with its command line."""
+        """A process held in _exit: its blocks judged (all known: it was traced from its exec or
+        start, or forked from such a one), for the next snapshot, with its command line."""
         from leaktrace.reachability.unreachable import judge_leak_kinds
 
         if not self._selected_image(pid, gen):
             return
+        self._judged.add((pid, gen))
         info = read_process(pid)
         if info is None:
             return
+        record = self.engine.process(pid)
+        info = dataclasses.replace(info, forked=bool(record and record.forked))
         self._infos[pid] = info  # its frames are named from these maps
-        check = judge_leak_kinds(pid, self.engine.allocations(images={pid: gen}))
+        if self.engine.settings.follow_forks:
+            self.engine.copy_inherited()  # a child that exits at once may not have its copies yet
+        check = judge_leak_kinds(info, self.engine.allocations(images={pid: gen}))
         self._exit_checks.append(dataclasses.replace(check, command=command_line(pid) or info.name))
 
     def check_leak_kinds(self) -> LeakCheck:
@@ -288,7 +294,8 @@ class Trace(PollingSource, ProcessTracking):
 
         assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
         try:
-            return (judge_leak_kinds(self.pid, list(self.final_snapshot.allocations)),)
+            check = judge_leak_kinds(self.final_snapshot.processes[self.pid], list(self.final_snapshot.allocations))
+            return (dataclasses.replace(check, command=command_line(self.pid) or check.command),)
         except RuntimeFailure as e:
             self.engine.notices.append(f"leak check skipped: {e}")
             return ()
@@ -327,6 +334,15 @@ class Trace(PollingSource, ProcessTracking):
         notices, self.engine.notices = self.engine.tables.take_notices() + self.engine.notices, []
         if self._holds is not None:
             notices, self._holds.failures = notices + self._holds.failures, []
+        if self._unjudged:
+            shown = ", ".join(map(str, self._unjudged[:UNJUDGED_SHOWN])) + (
+                ", ..." if len(self._unjudged) > UNJUDGED_SHOWN else ""
+            )
+            notices.append(
+                f"leak check: {len(self._unjudged)} process(es) exited without being held for it "
+                f"(one with a terminal never is): pid {shown}"
+            )
+            self._unjudged = []
         return notices
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
