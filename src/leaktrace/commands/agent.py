@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -93,6 +94,8 @@ class AgentState:
         self._lock = threading.Lock()
         self.latest: tuple | None = None  # (SymbolizedSnapshot, Growth, seconds the report took), once there is one
         self.started_at = time.time()
+        self._bodies: dict[tuple[str, str], bytes] = {}  # (path, query) -> the body rendered from latest
+        self._rendering = threading.Lock()  # one render at a time: a second scrape of the same URL waits for it
 
     def report(self, snapshot) -> None:
         started = time.monotonic()
@@ -100,6 +103,17 @@ class AgentState:
         growth = self._growth.observe(snapshot)
         with self._lock:
             self.latest = (symbolized, growth, time.monotonic() - started)
+            self._bodies = {}
+
+    def body(self, key: tuple[str, str], render: Callable[[tuple], bytes]) -> bytes:
+        """What render makes of the latest snapshot, rendered once per snapshot and key."""
+        with self._rendering:
+            with self._lock:
+                latest, bodies = self.latest, self._bodies
+            if key not in bodies:
+                assert latest is not None  # the handler answers 503 until the first snapshot
+                bodies[key] = render(latest)
+            return bodies[key]
 
     def dump_now(self, snapshot) -> None:
         """SIGUSR2 asks the trace command for a heap dump; the agent has none to write."""
@@ -140,8 +154,12 @@ def handler_for(state: AgentState, args: argparse.Namespace) -> type[BaseHTTPReq
                 pid = parse_qs(url.query).get("pid", [""])[0]
                 if pid and not pid.isdigit():
                     return self._send(400, "text/plain", b"pid must be a number\n")
-                chosen = _only_pid(symbolized, int(pid)) if pid else symbolized
-                return self._send(200, "application/octet-stream", render_pprof(chosen, time.time() - state.started_at))
+
+                def render(latest: tuple) -> bytes:
+                    chosen = _only_pid(latest[0], int(pid)) if pid else latest[0]
+                    return render_pprof(chosen, time.time() - state.started_at)
+
+                return self._send(200, "application/octet-stream", state.body((url.path, pid), render))
             if url.path == "/status":
                 from leaktrace.outputs.json_report import render_json
 

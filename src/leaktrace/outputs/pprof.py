@@ -76,6 +76,7 @@ PROFILE_SCHEMA: dict[str, list[tuple[str, int, int | str, bool]]] = {
     ],
 }
 PACKAGE = "perftools.profiles"
+GZIP_LEVEL = 1  # the agent renders a profile per scrape: level 9 took ten times as long for a tenth less
 
 
 @cache
@@ -130,13 +131,19 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
     for comment in drops_text(snapshot.counters).splitlines():  # the text report's lines
         profile.comment.append(string(comment))
 
-    spaces = {pid: AddressSpace.of(process) for pid, process in snapshot.processes.items()}
-    mapping_ids: dict[tuple[int, int], int] = {}
+    spaces: dict[int, AddressSpace | None] = {}  # parsed for the processes whose maps are read only
+    mapping_ids: dict[tuple[int, int], int] = {}  # (pid, start) -> id
+    module_ids: dict[tuple[str, str | None], tuple[int, int, int, int]] = {}  # -> id, start, end, load bias
     function_ids: dict[tuple[str, str], int] = {}
-    location_ids: dict[tuple[int, int], int] = {}
+    location_ids: dict[tuple, int] = {}
 
-    def mapping_id(pid: int, frame: Frame) -> int:
-        mapping = spaces[pid].find(frame.address) if pid in spaces else None
+    def mapping_at(pid: int, address: int, frame: Frame) -> int:
+        """The id of pid's mapping holding address (0: none known), added at its first use."""
+        if pid not in spaces:
+            process = snapshot.processes.get(pid)
+            spaces[pid] = AddressSpace.of(process) if process is not None else None
+        space = spaces[pid]
+        mapping = space.find(address) if space is not None else None
         if mapping is None:
             return 0
         key = (pid, mapping.start)
@@ -156,6 +163,23 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
             )
         return mapping_ids[key]
 
+    def placed(pid: int, address: int, frame: Frame) -> tuple[int, int]:
+        """(mapping id, address) of a return address. One module's code is one mapping for every
+        process (the first one seen where it is, by a known load bias), so that each location
+        of it is one Location, whichever process it is in."""
+        if frame.module is None or frame.module_offset is None:
+            return mapping_at(pid, address, frame), address
+        module = (frame.module, frame.build_id)
+        if module not in module_ids:
+            found = mapping_at(pid, address, frame)
+            start, end = next(((m.memory_start, m.memory_limit) for m in profile.mapping if m.id == found), (0, 0))
+            module_ids[module] = (found, start, end, address - frame.module_offset)
+        found, start, end, bias = module_ids[module]
+        there = frame.module_offset + bias
+        if found and start <= there < end:
+            return found, there
+        return mapping_at(pid, address, frame), address
+
     def function_id(frame: Frame) -> int:
         named = (frame.function or "", frame.file or "")
         if named not in function_ids:
@@ -169,14 +193,15 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
         return function_ids[named]
 
     def location_id(pid: int, address: int) -> int:
-        """One location per return address; its lines list the functions inlined there first."""
-        key = (pid, address)
+        """One location per return address (in a module: per module offset, for every process);
+        its lines list the functions inlined there first."""
+        frames = symbolized.frames_at(pid, address)
+        own = frames[-1]
+        key = (own.module, own.build_id, own.module_offset) if own.module_offset is not None else (pid, address)
         if key not in location_ids:
             location_ids[key] = len(location_ids) + 1
-            frames = symbolized.frames_at(pid, address)
-            location = profile.location.add(
-                id=location_ids[key], mapping_id=mapping_id(pid, frames[-1]), address=address
-            )
+            mapping, there = placed(pid, address, own)
+            location = profile.location.add(id=location_ids[key], mapping_id=mapping, address=there)
             for frame in frames:
                 if frame.function:
                     location.line.add(function_id=function_id(frame), line=frame.line or 0)
@@ -194,7 +219,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
             sample.label.add(key=string("inherited"), str=string("true"))
         if group.stack_status != StackStatus.CAPTURED:
             sample.label.add(key=string("stack"), str=string(group.stack_status.value))
-    return gzip.compress(profile.SerializeToString(), mtime=0)
+    return gzip.compress(profile.SerializeToString(), compresslevel=GZIP_LEVEL, mtime=0)
 
 
 def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
