@@ -222,6 +222,7 @@ class AgentCommand(Command):
             with trace:
                 for line in trace.startup_lines(what, args.verbose):
                     print(f"leaktrace: {line}", file=sys.stderr, flush=True)
+                state.report(trace.snapshot())  # a first scrape finds a heap, not a 503
                 serving.start()
                 print(f"leaktrace: serving {url} (metrics, pprof, status)", file=sys.stderr, flush=True)
                 TraceCommand.report_loop(trace, args, state, flags)
