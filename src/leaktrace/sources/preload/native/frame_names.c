@@ -49,12 +49,11 @@ struct frame_names {
 
 static void *take(struct frame_names *names, size_t size)
 {
-    size = (size + 15) & ~(size_t)15;
-    if (size > ARENA_SIZE - names->used)
+    size_t start = (names->used + 15) & ~(size_t)15;  // aligned for any struct (text before it is not)
+    if (start > ARENA_SIZE || size > ARENA_SIZE - start)
         return NULL;
-    void *p = names->arena + names->used;
-    names->used += size;
-    return p;
+    names->used = start + size;
+    return names->arena + start;
 }
 
 // The whole of /proc/self/maps, NUL-terminated, at the arena's current end.

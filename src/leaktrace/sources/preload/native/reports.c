@@ -98,12 +98,17 @@ static void put_bt_info(int fd, struct frame_names *names, const struct record *
 // A file of the dump prefix's, PREFIX.PID<suffix>, opened as a temporary to be renamed into
 // place by put_in_place; -1 (said on stderr) if it cannot be made.
 struct report_file {
-    char path[512], temporary[520];
+    char path[PATH_MAX], temporary[PATH_MAX + sizeof ".tmp"];
 };
 
 static int open_report(struct report_file *file, const char *what, const char *suffix)
 {
-    snprintf(file->path, sizeof file->path, "%s.%d%s", config.prefix, getpid(), suffix);
+    int length = snprintf(file->path, sizeof file->path, "%s.%d%s", config.prefix, getpid(), suffix);
+    if (length < 0 || (size_t)length >= sizeof file->path) {  // never a shortened path
+        log_line("%s: cannot write %s: %s.%d%s is too long", program_invocation_short_name, what, config.prefix,
+                 getpid(), suffix);
+        return -1;
+    }
     snprintf(file->temporary, sizeof file->temporary, "%s.tmp", file->path);
     int fd = open(file->temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
