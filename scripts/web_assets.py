@@ -51,8 +51,11 @@ def fetch(directory: Path) -> None:
         if all((directory / name).is_file() for name in files.values()):
             continue
         url = f"{REGISTRY}/{package}/-/{package}-{version}.tgz"
-        with urllib.request.urlopen(url, timeout=60) as response:
-            data = response.read()
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                data = response.read()
+        except OSError as e:  # URLError included: one line, not a traceback, from set-up
+            raise SystemExit(f"web_assets.py: cannot fetch {url}: {getattr(e, 'reason', e)}") from None
         if base64.b64encode(hashlib.sha512(data).digest()).decode() != integrity:
             raise SystemExit(f"web_assets.py: {url} does not match its pinned sha512")
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:

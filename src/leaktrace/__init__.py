@@ -7,6 +7,7 @@ android/) format it. docs/architecture.md has the map.
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 # Name -> the module that defines it, imported on first use: the CLI would otherwise
 # load every renderer before bcc's compile could start (start-up is timed to probes live).
@@ -39,6 +40,29 @@ _EXPORTS = {
     "walk_heap": "reachability.glibc_heap",
     "examine_heap": "reachability.unreachable",
 }
+
+if TYPE_CHECKING:  # the lazy exports, typed (tests/unit/test_public_api.py holds the two equal)
+    from leaktrace.analysis.symbolize import Frame, SymbolizedSnapshot, Symbolizer
+    from leaktrace.android.options import MallocDebugConfig, OptionError, parse_malloc_debug_options
+    from leaktrace.errors import LeaktraceError, RuntimeFailure, UsageError
+    from leaktrace.model.snapshot import (
+        AllocationGroup,
+        Counters,
+        ProcessInfo,
+        Snapshot,
+        StackStatus,
+        UnreachableReport,
+    )
+    from leaktrace.outputs.folded import render_folded
+    from leaktrace.outputs.html_page import render_html
+    from leaktrace.outputs.json_report import render_json, snapshot_to_dict
+    from leaktrace.outputs.pprof import render_pprof
+    from leaktrace.outputs.text import render_text
+    from leaktrace.reachability.glibc_heap import HeapWalk, walk_heap
+    from leaktrace.reachability.unreachable import examine_heap
+    from leaktrace.sources.bpf.compile import EngineSettings
+    from leaktrace.sources.bpf.trace import Trace
+    from leaktrace.sources.preload.trace import PreloadTrace
 
 __all__ = sorted(_EXPORTS)
 
