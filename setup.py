@@ -1,5 +1,5 @@
 """Builds the LD_PRELOAD library (src/leaktrace/sources/preload/native/*.c) and the CFI module
-(src/leaktrace/sources/bpf/cfi.c, in the library too) with the package; the rest of the package is
+(src/leaktrace/unwind/cfi.c, in the library too) with the package; the rest of the package is
 described in pyproject.toml. Both are ordinary shared objects that setuptools builds as extension
 modules, so that pip install builds them."""
 import runpy
@@ -22,27 +22,28 @@ class build_py_with_web_assets(build_py):
 
 NATIVE = "src/leaktrace/sources/preload/native"
 BPF = "src/leaktrace/sources/bpf"
+UNWIND = "src/leaktrace/unwind"
 
 FLAGS = ["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"]
-CFI = [f"{BPF}/cfi.h", f"{BPF}/layout.h"]  # the CFI interpreter both engines use, and its rows
+CFI = [f"{UNWIND}/cfi.h", f"{UNWIND}/rows.h"]  # the CFI interpreter both engines use, and its rows
 
 setup(cmdclass={"build_py": build_py_with_web_assets}, ext_modules=[
     Extension(
         "leaktrace.sources.preload._malloc_debug",
-        sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{BPF}/cfi.c"],
-        depends=sorted(glob(f"{NATIVE}/*.h")) + CFI,
-        include_dirs=[NATIVE, BPF],
+        sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{UNWIND}/cfi.c"],
+        depends=sorted(glob(f"{NATIVE}/*.h")) + CFI + [f"{BPF}/layout.h"],
+        include_dirs=[NATIVE, BPF, UNWIND],
         libraries=["gcc_s", "dl", "pthread"],
         extra_compile_args=FLAGS,
         # Its calls to its own entry points stay its own when an attach dlopens it (not first in scope).
         extra_link_args=["-Wl,-Bsymbolic-functions"],
     ),
-    # The same interpreter for unwind_tables.py (through ctypes): a module's .eh_frame compiled to rows.
+    # The same interpreter for unwind/tables.py (through ctypes): a module's .eh_frame compiled to rows.
     Extension(
-        "leaktrace.sources.bpf._cfi",
-        sources=[f"{BPF}/cfi.c"],
+        "leaktrace.unwind._cfi",
+        sources=[f"{UNWIND}/cfi.c"],
         depends=CFI,
-        include_dirs=[BPF],
+        include_dirs=[UNWIND],
         define_macros=[("CFI_EXPORT", '__attribute__((visibility("default")))')],
         extra_compile_args=FLAGS,
     ),

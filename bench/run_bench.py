@@ -239,7 +239,7 @@ def table_build_time() -> None:
     """The unwind tables of python3, libc and ld.so: compiled from readelf's CFI (cold), and
     read back from the on-disk cache at the next start (warm)."""
     from leaktrace.platform.elf import ElfFile
-    from leaktrace.sources.bpf.unwind_tables import TableCache, UnwindTables
+    from leaktrace.unwind.tables import TableCache, UnwindTables
 
     files = [
         os.path.realpath(path)

@@ -211,7 +211,7 @@ def test_tables_kept_across_starts_give_the_same_stacks(unwind_programs, tmp_pat
     reads them back, a damaged file is compiled again, and a directory others may write is
     not used (tables steer the walk)."""
     from leaktrace.platform.elf import ElfFile
-    from leaktrace.sources.bpf.unwind_tables import CACHE_FORMAT, cfi_digest
+    from leaktrace.unwind.tables import CACHE_FORMAT, cfi_digest
 
     cache = tmp_path / "cache"
     command = f"{unwind_programs['unwind']} {unwind_programs['plugin']}"
@@ -303,8 +303,8 @@ def test_a_module_whose_fdes_claim_two_gib_costs_no_more_than_its_code(unwind_pr
     peak_kib = int(result.stderr.splitlines()[-1])
     assert peak_kib < 400 * 1024, f"leaktrace peaked at {peak_kib} KiB"
     from leaktrace.platform.elf import ElfFile
-    from leaktrace.sources.bpf.layout import ROW_PAGE_SHIFT
-    from leaktrace.sources.bpf.unwind_tables import UnwindTables, code_ranges
+    from leaktrace.unwind.rows import ROW_PAGE_SHIFT
+    from leaktrace.unwind.tables import UnwindTables, code_ranges
 
     elf = ElfFile(str(hostile))
     code_bytes = sum(end - start for start, end in code_ranges(elf))

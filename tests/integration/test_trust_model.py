@@ -427,7 +427,7 @@ def test_the_cache_directory_is_not_reached_through_a_users_symlink(program, nob
 
 
 def test_pruning_removes_only_leaktraces_own_files(tmp_path):
-    from leaktrace.sources.bpf.unwind_tables import CACHE_FORMAT, CACHE_KEEP, FileTable, TableCache
+    from leaktrace.unwind.tables import CACHE_FORMAT, CACHE_KEEP, FileTable, TableCache
 
     cache = roots_directory_of_files(tmp_path, 1100)  # not leaktrace's names
     ours = [f"{i:064x}.v{CACHE_FORMAT}" for i in range(CACHE_KEEP + 5)]

@@ -20,6 +20,7 @@ FORBIDDEN = {
     "reachability": ("sources", "outputs", "commands"),  # sources call the check, never the other way
     "platform": ("sources", "reachability", "analysis", "outputs", "android", "commands", "allocators"),
     "allocators": ("sources", "reachability", "analysis", "outputs", "android", "commands", "model"),
+    "unwind": ("sources", "reachability", "analysis", "outputs", "android", "commands", "model", "allocators"),
 }
 
 

@@ -1,5 +1,5 @@
-"""C and Python share layouts written once: the BPF program's layout.h and the preload
-library's record.h are the sources of truth, and the Python modules made from them
+"""C and Python share layouts written once: the BPF program's layout.h, the unwinder's rows.h
+and the preload library's record.h are the sources of truth, and the Python modules made from them
 (layout_gen.py) must be current. The Counters fields follow the kernel's counter order."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from leaktrace.model.snapshot import Counters
 from leaktrace.sources.bpf import layout
 from leaktrace.sources.bpf.layout_gen import LAYOUTS, generated
 from leaktrace.sources.preload import layout as preload_layout
+from leaktrace.unwind import rows
 
 
 @pytest.mark.parametrize("header", sorted(LAYOUTS), ids=lambda path: path.name)
@@ -31,8 +32,8 @@ def test_struct_formats_have_the_c_sizes():
         layout.LIVE_VAL.size,
         layout.SITE_KEY.size,
         layout.PROC.size,
-        layout.UNWIND_ROW.size,
-        layout.EXEC_MAP.size,
+        rows.UNWIND_ROW.size,
+        rows.EXEC_MAP.size,
     ) == (16, 32, 24, 48, 12, 48)
     # native/table.c asserts the same of struct table_shard: two shards never share a cache line
     assert (preload_layout.RECORD.size, preload_layout.TABLE_SHARD.size) == (32, 128)

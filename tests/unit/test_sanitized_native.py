@@ -17,6 +17,7 @@ from leaktrace.platform.elf import ElfFile
 
 ROOT = Path(__file__).parents[2]
 BPF = ROOT / "src/leaktrace/sources/bpf"
+UNWIND = ROOT / "src/leaktrace/unwind"
 NATIVE = ROOT / "src/leaktrace/sources/preload/native"
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
@@ -26,8 +27,8 @@ SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
 def cfi_damage(tmp_path_factory) -> Path:
     built = tmp_path_factory.mktemp("sanitized") / "cfi_damage"
     subprocess.run(
-        ["gcc", *SANITIZE, "-fsanitize=address,undefined", *WARNINGS, f"-I{BPF}", "-o", built]
-        + [ROOT / "tests/unit/native/cfi_damage.c", BPF / "cfi.c"],
+        ["gcc", *SANITIZE, "-fsanitize=address,undefined", *WARNINGS, f"-I{UNWIND}", "-o", built]
+        + [ROOT / "tests/unit/native/cfi_damage.c", UNWIND / "cfi.c"],
         check=True,
     )
     return built
@@ -57,7 +58,7 @@ def ubsan_library(tmp_path_factory) -> Path:
     built = tmp_path_factory.mktemp("sanitized") / "malloc_debug_ubsan.so"
     subprocess.run(
         ["gcc", "-shared", "-fPIC", *SANITIZE, "-fsanitize=undefined", *WARNINGS, "-fvisibility=hidden"]
-        + [f"-I{NATIVE}", f"-I{BPF}", "-o", built, *sorted(NATIVE.glob("*.c")), BPF / "cfi.c"]
+        + [f"-I{NATIVE}", f"-I{BPF}", f"-I{UNWIND}", "-o", built, *sorted(NATIVE.glob("*.c")), UNWIND / "cfi.c"]
         + ["-lgcc_s", "-ldl", "-lpthread", "-Wl,-Bsymbolic-functions"],
         check=True,
     )

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from leaktrace.platform.elf import ElfFile
-from leaktrace.sources.bpf.unwind_tables import (
+from leaktrace.unwind.tables import (
     CFA_END,
     CFA_RSP,
     CFA_SIGNAL,

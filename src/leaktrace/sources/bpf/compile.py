@@ -49,12 +49,27 @@ class EngineSettings:
     )
 
 
+# The headers the program includes, put in place of their #include (bcc compiles one text).
+# Paths beside the package, not importlib.resources: that import costs 12 ms of start-up.
+_HERE = os.path.dirname(__file__)
+_UNWIND = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "unwind")
+BPF_HEADERS = {
+    "layout.h": os.path.join(_HERE, "layout.h"),
+    "rows.h": os.path.join(_UNWIND, "rows.h"),
+    "walk_state.h": os.path.join(_UNWIND, "walk_state.h"),
+    "walk.bpf.h": os.path.join(_UNWIND, "walk.bpf.h"),
+}
+
+
 def bpf_source() -> str:
-    """The program's text, layout.h put in place of its #include (bcc compiles one text)."""
-    # Paths beside the package, not importlib.resources: that import costs 12 ms of start-up.
-    here = os.path.dirname(__file__)
-    with open(os.path.join(here, "leaktrace.bpf.c")) as source, open(os.path.join(here, "layout.h")) as layout:
-        return source.read().replace('#include "layout.h"', layout.read(), 1)
+    """The program's text with its own headers in place."""
+    with open(os.path.join(_HERE, "leaktrace.bpf.c")) as source:
+        text = source.read()
+    for name, path in BPF_HEADERS.items():
+        with open(path) as header:
+            content = header.read()
+        text = re.sub(rf'^#include "{re.escape(name)}".*$', lambda _: content, text, count=1, flags=re.M)  # noqa: B023
+    return text
 
 
 def _tracepoint_cflags(follow_forks: bool) -> list[str]:

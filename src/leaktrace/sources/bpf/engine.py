@@ -41,8 +41,8 @@ from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: gener
 from leaktrace.sources.bpf.links import attach_uprobes, reference_counter_conflicts
 from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.bpf.process_registry import ProcessRegistry
-from leaktrace.sources.bpf.unwind_tables import TableCache, UnwindTables
 from leaktrace.sources.bpf.unwind_upload import UnwindUpload
+from leaktrace.unwind.tables import TableCache, UnwindTables
 
 if TYPE_CHECKING:
     from leaktrace.sources.bpf.probe_placement import Placement

@@ -8,16 +8,6 @@ COOKIE_FUNCTION_BITS = 8
 COOKIE_REGISTER_BITS = 4
 IGNORED_UNSELECTED = 1
 IGNORED_TRACER = 2
-CFA_UNKNOWN = 0
-CFA_RSP = 1
-CFA_RBP = 2
-CFA_END = 3
-CFA_SIGNAL = 4
-RBP_SAME = 0
-RBP_SAVED = 1
-ROW_PAGE_SHIFT = 9
-MAX_FILE_PAGES = 65536
-MAX_EXEC_MAPS = 512
 CTL_EXIT_STOP = 0
 CTL_NEXT_GEN = 1
 CTL_FORKS = 2
@@ -114,11 +104,5 @@ LIVE_VAL = struct.Struct('<QQQII')   # size, ts_ns, stack_key, inherited, tombst
 SITE_KEY = struct.Struct('<IIQQ')   # tgid, gen, stack_key, size
 
 PROC = struct.Struct('<IIII16sIIII')   # gen, exited, parent, execed, comm, uid, ignored, inheritance_lost, whole
-
-UNWIND_ROW = struct.Struct('<IihBB')   # pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
-
-CFI_SECTION_ROW = struct.Struct('<QQQihBB')   # fde_start, fde_end, pc, cfa_offset, rbp_offset, cfa_rule, rbp_rule
-
-EXEC_MAP = struct.Struct('<QQQIIIIII')   # start, end, bias, first_row, row_count, first_page, page_count, page_origin, page_shift
 
 HOLD = struct.Struct('<II')   # gen, state

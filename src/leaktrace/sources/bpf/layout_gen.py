@@ -1,6 +1,7 @@
 """Writes the Python side of the layouts C and Python share: sources/bpf/layout.py from
-layout.h (what leaktrace.bpf.c and user space share) and sources/preload/layout.py from
-native/record.h (the preload library's table records):
+layout.h (what leaktrace.bpf.c and user space share), unwind/rows.py from unwind/rows.h (the
+unwinder's rows and mappings) and sources/preload/layout.py from native/record.h (the preload
+library's table records):
 
     python -m leaktrace.sources.bpf.layout_gen
 
@@ -19,8 +20,10 @@ from pathlib import Path
 
 SOURCES = Path(__file__).parents[1]
 # header -> the Python module written from it
+UNWIND = SOURCES.parent / "unwind"
 LAYOUTS = {
     SOURCES / "bpf" / "layout.h": SOURCES / "bpf" / "layout.py",
+    UNWIND / "rows.h": UNWIND / "rows.py",
     SOURCES / "preload" / "native" / "record.h": SOURCES / "preload" / "layout.py",
 }
 # C type -> struct format character (native sizes and alignment: x86-64)

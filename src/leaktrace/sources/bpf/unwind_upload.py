@@ -12,12 +12,9 @@ from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, MapsFollower
 from leaktrace.sources.bpf.compile import EngineSettings
 from leaktrace.sources.bpf.kernel_state import KernelState
-from leaktrace.sources.bpf.layout import (
-    EXEC_MAP,
-    MAX_EXEC_MAPS,
-)
 from leaktrace.sources.bpf.maps import update_array
-from leaktrace.sources.bpf.unwind_tables import FileTable, UnwindTables
+from leaktrace.unwind.rows import MAX_EXEC_MAPS
+from leaktrace.unwind.tables import FileTable, UnwindTables, exec_map_entry
 
 
 class UnwindUpload(KernelState):
@@ -92,16 +89,12 @@ class UnwindUpload(KernelState):
         new = [m for m in executable if m not in entries]
         modules = self._modules.open(process, new)
         for m in new:
-            bias, located, page_origin, page_shift = m.start, (0, 0, 0, 0), 0, 0
             elf = modules[m.start]
-            vaddr = elf.file_offset_to_vaddr(m.offset) if elf else None
-            if elf is not None and vaddr is not None:  # address - module virtual address
-                bias = m.start - vaddr
-                if self.settings.unwind == "dwarf":
-                    file_table = self.tables.table_of(elf)
-                    located = self._upload(elf.path, file_table)
-                    page_origin, page_shift = file_table.page_origin, file_table.page_shift
-            entries[m] = EXEC_MAP.pack(m.start, m.end, bias, *located, page_origin, page_shift)
+            rows: FileTable | None = None
+            if elf is not None and elf.file_offset_to_vaddr(m.offset) is not None and self.settings.unwind == "dwarf":
+                rows = self.tables.table_of(elf)
+            located = self._upload(elf.path, rows) if elf is not None and rows is not None else (0, 0, 0, 0)
+            entries[m] = exec_map_entry(m, elf, rows, located)
         entries = {m: entries[m] for m in executable}
         table = self._bpf[b"exec_maps"]
         value = table.Leaf()

@@ -43,7 +43,8 @@ int parse_options(const char *text);
 // --- the table of live blocks (table.c) ------------------------------------
 
 #include "record.h"  // the table's records, as leaktrace reads them (layout.py is generated from it)
-#include "cfi.h"     // layout.h with its types: enum counter, the BPF engine's counters, read in place
+#include "cfi.h"     // the unwinder, and the fixed-width types layout.h is written in
+#include "layout.h"  // enum counter: the BPF engine's counters, read in place
 
 // Counted in allocations, or in live_map_full when the table has no room and no memory to grow.
 void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count);

@@ -1,6 +1,6 @@
 // The CFI interpreter both engines use: the preload library's walk asks for the rule at one pc
 // of its own process (.eh_frame_hdr's sorted table finds the FDE, whose instructions run up to
-// that pc); unwind_tables.py has every row of a module file's .eh_frame compiled for the BPF
+// that pc); unwind/tables.py has every row of a module file's .eh_frame compiled for the BPF
 // walk. The rule kept is what an x86-64 walk needs. A file is untrusted input: every read of
 // it is bounded by the section, and no pointer in it is followed.
 #ifndef _GNU_SOURCE
@@ -398,7 +398,7 @@ static int run(struct interpreter *in, struct reader *r, uintptr_t data_base)
     return !r->bad;
 }
 
-// The interpreter's state as a row of the walk (unwind_tables.py's _rule, from the same facts).
+// The interpreter's state as a row of the walk (unwind/tables.py's _rule, from the same facts).
 static void to_row(const struct frame_state *s, int signal_frame, struct unwind_row *row)
 {
     *row = (struct unwind_row){.cfa_rule = CFA_UNKNOWN, .rbp_rule = RBP_SAME};

@@ -31,14 +31,16 @@ from typing import NamedTuple
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.atomic_write import write_atomically
 from leaktrace.platform.elf import PF_X, PT_LOAD, ElfFile
+from leaktrace.platform.process import Mapping
 from leaktrace.platform.safe_directory import open_trusted_directory
-from leaktrace.sources.bpf.layout import (  # the rules and rows as leaktrace.bpf.c reads them
+from leaktrace.unwind.rows import (  # the rules and rows as the BPF walk reads them
     CFA_END,
     CFA_RBP,
     CFA_RSP,
     CFA_SIGNAL,
     CFA_UNKNOWN,
     CFI_SECTION_ROW,
+    EXEC_MAP,
     MAX_FILE_PAGES,
     RBP_SAME,
     RBP_SAVED,
@@ -429,3 +431,16 @@ class UnwindTables:
                 self._notices.append(f"{elf.path}: {table.refused} FDEs reach outside its code: cut to it")
             self._tables[elf.identity] = table
         return self._tables[elf.identity]
+
+
+def exec_map_entry(
+    mapping: Mapping, elf: ElfFile | None, table: FileTable | None, located: tuple[int, int, int, int]
+) -> bytes:
+    """An executable mapping as the walk's struct exec_map: its bias (address - module virtual
+    address; the address itself when the file is unknown), and where its file's rows and pages
+    are in the walk's tables (located: first row, row count, first page, page count)."""
+    vaddr = elf.file_offset_to_vaddr(mapping.offset) if elf is not None else None
+    if vaddr is None:
+        return EXEC_MAP.pack(mapping.start, mapping.end, mapping.start, 0, 0, 0, 0, 0, 0)
+    page_origin, page_shift = (table.page_origin, table.page_shift) if table is not None else (0, 0)
+    return EXEC_MAP.pack(mapping.start, mapping.end, mapping.start - vaddr, *located, page_origin, page_shift)

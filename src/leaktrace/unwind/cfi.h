@@ -1,6 +1,6 @@
 // Call frame information, in the BPF walk's own terms (struct unwind_row, CFA_* and RBP_* of
-// layout.h), so that both engines follow a frame the same way: the rule at a pc of this
-// process (the preload library's walk), and every row of a module file (unwind_tables.py).
+// rows.h), so that both engines follow a frame the same way: the rule at a pc of this
+// process (the preload library's walk), and every row of a module file (unwind/tables.py).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -11,10 +11,10 @@ typedef uint16_t u16;
 typedef uint32_t u32;
 typedef int32_t s32;
 typedef uint64_t u64;
-#include "layout.h"  // one definition of a row for the kernel and for us
+#include "rows.h"  // one definition of a row for the kernel and for us
 
 #ifndef CFI_EXPORT
-#define CFI_EXPORT  // built into the _cfi module for unwind_tables.py, where it is exported
+#define CFI_EXPORT  // built into the _cfi module for unwind/tables.py, where it is exported
 #endif
 
 int cfi_usable(void);  // 0 where the C library cannot find a pc's module for us (_dl_find_object)
