@@ -12,21 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "leak_blocks.h"
+
 void *volatile kept_start;
 char *volatile kept_interior;
-
-__attribute__((noinline)) static void *make(size_t n)
-{
-    void *block = malloc(n);
-    memset(block, 0, n);
-    return block;
-}
-
-__attribute__((noinline)) static void scrub(void)
-{
-    volatile char below[8192];
-    memset((char *)below, 0, sizeof below);
-}
 
 __attribute__((noinline)) static void lost_before_fork(void) { make(40); }
 

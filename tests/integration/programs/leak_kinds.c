@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "leak_blocks.h"
+
 struct node {
     struct node *next;
     char pad[40];
@@ -21,19 +23,6 @@ struct node {
 void *volatile kept_start;
 char *volatile kept_interior;
 void *volatile kept_by_thread;
-
-__attribute__((noinline)) static void *make(size_t n)
-{
-    void *block = malloc(n);
-    memset(block, 0, n);
-    return block;
-}
-
-__attribute__((noinline)) static void scrub(void)
-{
-    volatile char below[8192];
-    memset((char *)below, 0, sizeof below);
-}
 
 __attribute__((noinline)) static void definite_block(void) { make(100); }
 

@@ -5,12 +5,6 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef uint8_t u8;
-typedef int16_t s16;
-typedef uint16_t u16;
-typedef uint32_t u32;
-typedef int32_t s32;
-typedef uint64_t u64;
 #ifndef __always_inline  // glibc's sys/cdefs.h has it
 #define __always_inline inline __attribute__((always_inline))
 #endif
@@ -20,8 +14,8 @@ typedef uint64_t u64;
 #define PAGE_BYTES 4096
 #define UNWIND_DWARF 1
 
+#include "cfi.h"  // the fixed-width types the headers are written in, and rows.h
 #include "layout.h"
-#include "rows.h"
 #include "walk_state.h"
 
 struct pending_call {  // the members the walk uses, as leaktrace.bpf.c has them
