@@ -133,6 +133,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
 
     spaces: dict[int, AddressSpace | None] = {}  # parsed for the processes whose maps are read only
     mapping_ids: dict[tuple[int, int], int] = {}  # (pid, start) -> id
+    mapping_spans: dict[int, tuple[int, int]] = {0: (0, 0)}  # id -> (start, end)
     module_ids: dict[tuple[str, str | None], tuple[int, int, int, int]] = {}  # -> id, start, end, load bias
     function_ids: dict[tuple[str, str], int] = {}
     location_ids: dict[tuple, int] = {}
@@ -149,6 +150,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
         key = (pid, mapping.start)
         if key not in mapping_ids:
             mapping_ids[key] = len(mapping_ids) + 1
+            mapping_spans[mapping_ids[key]] = (mapping.start, mapping.end)
             profile.mapping.add(
                 id=mapping_ids[key],
                 memory_start=mapping.start,
@@ -172,8 +174,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
         module = (frame.module, frame.build_id)
         if module not in module_ids:
             found = mapping_at(pid, address, frame)
-            start, end = next(((m.memory_start, m.memory_limit) for m in profile.mapping if m.id == found), (0, 0))
-            module_ids[module] = (found, start, end, address - frame.module_offset)
+            module_ids[module] = (found, *mapping_spans[found], address - frame.module_offset)
         found, start, end, bias = module_ids[module]
         there = frame.module_offset + bias
         if found and start <= there < end:

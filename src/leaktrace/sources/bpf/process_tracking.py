@@ -132,6 +132,7 @@ class ProcessTracking:
             self._unjudged += [
                 pid for pid, p in gone.items() if pid in traced and p.whole and (pid, p.gen) not in self._judged
             ]
+            self._judged -= {(pid, p.gen) for pid, p in gone.items()}  # an image is judged at most once
         for pid, p in gone.items():
             if pid in traced:
                 self._gone[pid] = (p.gen, self._departed_info(pid, known))

@@ -31,6 +31,7 @@ from leaktrace.platform.system import check_system
 from leaktrace.sources.bpf.engine import BpfEngine, EngineSettings
 from leaktrace.sources.bpf.image_holds import ImageHolds
 from leaktrace.sources.bpf.launch import StopRelease, reap, spawn_gated
+from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
 from leaktrace.sources.protocol import PollingSource
 
@@ -263,14 +264,14 @@ class Trace(PollingSource, ProcessTracking):
         start, or forked from such a one), for the next snapshot, with its command line."""
         from leaktrace.reachability.unreachable import judge_leak_kinds
 
-        if not self._selected_image(pid, gen):
+        record = self._selected_image(pid, gen)
+        if record is None:
             return
         self._judged.add((pid, gen))
         info = read_process(pid)
         if info is None:
             return
-        record = self.engine.process(pid)
-        info = dataclasses.replace(info, forked=bool(record and record.forked))
+        info = dataclasses.replace(info, forked=record.forked)
         self._infos[pid] = info  # its frames are named from these maps
         if self.engine.settings.follow_forks:
             self.engine.copy_inherited()  # a child that exits at once may not have its copies yet
@@ -363,21 +364,21 @@ class Trace(PollingSource, ProcessTracking):
     def exited(self) -> bool:
         return self._exited
 
-    def _selected_image(self, pid: int, gen: int) -> bool:
-        """Whether a held program is this image of a process the trace keeps; one outside the
-        selection is left out at once (never held again, at its exit either)."""
+    def _selected_image(self, pid: int, gen: int) -> TracedProcess | None:
+        """The record of a held program when it is this image of a process the trace keeps, else
+        None; one outside the selection is left out at once (never held again, at its exit either)."""
         record = self.engine.process(pid)
         if record is None or record.gen != gen or record.ignored:
-            return False
+            return None
         if not self.selection.matches(pid, record):
             self.engine.ignore({pid: gen})
-            return False
-        return True
+            return None
+        return record
 
     def _serve_hold(self, pid: int, gen: int) -> bool:
         """Loads the tables of a program held at its first allocator call, unless it is outside
         the selection (then it is only continued, and left out at the next poll); True if loaded."""
-        if not self._selected_image(pid, gen):
+        if self._selected_image(pid, gen) is None:
             return False
         info = read_process(pid)
         if info is None or not info.maps:
