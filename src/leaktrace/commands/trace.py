@@ -210,6 +210,7 @@ class TraceCommand(Command):
         check_combinations(args, ENGINES[args.engine])
         check_output_paths(args, config)
         leak_check = leak_check_settings(args)  # its suppression files read before anything starts
+        settings = dataclasses.replace(settings, leak_check_at_exit=leak_check is not None)
         if args.top_view and not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError(
                 "--top-view needs a terminal on standard input and output; without one, drop it for reports"
@@ -217,7 +218,6 @@ class TraceCommand(Command):
         flags = _SignalFlags()
         trace, what = ENGINES[args.engine].start(args, settings, config)
         with trace:
-            trace.leak_check_at_exit = leak_check is not None  # before the line that says it is live
             for line in trace.startup_lines(what, args.verbose):
                 print(f"leaktrace: {line}", file=sys.stderr, flush=True)
             outputs = self.outputs(args, config, leak_check)

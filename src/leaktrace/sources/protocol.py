@@ -17,8 +17,11 @@ class TraceSource(Protocol):
     exit_status: int | None  # its exit status, once it has exited (a launched command)
     final_snapshot: Snapshot | None  # the last state, read when it exited
     final_with_allocations: bool  # the final snapshot lists every live pointer (exit leak log)
-    leak_check_at_exit: bool  # the final snapshot carries valgrind's leak kinds (a launched command)
     logs_own_leaks: bool  # the target writes its own leak log at exit
+
+    @property
+    def leak_check_at_exit(self) -> bool:
+        """The final snapshot carries valgrind's leak kinds (asked for when the source started)."""
 
     @property
     def exited(self) -> bool: ...

@@ -40,6 +40,9 @@ class EngineSettings:
     max_stacks: int = 65_536  # distinct stacks
     max_procs: int = 32_768  # processes known at once (with fork following, and --all)
     follow_forks: bool = False  # trace children, with the blocks they inherit
+    # --leak-check: judge valgrind's kinds at exits; with fork following, whole processes are
+    # held in _exit for it from the first probe on (a child forked at once is judged too).
+    leak_check_at_exit: bool = False
     unwind: str = "dwarf"  # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
     max_unwind_rows: int = 1 << 20  # CFI rows of every module traced (12 bytes each, preallocated)
     max_unwind_pages: int = 1 << 18  # their page index: 512 bytes of code each (8 bytes each, preallocated)

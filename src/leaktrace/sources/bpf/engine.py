@@ -23,6 +23,7 @@ from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: gener
     AR_RAX,
     COOKIE_FUNCTION_BITS,
     COOKIE_REGISTER_BITS,
+    CTL_JUDGE_EXITS,
     CTL_NEXT_GEN,
     CTL_TABLES_GEN,
     CTL_TARGET_GEN,
@@ -270,6 +271,8 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
             self._bpf, self._programs = compile_job.result()
         self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
         self._set_control(CTL_TEXT_AFTER_FREE, self._text_around_free[1])
+        if self.holds_images:  # before any probe is live: no process may exit unjudged
+            self._set_control(CTL_JUDGE_EXITS, int(self.settings.leak_check_at_exit))
         self._set_control(CTL_NEXT_GEN, 1)
         self._bpf[b"unwind_programs"][ct.c_int(0)] = ct.c_int(self._programs[b"unwind_frames"])
         # -c's command stops at its first allocator call until its tables are in (tables_stop_pending).

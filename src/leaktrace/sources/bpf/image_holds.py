@@ -15,19 +15,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bcc.libbcc import lib
+
 from leaktrace.sources.bpf.launch import StopRelease
 from leaktrace.sources.bpf.layout import HOLD_AT_EXIT, HOLD_RELEASED, HOLD_WAITING
 
+BPF_EXIST = 2  # bpf_update_elem: only an element that is there
 WAKE_MS = 100  # the longest wait between sweeps of the holds map, should a wakeup be missed
 # A hold decided by a program run that began before user space said "no more" lands within this.
 LAST_HOLDS_SECONDS = 0.02
 
 
 class ImageHolds:
-    """serve(pid, gen) loads an image's tables, True when it did; judge(pid, gen) judges the
-    blocks of one held in _exit (whatever either raises, the process is continued)."""
+    """serve(pid, gen) loads an image's tables; judge(pid, gen) judges the blocks of one held in
+    _exit (whatever either raises, the process is continued)."""
 
-    def __init__(self, bpf: Any, serve: Callable[[int, int], bool], judge: Callable[[int, int], None]):
+    def __init__(self, bpf: Any, serve: Callable[[int, int], None], judge: Callable[[int, int], None]):
         self._bpf = bpf
         self._holds = bpf[b"holds"]
         self._serve = serve
@@ -57,8 +60,9 @@ class ImageHolds:
 
     def release_waiting(self, serve: bool, pids: list[int] | None = None) -> None:
         """Continues the held processes (those of pids, or every one), each once its tables are
-        loaded (serve). A hold whose tables were loaded is deleted; any other stays, released,
-        so that its image is not held again."""
+        loaded (serve). Its hold stays, released, so that its image is not held again for its
+        tables; it is written before the process runs on, so that the hold it may take next (in
+        _exit) is never overwritten."""
         keys = [ct.c_uint32(pid) for pid in pids] if pids is not None else list(self._holds.keys())
         for key in keys:
             try:
@@ -67,26 +71,24 @@ class ImageHolds:
                 continue
             if hold.state not in (HOLD_WAITING, HOLD_AT_EXIT):
                 continue
-            pid, served = key.value, False
+            pid = key.value
             try:
                 if serve and hold.state == HOLD_AT_EXIT:
                     self._judge(pid, hold.gen)
-                    served = True  # it is leaving: nothing to hold it again for
-                else:
-                    served = serve and self._serve(pid, hold.gen)
+                elif serve:
+                    self._serve(pid, hold.gen)
             except Exception as e:  # noqa: BLE001 - never a reason to leave it stopped
                 what = "leak check" if hold.state == HOLD_AT_EXIT else "unwind tables"
                 self.failures.append(f"pid {pid}'s {what}: {e}")
-            finally:  # continued first: leaktrace dying in between leaves it to StopRelease
+            finally:
+                # Released while it is still stopped (only where its hold still is: a killed
+                # process's is not made again). Continued after: a SIGKILL of leaktrace between
+                # the two leaves it stopped, as StopRelease continues held processes only.
+                hold.state = HOLD_RELEASED
+                lib.bpf_update_elem(self._holds.map_fd, ct.byref(key), ct.byref(hold), BPF_EXIST)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
                 self.held += 1
-                with contextlib.suppress(KeyError):
-                    if served:
-                        del self._holds[key]
-                    else:
-                        hold.state = HOLD_RELEASED
-                        self._holds[key] = hold
 
     def close(self) -> None:
         """After the kernel side stopped taking holds (CTL_HOLDS_OFF): continues what is held."""

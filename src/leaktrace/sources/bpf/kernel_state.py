@@ -9,7 +9,6 @@ from typing import Any
 from leaktrace.sources.bpf.layout import (
     CTL_EXIT_STOP,
     CTL_HOLDS_OFF,
-    CTL_JUDGE_EXITS,
     CTL_NEXT_GEN,
     CTL_TABLES_GEN,
     CTL_TABLES_STOP,
@@ -61,10 +60,6 @@ class KernelState:
 
     def stop_holding(self) -> None:
         self._set_control(CTL_HOLDS_OFF, 1)
-
-    def judge_exits(self, judging: bool) -> None:
-        """--leak-check with -f or --all: processes whose blocks are all known are held in _exit to be judged."""
-        self._set_control(CTL_JUDGE_EXITS, int(judging))
 
     def exit_stop_pending(self) -> bool:
         """True once the target has been stopped in _exit by the BPF program."""

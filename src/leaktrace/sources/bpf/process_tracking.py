@@ -38,7 +38,6 @@ class ProcessTracking:
     pid: int
     selection: Selection
     final_with_allocations: bool
-    leak_check_at_exit: bool
     _exited: bool
 
     def _start_tracking(self, info: ProcessInfo | None) -> None:
@@ -128,7 +127,7 @@ class ProcessTracking:
             self.engine.ignore(unselected)
         traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}
         gone = {pid: p for pid, p in known.items() if p.exited and pid != self.pid}
-        if self.leak_check_at_exit:
+        if self.engine.settings.leak_check_at_exit:
             self._unjudged += [
                 pid for pid, p in gone.items() if pid in traced and p.whole and (pid, p.gen) not in self._judged
             ]

@@ -68,7 +68,6 @@ class Trace(PollingSource, ProcessTracking):
         self.selection = selection
         # Set to make the final snapshot list every live pointer (for the exit leak log).
         self.final_with_allocations = False
-        self._leak_check_at_exit = False
         self._exit_checks: list[LeakCheck] = []  # --all: processes judged at their exit, not reported yet
         self.logs_own_leaks = False
         self.pid = pid
@@ -249,15 +248,10 @@ class Trace(PollingSource, ProcessTracking):
 
     @property
     def leak_check_at_exit(self) -> bool:
-        """Judge valgrind's leak kinds at exit: -c's command at its exit stop; with fork following
-        (-f, --all), each other process whose every block is known, held in _exit."""
-        return self._leak_check_at_exit
-
-    @leak_check_at_exit.setter
-    def leak_check_at_exit(self, judging: bool) -> None:
-        self._leak_check_at_exit = judging
-        if self.engine.holds_images:
-            self.engine.judge_exits(judging)
+        """Judge valgrind's leak kinds at exit (EngineSettings.leak_check_at_exit): -c's command at
+        its exit stop; with fork following (-f, --all), each other process whose every block is
+        known, held in _exit."""
+        return self.engine.settings.leak_check_at_exit
 
     def _judge_exit(self, pid: int, gen: int) -> None:
         """A process held in _exit: its blocks judged (all known: it was traced from its exec or
@@ -375,19 +369,18 @@ class Trace(PollingSource, ProcessTracking):
             return None
         return record
 
-    def _serve_hold(self, pid: int, gen: int) -> bool:
+    def _serve_hold(self, pid: int, gen: int) -> None:
         """Loads the tables of a program held at its first allocator call, unless it is outside
-        the selection (then it is only continued, and left out at the next poll); True if loaded."""
+        the selection (then it is only continued, and left out at the next poll)."""
         if self._selected_image(pid, gen) is None:
-            return False
+            return
         info = read_process(pid)
         if info is None or not info.maps:
-            return False
+            return
         maps = MapsFollower()
         maps.follow(info.maps)
         self.engine.load_tables(info, gen, maps)
         self._infos.setdefault(pid, info)  # its frames are named from these maps should it exit unread
-        return True
 
     def close(self) -> None:
         """Detaches every probe; a launched command is let go (and continued if stopped), and
