@@ -23,6 +23,7 @@ class build_py_with_web_assets(build_py):
 NATIVE = "src/leaktrace/sources/preload/native"
 BPF = "src/leaktrace/sources/bpf"
 UNWIND = "src/leaktrace/unwind"
+ALLOCATORS = "src/leaktrace/allocators"
 
 FLAGS = ["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"]
 CFI = [f"{UNWIND}/cfi.h", f"{UNWIND}/rows.h"]  # the CFI interpreter both engines use, and its rows
@@ -31,8 +32,8 @@ setup(cmdclass={"build_py": build_py_with_web_assets}, ext_modules=[
     Extension(
         "leaktrace.sources.preload._malloc_debug",
         sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{UNWIND}/cfi.c"],
-        depends=sorted(glob(f"{NATIVE}/*.h")) + CFI + [f"{BPF}/layout.h"],
-        include_dirs=[NATIVE, BPF, UNWIND],
+        depends=sorted(glob(f"{NATIVE}/*.h")) + CFI + [f"{BPF}/layout.h", f"{ALLOCATORS}/allocators.h"],
+        include_dirs=[NATIVE, BPF, UNWIND, ALLOCATORS],
         libraries=["gcc_s", "dl", "pthread"],
         extra_compile_args=FLAGS,
         # Its calls to its own entry points stay its own when an attach dlopens it (not first in scope).

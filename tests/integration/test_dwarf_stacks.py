@@ -5,6 +5,7 @@ gives, out to _start or clone3; no frame may point outside an executable mapping
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import struct
 import subprocess
@@ -45,12 +46,14 @@ def unwind_programs(build_dir) -> dict[str, Path]:
         "unwind_fp": out / "unwind_fp",
         "cxx": out / "cxx_alloc",
         "uses_plugin": out / "uses_plugin",
+        "walk_paths": out / "walk_paths",
     }
     steps = [
         ["gcc", *NO_FP, "-shared", "-fPIC", "-o", built["plugin"], PROGRAMS / "plugin.c"],
         ["gcc", *NO_FP, "-shared", "-fPIC", "-o", built["linked"], PROGRAMS / "unwind_linked.c"],
         ["g++", *NO_FP, "-o", built["cxx"], PROGRAMS / "cxx_alloc.cpp"],
         ["gcc", *NO_FP, "-o", built["uses_plugin"], PROGRAMS / "uses_plugin.c", "-ldl"],
+        ["gcc", *NO_FP, "-pthread", "-o", built["walk_paths"], PROGRAMS / "walk_paths.c"],
     ]
     for name, flags in (("unwind", NO_FP), ("unwind_fp", ["-O2", "-g", "-fno-omit-frame-pointer"])):
         steps.append(
@@ -153,12 +156,16 @@ def every_stack(report: dict) -> list[tuple]:
         "{cxx}",
         "{uses_plugin} {plugin}",
         "/usr/bin/python3 -c 'b=[bytearray(50000 + i) for i in range(3)]; import json'",
+        "{walk_paths} {seed}",
     ],
 )
 def test_preload_rules_walk_gives_libgcc_frames(unwind_programs, command):
-    """The preload library's own walk (CFI rules, cached) and libgcc's _Unwind_Backtrace give
-    the same frames for every allocation of the program, at its exit."""
-    command = command.format(**{name: str(path) for name, path in unwind_programs.items()})
+    """The preload library's own walk (CFI rules, cached, steps shared with the thread's last
+    walk copied) and libgcc's _Unwind_Backtrace give the same frames for every allocation of
+    the program, at its exit."""
+    seed = random.randrange(1, 1 << 32)
+    print(f"seed {seed}")
+    command = command.format(seed=seed, **{name: str(path) for name, path in unwind_programs.items()})
     preload = ["-c", command, "--json", "--frames", "40", "--engine", "preload", "3600"]
     environment = {**os.environ, "PYTHONHASHSEED": "0"}
     by_rules = final_report(run_command(preload, env=environment))

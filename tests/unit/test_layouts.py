@@ -1,6 +1,7 @@
 """C and Python share layouts written once: the BPF program's layout.h, the unwinder's rows.h
 and the preload library's record.h are the sources of truth, and the Python modules made from them
-(layout_gen.py) must be current. The Counters fields follow the kernel's counter order."""
+(layout_gen.py) must be current; so must allocators.h, made from the allocators package. The
+Counters fields follow the kernel's counter order."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from leaktrace.allocators import c_header
 from leaktrace.model.snapshot import Counters
 from leaktrace.sources.bpf import layout
 from leaktrace.sources.bpf.layout_gen import LAYOUTS, generated
@@ -18,6 +20,11 @@ from leaktrace.unwind import rows
 @pytest.mark.parametrize("header", sorted(LAYOUTS), ids=lambda path: path.name)
 def test_generated_layout_is_current(header):
     assert LAYOUTS[header].read_text() == generated(header), "stale: run python -m leaktrace.sources.bpf.layout_gen"
+
+
+def test_allocators_header_is_current():
+    """The preload library reads the allocators package through allocators.h."""
+    assert c_header.HEADER.read_text() == c_header.generated(), "stale: run python -m leaktrace.allocators.c_header"
 
 
 def test_counters_follow_the_kernel_counter_order():

@@ -18,6 +18,7 @@ from leaktrace.platform.elf import ElfFile
 ROOT = Path(__file__).parents[2]
 BPF = ROOT / "src/leaktrace/sources/bpf"
 UNWIND = ROOT / "src/leaktrace/unwind"
+ALLOCATORS = ROOT / "src/leaktrace/allocators"
 NATIVE = ROOT / "src/leaktrace/sources/preload/native"
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
@@ -58,7 +59,16 @@ def ubsan_library(tmp_path_factory) -> Path:
     built = tmp_path_factory.mktemp("sanitized") / "malloc_debug_ubsan.so"
     subprocess.run(
         ["gcc", "-shared", "-fPIC", *SANITIZE, "-fsanitize=undefined", *WARNINGS, "-fvisibility=hidden"]
-        + [f"-I{NATIVE}", f"-I{BPF}", f"-I{UNWIND}", "-o", built, *sorted(NATIVE.glob("*.c")), UNWIND / "cfi.c"]
+        + [
+            f"-I{NATIVE}",
+            f"-I{BPF}",
+            f"-I{UNWIND}",
+            f"-I{ALLOCATORS}",
+            "-o",
+            built,
+            *sorted(NATIVE.glob("*.c")),
+            UNWIND / "cfi.c",
+        ]
         + ["-lgcc_s", "-ldl", "-lpthread", "-Wl,-Bsymbolic-functions"],
         check=True,
     )

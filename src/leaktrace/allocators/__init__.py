@@ -2,10 +2,12 @@
 and the argument registers each one's probe reads), and each allocator family: how it is
 recognised, its usable-size function, its free-like extras and its heap walker where there
 is one. The BPF engine and probe placement read the functions; the library of a process is
-named by its family; the heap walk exists for glibc's.
+named by its family; the heap walk exists for glibc's. The preload library reads the functions
+it stands in for from allocators.h, which c_header.py writes from this module.
 
-Adding an allocator is a family here and a line of tests/integration/test_other_allocators.py
-and test_probe_placement.py (its programs counted exactly, none of its probes single-stepped).
+Adding an allocator is a family here (then `python -m leaktrace.allocators.c_header`) and a
+line of tests/integration/test_other_allocators.py and test_probe_placement.py (its programs
+counted exactly, none of its probes single-stepped).
 """
 
 from __future__ import annotations

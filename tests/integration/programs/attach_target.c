@@ -60,8 +60,10 @@ int main(void)
     fflush(stdout);
     int sig;
     sigwait(&wanted, &sig);
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 10; i++) {
         free(before[i]);
+        before[i] = NULL;  // a later block may take its place: no stale pointer keeps it reachable
+    }
     pthread_t keepers[4];
     for (long i = 0; i < 4; i++)
         pthread_create(&keepers[i], NULL, keep, (void *)i);

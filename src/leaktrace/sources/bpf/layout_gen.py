@@ -8,8 +8,7 @@ library's table records):
 The headers are the one source of truth; tests/unit/test_layouts.py fails when a generated
 file is stale.
 It reads only what layout.h is kept to: `#define NAME NUMBER`, enums, and structs whose
-fields are u8/s16/u16/u32/s32/u64 (or the C names of those), pointers, char[N] and the
-opaque types of OPAQUE (a pthread_mutex_t, read as its bytes).
+fields are u8/s16/u16/u32/s32/u64 (or the C names of those), pointers and char[N].
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ _DEFINE = re.compile(r"^#define ([A-Z][A-Z0-9_]*) (0x[0-9a-fA-F]+|\d+)[uUlL]*\b"
 _ENUM = re.compile(r"^enum (\w+) \{\n(.*?)^\};", re.M | re.S)
 _STRUCT = re.compile(r"^struct (\w+) \{\n(.*?)^\};", re.M | re.S)
 _FIELD = re.compile(r"^\s*(?:const\s+)?(?:struct\s+)?(\w+)\s*(\*?)\s*(\w+)(?:\[(\d+)\])?;")
-OPAQUE = {"pthread_mutex_t": (40, 8)}  # C type -> (size, alignment), read as bytes
 
 
 def struct_format(body: str) -> tuple[str, list[str]]:
@@ -61,9 +59,6 @@ def struct_format(body: str) -> tuple[str, list[str]]:
         ctype, pointer, name, count = found.groups()
         if ctype == "char" and count:
             code, size, align = f"{count}s", int(count), 1
-        elif ctype in OPAQUE and not pointer and not count:
-            size, align = OPAQUE[ctype]
-            code = f"{size}s"
         else:
             code = TYPES["pointer" if pointer else ctype]
             size = align = struct.calcsize(code)

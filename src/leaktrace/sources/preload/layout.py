@@ -8,4 +8,4 @@ TABLE_SHARDS = 16
 
 RECORD = struct.Struct('<QQIIQ')   # pointer, size, flags, frame_count, frames
 
-TABLE_SHARD = struct.Struct('<40sQQQQQQ40s')   # lock, records, slots, used, live, allocations, frees, pad
+TABLE_SHARD = struct.Struct('<IIQQQQQQ72s')   # lock, unused, records, slots, used, live, allocations, frees, pad

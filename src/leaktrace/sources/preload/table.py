@@ -107,8 +107,8 @@ def _read_shards(read, addresses: dict[str, int], pid: int) -> list[Shard]:
     if len(data) != TABLE_SHARDS * TABLE_SHARD.size:
         raise DamagedTable(f"the library's table in pid {pid} could not be read")
     return [
-        Shard(lock[:4] != b"\0\0\0\0", records, slots, allocations, frees)
-        for lock, records, slots, _, _, allocations, frees, _ in TABLE_SHARD.iter_unpack(data)
+        Shard(lock != 0, records, slots, allocations, frees)
+        for lock, _, records, slots, _, _, allocations, frees, _ in TABLE_SHARD.iter_unpack(data)
     ]
 
 

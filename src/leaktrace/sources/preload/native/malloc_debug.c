@@ -11,6 +11,9 @@
 // call leaves: no recursion into the table's locks, and no allocation lost.
 #include "malloc_debug.h"
 
+#include "allocators.h"
+
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -432,17 +435,10 @@ EXPORT size_t malloc_usable_size(void *pointer)
 
 // The entry points an attach puts in place of the allocator's in every module's GOT (the
 // library is linked -Bsymbolic-functions: these are its own, not the first definitions).
+#define REPLACEMENT(name) {#name, (void *)name},
 const struct replacement replacements[] = {
-    {"malloc", (void *)malloc},
-    {"calloc", (void *)calloc},
-    {"realloc", (void *)realloc},
-    {"reallocarray", (void *)reallocarray},
-    {"free", (void *)free},
-    {"memalign", (void *)memalign},
-    {"aligned_alloc", (void *)aligned_alloc},
-    {"posix_memalign", (void *)posix_memalign},
-    {"valloc", (void *)valloc},
-    {"pvalloc", (void *)pvalloc},
+    ALLOCATOR_FUNCTIONS(REPLACEMENT)  // the functions allocators/ names
     {"malloc_usable_size", (void *)malloc_usable_size},
+    {"dlclose", (void *)dlclose},  // the unwinder forgets the rules of unloaded code
     {NULL, NULL},
 };

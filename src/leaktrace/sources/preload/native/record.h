@@ -3,7 +3,6 @@
 #ifndef LEAKTRACE_RECORD_H
 #define LEAKTRACE_RECORD_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,16 +20,17 @@ struct record {
 };
 
 // One part of the table (leaktrace_shards[TABLE_SHARDS]), changed only under its lock: a
-// reader that stops the process finds it consistent when the lock's first word is zero.
+// reader that stops the process finds it consistent when the lock is zero.
 struct table_shard {
-    pthread_mutex_t lock;
+    uint32_t lock;           // 0: free; 1: held
+    uint32_t unused;         // keeps records at offset 8
     struct record *records;  // open addressing keyed by the program's pointer
     size_t slots;            // a power of two; 0 before its first block
     size_t used;             // slots not empty: live or deleted
     size_t live;
     uint64_t allocations;  // blocks recorded here, counted under the lock
     uint64_t frees;        // and taken out
-    char pad[40];          // to 128 bytes: two shards never share a cache line
+    char pad[72];          // to 128 bytes: two shards never share a cache line
 };
 
 #endif

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,11 +124,14 @@ static inline __attribute__((always_inline)) int rule_at(uintptr_t pc, struct ru
     return 1;
 }
 
+static unsigned rules_generation;  // moves on whenever rules are forgotten
+
 // Code unloaded, and perhaps other code loaded at its addresses: no rule of it is kept.
 static void forget_rules(void)
 {
     for (size_t i = 0; i < sizeof rule_cache / sizeof *rule_cache; i++)
         __atomic_store_n(&rule_cache[i], 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rules_generation, 1, __ATOMIC_RELEASE);
 }
 
 EXPORT int dlclose(void *handle)
@@ -154,47 +158,210 @@ unsigned long stacks_walked_by_libgcc(void)
     return __atomic_load_n(&libgcc_walks, __ATOMIC_RELAXED);
 }
 
+// One state of a walk (pc, sp; exact: pc is where execution is, not a return address) and
+// what the step out of it read: the CFA from rbp (then bp is rbp) or not, and where rbp's saved
+// value was (0: rbp was kept).
+struct walk_point {
+    uintptr_t pc, sp, bp, bp_at;
+    int exact, cfa_from_bp;
+};
+
+// A thread's last walk, innermost point first. A walk at one of its points takes the same next
+// step as it did whenever the stack holds the words that step read, so it is copied, not
+// recomputed: the steps shared by two stacks (the outer frames) cost a compare each.
+#define MEMO_POINTS 64
+struct walk_memo {
+    struct walk_point points[2][MEMO_POINTS];
+    unsigned count[2], last;  // points[last] holds the last walk's count[last] points
+    unsigned generation;      // rules_generation when they were taken
+};
+
+#define MEMO_NONE ((struct walk_memo *)1)  // no memory for one, or the thread is ending
+#define MEMO_BUSY ((struct walk_memo *)2)  // a walk of this thread has it (a signal came in its middle)
+static __thread struct walk_memo *thread_memo __attribute__((tls_model("initial-exec")));
+static pthread_key_t memo_key;
+static pthread_once_t memo_key_once = PTHREAD_ONCE_INIT;
+static int memo_key_made;
+
+static void drop_memo(void *memo)
+{
+    __libc_free(memo);
+    thread_memo = MEMO_NONE;
+}
+
+static void make_memo_key(void)
+{
+    memo_key_made = !pthread_key_create(&memo_key, drop_memo);
+}
+
+// The thread's memo, made at its first walk and freed when it ends, taken until memo_back;
+// NULL if it has none or is already in a walk.
+static struct walk_memo *memo_taken(void)
+{
+    struct walk_memo *memo = thread_memo;
+    if (memo == MEMO_NONE || memo == MEMO_BUSY)
+        return NULL;
+    if (!memo) {
+        pthread_once(&memo_key_once, make_memo_key);
+        memo = memo_key_made ? __libc_calloc(1, sizeof *memo) : NULL;
+        if (memo && pthread_setspecific(memo_key, memo)) {
+            __libc_free(memo);
+            memo = NULL;
+        }
+        thread_memo = memo ? memo : MEMO_NONE;
+    }
+    if (memo) {
+        thread_memo = MEMO_BUSY;
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    }
+    return memo;
+}
+
+static void memo_back(struct walk_memo *memo)
+{
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    thread_memo = memo;
+}
+
+static inline uintptr_t stack_word(uintptr_t address)
+{
+    uintptr_t word;
+    memcpy(&word, (const void *)address, sizeof word);
+    return word;
+}
+
+// A walk in progress: its frames, its state, and its points kept for the next walk, each joined
+// to the next by a step whose reads are known.
+struct walk {
+    uintptr_t *frames;
+    size_t count, max;
+    uintptr_t pc, sp, bp;
+    int exact, recording;
+    struct walk_point *fresh;
+    size_t taken;
+};
+
+static inline __attribute__((always_inline)) void keep_point(struct walk *w)
+{
+    if (!w->recording || w->taken == MEMO_POINTS) {
+        w->recording = 0;
+        return;
+    }
+    struct walk_point *point = &w->fresh[w->taken++];
+    point->pc = w->pc, point->sp = w->sp, point->exact = w->exact;
+}
+
+// What the step out of the walk's point read. rbp's value is kept only where the CFA came from
+// it (a frame pointer): elsewhere it may be the program's data, and a heap walk would find the
+// blocks it points to reachable from the memo.
+static inline __attribute__((always_inline)) void note_step(struct walk *w, uintptr_t bp_at, int cfa_from_bp)
+{
+    if (!w->recording)
+        return;
+    struct walk_point *point = &w->fresh[w->taken - 1];
+    point->bp_at = bp_at, point->cfa_from_bp = cfa_from_bp, point->bp = cfa_from_bp ? w->bp : 0;
+}
+
+// From last[from], whose pc, sp and exactness the walk has, takes the last walk's steps while
+// they read what they read then: the same return address, and rbp's value where the CFA came
+// from it. Makes no read the walk itself would not make. Returns the index of the point reached.
+static inline __attribute__((always_inline)) size_t follow_last_walk(struct walk *w, const struct walk_point *last,
+                                                                     size_t from, size_t last_count)
+{
+    size_t at = from;
+    while (at + 1 < last_count && w->count < w->max) {
+        const struct walk_point *step = &last[at], *next = &last[at + 1];
+        if ((step->cfa_from_bp && w->bp != step->bp) || stack_word(next->sp - 8) != next->pc)
+            break;
+        note_step(w, step->bp_at, step->cfa_from_bp);
+        if (step->bp_at)
+            w->bp = stack_word(step->bp_at);
+        record_frame(w->frames, &w->count, next->pc);
+        w->pc = next->pc, w->sp = next->sp, w->exact = next->exact;
+        keep_point(w);
+        at++;
+    }
+    return at;
+}
+
 // The frames above this call, recorded as take_frame records them; -1 at a frame the rules
 // cannot follow.
 __attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max)
 {
-    uintptr_t pc, sp, bp;
-    __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(bp));
-    size_t count = 0;
-    int exact = 1;  // pc is where execution is, not a return address (a signal interrupted it)
-    while (count < max) {
+    struct walk w = {.frames = frames, .max = max, .exact = 1};
+    __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(w.pc), "=r"(w.sp), "=r"(w.bp));
+    struct walk_memo *memo = memo_taken();
+    const struct walk_point *last = NULL;
+    size_t last_count = 0, last_at = 0;
+    if (memo) {
+        unsigned generation = __atomic_load_n(&rules_generation, __ATOMIC_ACQUIRE);
+        if (memo->generation == generation) {
+            last = memo->points[memo->last];
+            last_count = memo->count[memo->last];
+        }
+        memo->generation = generation;
+        w.fresh = memo->points[!memo->last];
+        w.recording = 1;
+    }
+    long result;
+    keep_point(&w);
+    while (1) {
+        while (last_at < last_count && last[last_at].sp < w.sp)
+            last_at++;
+        if (last_at < last_count && last[last_at].sp == w.sp && last[last_at].pc == w.pc &&
+            last[last_at].exact == w.exact)
+            last_at = follow_last_walk(&w, last, last_at, last_count) + 1;  // parted: they may meet again
+        if (w.count >= max) {
+            result = (long)w.count;
+            break;
+        }
         struct rule rule;
-        if (!rule_at(exact ? pc : pc - 1, &rule))
-            return (long)count;  // no FDE: libgcc's walk ends here too
-        uintptr_t caller_pc, caller_sp, caller_bp = bp;
+        if (!rule_at(w.exact ? w.pc : w.pc - 1, &rule)) {
+            result = (long)w.count;  // no FDE: libgcc's walk ends here too
+            break;
+        }
+        uintptr_t caller_pc, caller_sp, caller_bp = w.bp;
         if (rule.cfa_rule == CFA_END) {
-            return (long)count;
+            result = (long)w.count;
+            break;
         } else if (rule.cfa_rule == CFA_SIGNAL) {
-            const greg_t *registers = ((const ucontext_t *)sp)->uc_mcontext.gregs;
+            const greg_t *registers = ((const ucontext_t *)w.sp)->uc_mcontext.gregs;
             caller_pc = (uintptr_t)registers[REG_RIP];
             caller_sp = (uintptr_t)registers[REG_RSP];
             caller_bp = (uintptr_t)registers[REG_RBP];
-            exact = 1;
+            w.exact = 1;
+            w.recording = 0;  // a step that reads registers, not the words a point's step is checked by
         } else if (rule.cfa_rule == CFA_RSP || rule.cfa_rule == CFA_RBP) {
-            uintptr_t cfa = (rule.cfa_rule == CFA_RSP ? sp : bp) + (uintptr_t)rule.cfa_offset;
-            if (cfa <= sp)
-                return -1;  // the stack would not shrink
-            memcpy(&caller_pc, (const void *)(cfa - 8), sizeof caller_pc);
-            if (rule.rbp_saved)
-                memcpy(&caller_bp, (const void *)(cfa + rule.rbp_offset), sizeof caller_bp);
+            uintptr_t cfa = (rule.cfa_rule == CFA_RSP ? w.sp : w.bp) + (uintptr_t)rule.cfa_offset;
+            if (cfa <= w.sp) {
+                result = -1;  // the stack would not shrink
+                break;
+            }
+            caller_pc = stack_word(cfa - 8);
+            uintptr_t bp_at = rule.rbp_saved ? cfa + (uintptr_t)rule.rbp_offset : 0;
+            note_step(&w, bp_at, rule.cfa_rule == CFA_RBP);
+            if (bp_at)
+                caller_bp = stack_word(bp_at);
             caller_sp = cfa;
-            exact = 0;
+            w.exact = 0;
         } else {
-            return -1;
+            result = -1;
+            break;
         }
-        if (!caller_pc)
-            return (long)count;
-        record_frame(frames, &count, caller_pc);
-        pc = caller_pc;
-        sp = caller_sp;
-        bp = caller_bp;
+        if (!caller_pc) {
+            result = (long)w.count;
+            break;
+        }
+        record_frame(frames, &w.count, caller_pc);
+        w.pc = caller_pc, w.sp = caller_sp, w.bp = caller_bp;
+        keep_point(&w);
     }
-    return (long)count;
+    if (memo) {
+        memo->last = !memo->last;
+        memo->count[memo->last] = (unsigned)w.taken;
+        memo_back(memo);
+    }
+    return result;
 }
 
 size_t take_stack(uintptr_t *frames, size_t max)

@@ -4,9 +4,11 @@
 // (--unreachable), so they are exported.
 #include "malloc_debug.h"
 
-#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define LOCK_SPINS 100
 
 _Static_assert(sizeof(struct table_shard) == 128, "record.h's layout: two shards never share a cache line");
 EXPORT struct table_shard leaktrace_shards[TABLE_SHARDS] __attribute__((aligned(64)));
@@ -41,12 +43,31 @@ static uint64_t hash_of(uintptr_t pointer)
     return pointer * 0x9e3779b97f4a7c15ULL;
 }
 
+// A shard's lock is taken with one exchange and given back with a store (a mutex pays an
+// atomic both ways, on every allocation and free); a thread that finds it held spins a
+// little, then yields, as the holder may have been preempted.
+static void lock_shard(struct table_shard *shard)
+{
+    while (__atomic_exchange_n(&shard->lock, 1, __ATOMIC_ACQUIRE))
+        for (unsigned spins = 0; __atomic_load_n(&shard->lock, __ATOMIC_RELAXED); spins++) {
+            if (spins < LOCK_SPINS)
+                __builtin_ia32_pause();
+            else
+                sched_yield();
+        }
+}
+
+static void unlock_shard(struct table_shard *shard)
+{
+    __atomic_store_n(&shard->lock, 0, __ATOMIC_RELEASE);
+}
+
 // The shard of a pointer, locked: picked by the 64 MiB the pointer is in, the size of a glibc
 // arena's heap, so that threads on different arenas take different locks and cache lines.
 static struct table_shard *lock_shard_of(uintptr_t pointer)
 {
     struct table_shard *shard = &leaktrace_shards[hash_of(pointer >> 26) >> 60 & (TABLE_SHARDS - 1)];
-    pthread_mutex_lock(&shard->lock);
+    lock_shard(shard);
     return shard;
 }
 
@@ -86,7 +107,7 @@ void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *fra
 {
     struct table_shard *shard = lock_shard_of(pointer);
     if ((shard->used + 1) * 2 > shard->slots && !grow(shard)) {
-        pthread_mutex_unlock(&shard->lock);
+        unlock_shard(shard);
         __libc_free(frames);
         count_event(C_LIVE_FULL);
         return;
@@ -104,7 +125,7 @@ void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *fra
     }
     shard->records[j] = (struct record){pointer, size, flags, frame_count, frames};
     count_under_lock(&shard->allocations);
-    pthread_mutex_unlock(&shard->lock);
+    unlock_shard(shard);
 }
 
 int table_take(uintptr_t pointer, struct record *out)
@@ -121,7 +142,7 @@ int table_take(uintptr_t pointer, struct record *out)
             found = 1;
         }
     }
-    pthread_mutex_unlock(&shard->lock);
+    unlock_shard(shard);
     return found;
 }
 
@@ -129,7 +150,7 @@ int table_contains(uintptr_t pointer)
 {
     struct table_shard *shard = lock_shard_of(pointer);
     int found = shard->slots && shard->records[find_slot(shard, pointer)].pointer == pointer;
-    pthread_mutex_unlock(&shard->lock);
+    unlock_shard(shard);
     return found;
 }
 
@@ -144,7 +165,7 @@ size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max)
             memcpy(frames, r->frames, found * sizeof *frames);
         }
     }
-    pthread_mutex_unlock(&shard->lock);
+    unlock_shard(shard);
     return found;
 }
 
@@ -184,7 +205,7 @@ struct record *table_snapshot(size_t *count)
 {
     size_t live = 0, n = 0;
     for (int s = 0; s < TABLE_SHARDS; s++) {
-        pthread_mutex_lock(&leaktrace_shards[s].lock);
+        lock_shard(&leaktrace_shards[s]);
         live += leaktrace_shards[s].live;
     }
     struct record *list = __libc_malloc((live ? live : 1) * sizeof *list);
@@ -202,7 +223,7 @@ struct record *table_snapshot(size_t *count)
         }
     }
     for (int s = TABLE_SHARDS - 1; s >= 0; s--)
-        pthread_mutex_unlock(&leaktrace_shards[s].lock);
+        unlock_shard(&leaktrace_shards[s]);
     if (list)
         qsort(list, n, sizeof *list, compare_records);
     *count = list ? n : 0;
@@ -219,7 +240,7 @@ void free_records(struct record *list, size_t count)
 void table_before_fork(void)
 {
     for (int s = 0; s < TABLE_SHARDS; s++)
-        pthread_mutex_lock(&leaktrace_shards[s].lock);
+        lock_shard(&leaktrace_shards[s]);
 }
 
 // In the child, every block is one it inherited; those it makes from now on carry the zygote bit.
@@ -227,14 +248,10 @@ void table_after_fork(int child)
 {
     for (int s = TABLE_SHARDS - 1; s >= 0; s--) {
         struct table_shard *shard = &leaktrace_shards[s];
-        if (child) {
-            for (size_t i = 0; i < shard->slots; i++)
-                if (shard->records[i].pointer > 1)
-                    shard->records[i].flags |= RECORD_INHERITED;
-            pthread_mutex_init(&shard->lock, NULL);
-        } else {
-            pthread_mutex_unlock(&shard->lock);
-        }
+        for (size_t i = 0; child && i < shard->slots; i++)
+            if (shard->records[i].pointer > 1)
+                shard->records[i].flags |= RECORD_INHERITED;
+        unlock_shard(shard);  // taken by the forking thread, in the child the only one
     }
     if (child)
         leaktrace_forked = 1;
@@ -244,14 +261,14 @@ void table_clear(void)
 {
     for (int i = 0; i < TABLE_SHARDS; i++) {
         struct table_shard *shard = &leaktrace_shards[i];
-        pthread_mutex_lock(&shard->lock);
+        lock_shard(shard);
         for (size_t j = 0; j < shard->slots; j++)
             if (shard->records[j].pointer > 1)
                 __libc_free(shard->records[j].frames);
         if (shard->slots)
             memset(shard->records, 0, shard->slots * sizeof *shard->records);
         shard->used = shard->live = shard->allocations = shard->frees = 0;
-        pthread_mutex_unlock(&shard->lock);
+        unlock_shard(shard);
     }
     for (int i = 0; i < C_COUNTERS; i++)
         __atomic_store_n(&leaktrace_counters[i], 0, __ATOMIC_RELAXED);
