@@ -3,6 +3,16 @@
 #define LEAKTRACE_ALLOCATORS_H
 
 // The allocator's entry points the library defines and an attach puts in every module's GOT.
-#define ALLOCATOR_FUNCTIONS(X) X(malloc) X(calloc) X(realloc) X(reallocarray) X(posix_memalign) X(aligned_alloc) X(memalign) X(valloc) X(pvalloc) X(free)
+#define ALLOCATOR_FUNCTIONS(X)                                                                                         \
+    X(malloc)                                                                                                          \
+    X(calloc)                                                                                                          \
+    X(realloc)                                                                                                         \
+    X(reallocarray)                                                                                                    \
+    X(posix_memalign)                                                                                                  \
+    X(aligned_alloc)                                                                                                   \
+    X(memalign)                                                                                                        \
+    X(valloc)                                                                                                          \
+    X(pvalloc)                                                                                                         \
+    X(free)
 
 #endif

@@ -15,6 +15,11 @@ from leaktrace.allocators import ALLOCATING, FREE
 HEADER = Path(__file__).with_name("allocators.h")
 
 
+def _continued(lines: list[str]) -> list[str]:
+    """One macro over several lines, its backslashes in column 120 as clang-format puts them."""
+    return [line.ljust(119) + "\\" for line in lines[:-1]] + lines[-1:]
+
+
 def generated() -> str:
     names = [function.name for function in (*ALLOCATING, FREE)]
     lines = [
@@ -23,7 +28,7 @@ def generated() -> str:
         "#define LEAKTRACE_ALLOCATORS_H",
         "",
         "// The allocator's entry points the library defines and an attach puts in every module's GOT.",
-        "#define ALLOCATOR_FUNCTIONS(X) " + " ".join(f"X({name})" for name in names),
+        *_continued(["#define ALLOCATOR_FUNCTIONS(X)", *(f"    X({name})" for name in names)]),
         "",
         "#endif",
     ]

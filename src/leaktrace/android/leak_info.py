@@ -8,6 +8,7 @@ forked from a traced one, after the fork), size_t num_allocations, then backtrac
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from leaktrace.android.records import LeakRecord, merged_records, sorted_records
@@ -82,7 +83,7 @@ def _impossible(size_word: int, num_allocations: int, pcs: list[int]) -> str | N
     return None
 
 
-def iter_leak_info(buffer, backtrace_size: int, abi: int = 64):
+def iter_leak_info(buffer: bytes, backtrace_size: int, abi: int = 64) -> Iterator[LeakInfoEntry]:
     """The entries of a buffer, one at a time (a file's buffer may be large)."""
     word = _word(abi)
     width = struct.calcsize(word)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 PROGRAM_NAME = "leaktrace"
@@ -186,7 +187,7 @@ def options_header() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _split_options(text: str):
+def _split_options(text: str) -> Iterator[tuple[str, str]]:
     """Yields (name, value) the way bionic's Config::GetOption reads them."""
     i, n = 0, len(text)
     while True:

@@ -10,8 +10,10 @@ group is one entry.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cmp_to_key
+from typing import Protocol
 
 from leaktrace.model.snapshot import ProcessInfo, Snapshot
 
@@ -47,7 +49,20 @@ class AndroidFrame:
     function_offset: int
 
 
-def android_frame(frames: dict, pid: int, pc: int, address: int) -> AndroidFrame:
+class SymbolizedFrame(Protocol):
+    """What android_frame reads of a symbolized frame (analysis/symbolize.py's Frame)."""
+
+    @property
+    def module(self) -> str | None: ...
+    @property
+    def module_offset(self) -> int | None: ...
+    @property
+    def function(self) -> str | None: ...
+    @property
+    def offset(self) -> int: ...
+
+
+def android_frame(frames: Mapping[tuple[int, int], SymbolizedFrame], pid: int, pc: int, address: int) -> AndroidFrame:
     """pc (as stored) from return address `address`, looked up in symbolized frames."""
     frame = frames.get((pid, address))
     if frame is None:

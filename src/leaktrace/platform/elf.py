@@ -19,6 +19,7 @@ NT_GNU_BUILD_ID = 3
 SHT_SYMTAB, SHT_NOBITS, SHT_DYNSYM, SHT_GNU_HASH = 2, 8, 11, 0x6FFFFFF6
 STT_OBJECT, STT_FUNC, STT_TLS, STT_GNU_IFUNC = 1, 2, 6, 10
 SHN_UNDEF = 0
+FileIdentity = tuple[int, int, int, int]  # (device, inode, mtime in ns, size): one version of one file
 
 
 class ElfError(ValueError):
@@ -42,7 +43,7 @@ class Symbol:
     size: int
 
 
-def _defined(info: int, shndx: int, value: int, types=(STT_FUNC, STT_GNU_IFUNC)) -> bool:
+def _defined(info: int, shndx: int, value: int, types: tuple[int, ...] = (STT_FUNC, STT_GNU_IFUNC)) -> bool:
     """A symbol table entry defines a symbol of one of these types (functions by default)."""
     return (info & 0xF) in types and shndx != SHN_UNDEF and value != 0
 
@@ -58,7 +59,7 @@ class ElfFile:
         try:  # paths come from targets' maps and dumps: a FIFO or a device is refused, never waited on
             self.fd = open_regular(path) if fd is None else fd
             st = os.fstat(self.fd)
-            self.identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+            self.identity: FileIdentity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
             self._data = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:
             self.close()
@@ -177,7 +178,9 @@ class ElfFile:
                 return self._data[seg.offset : seg.offset + seg.filesz].rstrip(b"\0").decode()
         return None
 
-    def _symbols_of(self, section_type: int, types=(STT_FUNC, STT_GNU_IFUNC)) -> list[tuple[Symbol, int]]:
+    def _symbols_of(
+        self, section_type: int, types: tuple[int, ...] = (STT_FUNC, STT_GNU_IFUNC)
+    ) -> list[tuple[Symbol, int]]:
         """Defined symbols of one table (functions unless types says otherwise), with their section index."""
         result = []
         for _, typ, off, size, link, entsize in self._sections:

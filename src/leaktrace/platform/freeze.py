@@ -15,7 +15,7 @@ import errno
 import mmap
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from leaktrace.errors import RuntimeFailure
@@ -97,7 +97,7 @@ def _read_memory(pid: int, mem_fd: int, into: memoryview, address: int) -> int:
     remote = _IoVec(address, len(into))
     done = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     if done > 0:
-        return done
+        return int(done)
     if ctypes.get_errno() == errno.ESRCH:  # its address space is gone: not one page more to try
         raise RuntimeFailure(f"pid {pid} exited while it was being copied")
     try:
@@ -132,7 +132,7 @@ def _available_memory() -> int:
     return 0
 
 
-def _buffers(pid: int, wanted) -> dict[tuple[int, int], mmap.mmap]:
+def _buffers(pid: int, wanted: Callable[[Mapping], bool]) -> dict[tuple[int, int], mmap.mmap]:
     """Buffers for the wanted mappings, made before the freeze: filling fresh pages would
     fault each one in while the process stands still (3 s per GiB here, against 0.25 s).
     The target sizes them: more than COPY_SHARE of the memory available is refused."""
@@ -330,7 +330,7 @@ def frozen(pid: int) -> Iterator[FrozenProcess]:
         _release(pid, seized, held_signals)
 
 
-def freeze_and_copy(pid: int, wanted) -> FrozenImage:
+def freeze_and_copy(pid: int, wanted: Callable[[Mapping], bool]) -> FrozenImage:
     """Stops every thread of pid, copies its registers, its maps and the mappings for which
     wanted(mapping) is true, and lets it go; raises RuntimeFailure if it cannot."""
     buffers = _buffers(pid, wanted)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
-from leaktrace.platform.elf import ElfError, ElfFile
+from leaktrace.platform.elf import ElfError, ElfFile, FileIdentity
 from leaktrace.platform.process import Mapping, parse_maps, read_process
 from leaktrace.platform.target_files import open_modules
 
@@ -97,9 +97,9 @@ def mini_debug_info(elf: ElfFile) -> ElfFile | None:
 class ModuleFiles:
     """ELF files of mapped modules, by file identity (device, inode, mtime, size)."""
 
-    def __init__(self):
-        self._files: dict[tuple, ElfFile | None] = {}
-        self._debug_files: dict[tuple, ElfFile | None] = {}  # a module's identity -> its debug file
+    def __init__(self) -> None:
+        self._files: dict[FileIdentity, ElfFile | None] = {}
+        self._debug_files: dict[FileIdentity, ElfFile | None] = {}  # a module's identity -> its debug file
 
     def debug_file(self, process: ProcessInfo, elf: ElfFile) -> ElfFile | None:
         """A module's separate debug file (symbols and lines a stripped module lacks): by its
@@ -206,7 +206,7 @@ _LIBC_NAME = re.compile(rf"{GLIBC_NAME.pattern}|/ld-musl-[^/]*\.so[.\d]*$")
 def libc_libraries(modules: ModuleFiles) -> tuple[ElfFile, ...]:
     """Every distinct libc mapped by a running process (a container's is another file), each
     opened with the rights of the first process found mapping it; this process's own first."""
-    found: dict[tuple, ElfFile] = {}
+    found: dict[FileIdentity, ElfFile] = {}
     seen: set[tuple[str, int]] = set()  # (device, inode) as maps say: each file opened once
     pids = [os.getpid()] + sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
     for pid in pids:

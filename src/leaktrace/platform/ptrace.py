@@ -15,10 +15,10 @@ _libc.ptrace.restype = ctypes.c_long
 _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
 
 
-def ptrace(request: int, tid: int, address=None, data=None) -> int:
+def ptrace(request: int, tid: int, address: int | None = None, data: int | None = None) -> int:
     """ptrace(2); OSError on failure."""
     result = _libc.ptrace(request, tid, address, data)
     if result == -1:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
-    return result
+    return int(result)

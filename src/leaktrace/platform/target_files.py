@@ -63,7 +63,8 @@ def run_as(credentials: Credentials, work: Callable[[], T]) -> T:
             f"reading files as uid {credentials.uid} (the target's) needs CAP_SETUID and CAP_SETGID, "
             "which leaktrace does not have"
         )
-    outcome: list = []
+    results: list[T] = []
+    errors: list[BaseException] = []  # handed to the caller's thread
 
     def as_target() -> None:
         try:
@@ -78,17 +79,16 @@ def run_as(credentials: Credentials, work: Callable[[], T]) -> T:
                 credentials.gid,
             ):
                 raise OSError(0, "cannot take the target's file-system identity")
-            outcome.append((True, work()))
-        except BaseException as e:  # handed to the caller's thread
-            outcome.append((False, e))
+            results.append(work())
+        except BaseException as e:
+            errors.append(e)
 
     thread = threading.Thread(target=as_target, name="leaktrace-as-target", daemon=True)
     thread.start()
     thread.join()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 def open_regular(path: str, flags: int = UNTRUSTED_OPEN) -> int:

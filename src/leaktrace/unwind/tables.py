@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.atomic_write import write_atomically
-from leaktrace.platform.elf import PF_X, PT_LOAD, ElfFile
+from leaktrace.platform.elf import PF_X, PT_LOAD, ElfFile, FileIdentity
 from leaktrace.platform.process import Mapping
 from leaktrace.platform.safe_directory import open_trusted_directory
 from leaktrace.unwind.rows import (  # the rules and rows as the BPF walk reads them
@@ -99,10 +99,10 @@ def _rule(cfa: str, columns: dict[str, str], signal_frame: bool) -> Rule:
 def parse_frames_interp(text: str) -> list[tuple[int, int, list[tuple[int, Rule]]]]:
     """readelf's interpreted CFI -> [(start, end, [(pc, rule)])] per FDE, from .eh_frame if it
     has any, else from .debug_frame."""
-    by_section: dict[str, list] = {}
+    by_section: dict[str, list[tuple[int, int, list[tuple[int, Rule]], bool, Rule | None]]] = {}
     cies: dict[str, tuple[bool, Rule | None]] = {}  # offset -> (signal frame, initial rule)
     section, fdes = "", []
-    current: list | None = None  # the rows of the FDE (or CIE) being read
+    current: list[tuple[int, Rule]] | None = None  # the rows of the FDE (or CIE) being read
     columns: tuple[str, ...] = ()
     cie_offset = None
     for line in text.splitlines():
@@ -401,7 +401,7 @@ class UnwindTables:
     across starts in a TableCache when given one."""
 
     def __init__(self, cache: TableCache | None = None):
-        self._tables: dict[tuple, FileTable] = {}
+        self._tables: dict[FileIdentity, FileTable] = {}
         self._cache = cache
         self._notices: list[str] = []
 

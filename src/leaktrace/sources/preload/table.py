@@ -47,6 +47,7 @@ from leaktrace.sources.preload.layout import (  # from native/record.h
 TABLE_TRIES = 100  # stops of the process to find its table unlocked (a lock is held for microseconds)
 SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20  # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
 T = TypeVar("T")
+ReadMemory = Callable[[int, int], bytes]  # (address, size) -> what could be read there
 
 
 def preload_library() -> str:
@@ -102,7 +103,7 @@ class Shard:
     frees: int
 
 
-def _read_shards(read, addresses: dict[str, int], pid: int) -> list[Shard]:
+def _read_shards(read: ReadMemory, addresses: dict[str, int], pid: int) -> list[Shard]:
     data = read(addresses["leaktrace_shards"], TABLE_SHARDS * TABLE_SHARD.size)
     if len(data) != TABLE_SHARDS * TABLE_SHARD.size:
         raise DamagedTable(f"the library's table in pid {pid} could not be read")
@@ -119,7 +120,7 @@ def counters_from_words(words: tuple[int, ...] | list[int], pid: int) -> Counter
     return Counters(**dict(zip(COUNTER_FIELDS, words)))
 
 
-def _read_counters(read, addresses: dict[str, int], pid: int, shards: list[Shard]) -> Counters:
+def _read_counters(read: ReadMemory, addresses: dict[str, int], pid: int, shards: list[Shard]) -> Counters:
     """leaktrace_counters, with the allocations and frees its shards count under their locks."""
     data = read(addresses["leaktrace_counters"], 8 * C_COUNTERS)
     counters = counters_from_words(struct.unpack(f"<{len(data) // 8}Q", data[: len(data) // 8 * 8]), pid)
@@ -208,7 +209,7 @@ class CopiedTable:
         return allocations
 
 
-def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) -> CopiedTable | None:
+def _copy_table(read: ReadMemory, maps: list[Mapping], pid: int, addresses: dict[str, int]) -> CopiedTable | None:
     """The library's table and its frames, through read(address, size) (a stopped process or a
     copy of one); None while a shard is locked. Every value comes from the target: DamagedTable
     names the first that sizes a read and that the library could not have written (a shard
@@ -242,7 +243,7 @@ def _copy_table(read, maps: list[Mapping], pid: int, addresses: dict[str, int]) 
     return CopiedTable(pid, maps, tuple(occupied), live, spans, forked, counters)
 
 
-def _read_spans(read, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
+def _read_spans(read: ReadMemory, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
     """The memory holding many small ranges, as a few large reads of the spans they cluster in
     (a stopped process is read one system call per read), sorted by start."""
     ends: dict[int, int] = {}
@@ -276,7 +277,9 @@ def _until_unlocked(pid: int, attempt: Callable[[], T | None]) -> T:
     raise RuntimeFailure(f"pid {pid} kept its table locked through {TABLE_TRIES} tries")
 
 
-def copy_with_table(pid: int, wanted) -> tuple[FrozenImage, list[LiveAllocation], CopiedTable]:
+def copy_with_table(
+    pid: int, wanted: Callable[[Mapping], bool]
+) -> tuple[FrozenImage, list[LiveAllocation], CopiedTable]:
     """A frozen copy of the process (the mappings wanted) taken while the table was unlocked,
     the live blocks in that table, and the table (its ranges are never roots of a
     reachability check: they point to every block)."""
