@@ -358,6 +358,141 @@ def allocator_state(process: ProcessInfo, image: FrozenImage) -> tuple[tuple[int
     return ((main_arena, main_arena + ARENA_SIZE),)
 
 
+def _arena_ring(memory: _Memory, main_arena: int, problems: list[str]) -> list[int]:
+    """The arenas, from main_arena along their ring."""
+    arenas = [main_arena]
+    while len(arenas) <= MAX_ARENAS:
+        following = memory.word(arenas[-1] + ARENA_NEXT)
+        if following in (0, main_arena) or following in arenas:
+            break
+        arenas.append(following)
+    if memory.word(arenas[-1] + ARENA_NEXT) != main_arena:
+        problems.append(f"the ring of arenas does not close at {arenas[-1]:#x}: arenas after it were not walked")
+    return arenas
+
+
+def _walk_arena(
+    memory: _Memory,
+    maps: list[Mapping],
+    arena: int,
+    main: bool,
+    sbrk_base: int | None,
+    heap_ranges: list[tuple[int, int]],
+    problems: list[str],
+) -> _Chunks:
+    """The chunks of one arena's heaps (main_arena's brk heap, from sbrk_base where mp_ gives
+    it; a list of HEAP_MAX heaps for the others); adds each heap's range to heap_ranges."""
+    chunks = _Chunks()
+    top = memory.word(arena + ARENA_TOP)
+    chunks.top_bytes = memory.word(top + 8) & ~7
+    if memory.word(arena) & 0xFFFFFFFF:
+        problems.append(
+            f"arena {arena:#x} was locked when the process stopped (a thread inside malloc): "
+            "its lists may have been half-changed"
+        )
+    if main:
+        heap = _heap_mappings(maps, top)
+        base = sbrk_base if sbrk_base is not None else (heap.start if heap else 0)
+        start = (base + 15) & ~15
+        if heap is None or not heap.start <= start <= top:
+            problems.append(f"the main arena's top chunk {top:#x} is not in its brk heap: it was not walked")
+            return chunks
+        chunks.heaps = 1
+        heap_ranges.append((heap.start, heap.end))
+        _walk_chunks(memory, start, top, chunks, problems, "main arena")
+        return chunks
+    heap_info, seen = top & ~(HEAP_MAX - 1), 0
+    while heap_info and seen < MAX_ARENAS:
+        ar_ptr, prev, size = memory.words(heap_info, 3)
+        if ar_ptr != arena or not HEAP_INFO_SIZE < size <= HEAP_MAX:
+            problems.append(
+                f"arena {arena:#x}: heap {heap_info:#x} does not belong to it; its older heaps were not walked"
+            )
+            break
+        first = ((arena + ARENA_SIZE + 15) & ~15) if not prev else heap_info + HEAP_INFO_SIZE
+        stop = top if seen == 0 else heap_info + size - HEADER
+        heap_ranges.append((heap_info, heap_info + HEAP_MAX))
+        if seen and memory.word(stop + 8) & ~7:
+            problems.append(f"arena {arena:#x}: heap {heap_info:#x} lacks its end marker; it was not walked")
+        else:
+            _walk_chunks(memory, first, stop, chunks, problems, f"arena {arena:#x} heap {heap_info:#x}")
+        chunks.heaps += 1
+        heap_info, seen = prev, seen + 1
+    return chunks
+
+
+def _fastbin_chunks(
+    memory: _Memory, arenas: list[int], in_use_chunks: _ChunkIndex, limit: int, problems: list[str]
+) -> set[int]:
+    """The chunks in the arenas' fastbins: free, though their in-use bit stays set."""
+    free: set[int] = set()
+    for arena in arenas:
+        for bin_index, first in enumerate(memory.words(arena + ARENA_FASTBINS, FASTBINS)):
+            where = f"arena {arena:#x} fastbin {bin_index}"
+            free.update(_follow_list(memory, first, limit, in_use_chunks, problems, where, links_to_user_data=False))
+    return free
+
+
+def _tcache_chunks(
+    process: ProcessInfo,
+    image: FrozenImage,
+    memory: _Memory,
+    libc: _Libc,
+    in_use_chunks: _ChunkIndex,
+    problems: list[str],
+) -> tuple[set[int], set[int], str]:
+    """The chunks in every thread's tcache (free, their in-use bit set), the tcaches' own chunks
+    (libc's), and how the tcaches were found, in words."""
+    free: set[int] = set()
+    libc_chunks: set[int] = set()
+    tcache_offset = libc.symbols.get("tcache")
+    how = "tcaches through each thread's TLS"
+    fs_bases = {tid: regs[FS_BASE_INDEX] for tid, regs in image.registers.items()}
+    if libc.tls_offset is None:
+        problems.append("libc's TLS block was not found (no link_map for it): tcaches were not read")
+        return free, libc_chunks, how
+    if tcache_offset is None and process.pid in fs_bases:
+        tcache_offset = _tcache_offset_by_shape(memory, libc, fs_bases[process.pid], in_use_chunks)
+        how = "tcaches through each thread's TLS (offset found by shape)"
+    if tcache_offset is None:
+        problems.append("tcache's place in libc's TLS block is unknown: tcaches were not read")
+        return free, libc_chunks, how
+    for tid, fs_base in sorted(fs_bases.items()):
+        tcache = memory.word(fs_base - libc.tls_offset + tcache_offset)
+        if not tcache:
+            continue
+        if not in_use_chunks.size_of(tcache - HEADER):
+            problems.append(f"thread {tid}'s tcache {tcache:#x} is not an in-use chunk: it was not read")
+            continue
+        libc_chunks.add(tcache - HEADER)
+        fields = memory.words(tcache, (TCACHE_ENTRIES + 8 * TCACHE_BINS) // 8)
+        counts = struct.unpack(f"<{TCACHE_BINS}H", struct.pack(f"<{TCACHE_BINS // 4}Q", *fields[:16]))
+        for index, (count, entry) in enumerate(zip(counts, fields[16:])):
+            reported = len(problems)
+            where = f"thread {tid}'s tcache bin {index}"
+            first = entry - HEADER if entry else 0
+            chain = _follow_list(memory, first, count, in_use_chunks, problems, where, links_to_user_data=True)
+            if len(chain) < count and len(problems) == reported:
+                problems.append(f"{where} holds {len(chain)} chunks, not {count}")
+            free.update(chain)
+    return free, libc_chunks, how
+
+
+def _arena_summary(arena: int, main: bool, chunks: _Chunks, not_blocks: np.ndarray, freed: np.ndarray) -> ArenaUse:
+    own, own_sizes = chunks.used[0], chunks.used_sizes[0]
+    in_use, in_bins = ~np.isin(own, not_blocks), np.isin(own, freed)
+    return ArenaUse(
+        arena,
+        main,
+        chunks.heaps,
+        int(in_use.sum()),
+        int((own_sizes[in_use] - np.uint64(8)).sum()),
+        chunks.free_chunks + int(in_bins.sum()),
+        chunks.free_bytes + int(own_sizes[in_bins].sum()),
+        chunks.top_bytes,
+    )
+
+
 def walk_heap(
     process: ProcessInfo, image: FrozenImage, modules: ModuleFiles | None = None, use_debug_file: bool = True
 ) -> HeapWalk:
@@ -377,58 +512,12 @@ def walk_heap(
     if not memory.word(main_arena + ARENA_NEXT) or not memory.word(main_arena + ARENA_TOP):
         raise HeapWalkRefused(f"pid {process.pid} has not set up glibc's malloc yet (or main_arena was misread)")
 
-    # The arena ring, from main_arena.
-    arenas = [main_arena]
-    while len(arenas) <= MAX_ARENAS:
-        following = memory.word(arenas[-1] + ARENA_NEXT)
-        if following in (0, main_arena) or following in arenas:
-            break
-        arenas.append(following)
-    if memory.word(arenas[-1] + ARENA_NEXT) != main_arena:
-        problems.append(f"the ring of arenas does not close at {arenas[-1]:#x}: arenas after it were not walked")
-
-    per_arena: list[_Chunks] = []
+    arenas = _arena_ring(memory, main_arena, problems)
     heap_ranges: list[tuple[int, int]] = []
-    for arena in arenas:
-        chunks = _Chunks()
-        per_arena.append(chunks)
-        top = memory.word(arena + ARENA_TOP)
-        top_size = memory.word(top + 8) & ~7
-        chunks.top_bytes = top_size
-        if memory.word(arena) & 0xFFFFFFFF:
-            problems.append(
-                f"arena {arena:#x} was locked when the process stopped (a thread inside malloc): "
-                "its lists may have been half-changed"
-            )
-        if arena == main_arena:
-            heap = _heap_mappings(maps, top)
-            sbrk_base = memory.word(mp + MP_SBRK_BASE) if mp else (heap.start if heap else 0)
-            start = (sbrk_base + 15) & ~15
-            if heap is None or not heap.start <= start <= top:
-                problems.append(f"the main arena's top chunk {top:#x} is not in its brk heap: it was not walked")
-                continue
-            chunks.heaps = 1
-            heap_ranges.append((heap.start, heap.end))
-            _walk_chunks(memory, start, top, chunks, problems, "main arena")
-            continue
-        heap_info, seen = top & ~(HEAP_MAX - 1), 0
-        while heap_info and seen < MAX_ARENAS:
-            ar_ptr, prev, size = memory.words(heap_info, 3)
-            if ar_ptr != arena or not HEAP_INFO_SIZE < size <= HEAP_MAX:
-                problems.append(
-                    f"arena {arena:#x}: heap {heap_info:#x} does not belong to it; its older heaps were not walked"
-                )
-                break
-            first = ((arena + ARENA_SIZE + 15) & ~15) if not prev else heap_info + HEAP_INFO_SIZE
-            stop = top if seen == 0 else heap_info + size - HEADER
-            heap_ranges.append((heap_info, heap_info + HEAP_MAX))
-            if seen and memory.word(stop + 8) & ~7:
-                problems.append(f"arena {arena:#x}: heap {heap_info:#x} lacks its end marker; it was not walked")
-            else:
-                _walk_chunks(memory, first, stop, chunks, problems, f"arena {arena:#x} heap {heap_info:#x}")
-            chunks.heaps += 1
-            heap_info, seen = prev, seen + 1
-
+    sbrk_base = memory.word(mp + MP_SBRK_BASE) if mp else None
+    per_arena = [
+        _walk_arena(memory, maps, arena, arena == main_arena, sbrk_base, heap_ranges, problems) for arena in arenas
+    ]
     for chunks in per_arena:
         chunks.used, chunks.used_sizes = [joined(chunks.used, np.uint64)], [joined(chunks.used_sizes, np.uint64)]
     used = joined([chunks.used[0] for chunks in per_arena], np.uint64)
@@ -436,57 +525,9 @@ def walk_heap(
     in_use_chunks = _ChunkIndex(used, sizes)
 
     # Free chunks that keep their in-use bit: fastbins (per arena) and tcaches (per thread).
-    free: set[int] = set()
-    for arena in arenas:
-        for bin_index, first in enumerate(memory.words(arena + ARENA_FASTBINS, FASTBINS)):
-            free.update(
-                _follow_list(
-                    memory,
-                    first,
-                    len(used),
-                    in_use_chunks,
-                    problems,
-                    f"arena {arena:#x} fastbin {bin_index}",
-                    links_to_user_data=False,
-                )
-            )
-    libc_chunks: set[int] = set()
-    tcache_offset = libc.symbols.get("tcache")
-    how_tcache = "tcaches through each thread's TLS"
-    fs_bases = {tid: regs[FS_BASE_INDEX] for tid, regs in image.registers.items()}
-    if libc.tls_offset is None:
-        problems.append("libc's TLS block was not found (no link_map for it): tcaches were not read")
-    else:
-        if tcache_offset is None and process.pid in fs_bases:
-            tcache_offset = _tcache_offset_by_shape(memory, libc, fs_bases[process.pid], in_use_chunks)
-            how_tcache = "tcaches through each thread's TLS (offset found by shape)"
-        if tcache_offset is None:
-            problems.append("tcache's place in libc's TLS block is unknown: tcaches were not read")
-    if libc.tls_offset is not None and tcache_offset is not None:
-        for tid, fs_base in sorted(fs_bases.items()):
-            tcache = memory.word(fs_base - libc.tls_offset + tcache_offset)
-            if not tcache:
-                continue
-            if not in_use_chunks.size_of(tcache - HEADER):
-                problems.append(f"thread {tid}'s tcache {tcache:#x} is not an in-use chunk: it was not read")
-                continue
-            libc_chunks.add(tcache - HEADER)
-            fields = memory.words(tcache, (TCACHE_ENTRIES + 8 * TCACHE_BINS) // 8)
-            counts = struct.unpack(f"<{TCACHE_BINS}H", struct.pack(f"<{TCACHE_BINS // 4}Q", *fields[:16]))
-            for index, (count, entry) in enumerate(zip(counts, fields[16:])):
-                reported = len(problems)
-                chain = _follow_list(
-                    memory,
-                    entry - HEADER if entry else 0,
-                    count,
-                    in_use_chunks,
-                    problems,
-                    f"thread {tid}'s tcache bin {index}",
-                    links_to_user_data=True,
-                )
-                if len(chain) < count and len(problems) == reported:
-                    problems.append(f"thread {tid}'s tcache bin {index} holds {len(chain)} chunks, not {count}")
-                free.update(chain)
+    free = _fastbin_chunks(memory, arenas, in_use_chunks, len(used), problems)
+    in_tcaches, libc_chunks, how_tcache = _tcache_chunks(process, image, memory, libc, in_use_chunks, problems)
+    free |= in_tcaches
 
     mmapped_chunks: list[tuple[int, int]] = []
     stacks = [(m.start, m.end) for m in maps for regs in image.registers.values() if m.start <= regs[RSP_INDEX] < m.end]
@@ -504,22 +545,10 @@ def walk_heap(
     not_blocks = np.array(sorted(free | libc_chunks), dtype=np.uint64)
     freed = np.array(sorted(free), dtype=np.uint64)
     keep = ~np.isin(used, not_blocks)
-    summaries = []
-    for arena, chunks in zip(arenas, per_arena):
-        own, own_sizes = chunks.used[0], chunks.used_sizes[0]
-        in_use, in_bins = ~np.isin(own, not_blocks), np.isin(own, freed)
-        summaries.append(
-            ArenaUse(
-                arena,
-                arena == main_arena,
-                chunks.heaps,
-                int(in_use.sum()),
-                int((own_sizes[in_use] - np.uint64(8)).sum()),
-                chunks.free_chunks + int(in_bins.sum()),
-                chunks.free_bytes + int(own_sizes[in_bins].sum()),
-                chunks.top_bytes,
-            )
-        )
+    summaries = [
+        _arena_summary(arena, arena == main_arena, chunks, not_blocks, freed)
+        for arena, chunks in zip(arenas, per_arena)
+    ]
     mapped_at = np.array([at for at, _ in mmapped_chunks], dtype=np.uint64)
     mapped_sizes = np.array([size for _, size in mmapped_chunks], dtype=np.uint64)
     addresses = np.concatenate([used[keep], mapped_at]) + np.uint64(HEADER)

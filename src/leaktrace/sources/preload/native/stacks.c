@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/ucontext.h>
 #include <unistd.h>
 #include <unwind.h>
@@ -185,7 +186,7 @@ static int memo_key_made;
 
 static void drop_memo(void *memo)
 {
-    __libc_free(memo);
+    munmap(memo, sizeof(struct walk_memo));
     thread_memo = MEMO_NONE;
 }
 
@@ -194,8 +195,9 @@ static void make_memo_key(void)
     memo_key_made = !pthread_key_create(&memo_key, drop_memo);
 }
 
-// The thread's memo, made at its first walk and freed when it ends, taken until memo_back;
-// NULL if it has none or is already in a walk.
+// The thread's memo, made at its first walk and unmapped when it ends, taken until memo_back;
+// NULL if it has none or is already in a walk. It is a mapping of its own, not a heap block: a
+// heap walk finds there only the program's blocks and the table's.
 static struct walk_memo *memo_taken(void)
 {
     struct walk_memo *memo = thread_memo;
@@ -203,9 +205,12 @@ static struct walk_memo *memo_taken(void)
         return NULL;
     if (!memo) {
         pthread_once(&memo_key_once, make_memo_key);
-        memo = memo_key_made ? __libc_calloc(1, sizeof *memo) : NULL;
-        if (memo && pthread_setspecific(memo_key, memo)) {
-            __libc_free(memo);
+        memo = memo_key_made ? mmap(NULL, sizeof *memo, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                             : MAP_FAILED;
+        if (memo == MAP_FAILED) {
+            memo = NULL;
+        } else if (pthread_setspecific(memo_key, memo)) {
+            munmap(memo, sizeof *memo);
             memo = NULL;
         }
         thread_memo = memo ? memo : MEMO_NONE;
