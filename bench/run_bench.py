@@ -263,7 +263,7 @@ def report_time(binary: Path, live: int) -> None:
     settings = EngineSettings(max_live=max(EngineSettings().max_live, live + live // 5))
     with Trace.launch([str(binary), str(live)], settings) as trace:
         deadline = time.monotonic() + 600
-        while trace.poll() and trace.engine.counters().allocations < live + 1 and time.monotonic() < deadline:
+        while trace.poll() and trace.engine.reader.counters().allocations < live + 1 and time.monotonic() < deadline:
             time.sleep(0.1)
         started = time.perf_counter()
         snapshot = trace.snapshot()

@@ -50,11 +50,11 @@ def test_the_engine_takes_the_compile_started_ahead(program):
         settings = EngineSettings(stack_depth=8)
         ahead = compile_ahead(settings, target.pid)
         with Trace.attach(target.pid, settings) as trace:
-            assert trace.engine._bpf is ahead.result()[0]
+            assert trace.engine.kernel.bpf is ahead.result()[0]
         # --all: the engine turns fork following on by itself, the flags must still match.
         ahead = compile_ahead(settings, 0)
         with Trace.everything(settings) as trace:
-            assert trace.engine._bpf is ahead.result()[0]
+            assert trace.engine.kernel.bpf is ahead.result()[0]
     finally:
         target.kill()
         target.wait()

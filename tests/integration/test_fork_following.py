@@ -154,8 +154,8 @@ def test_exited_children_leave_nothing_in_the_maps(program):
     with Trace.launch([str(program("forks"))], EngineSettings(follow_forks=True)) as trace:
         trace.wait()
         parent = trace.pid
-        assert {g.pid for g in trace.engine.groups()} == {parent}
-        assert trace.engine.recorded_pids() == {
+        assert {g.pid for g in trace.engine.reader.groups()} == {parent}
+        assert trace.engine.reader.recorded_pids() == {
             "live": {parent},
             "sites": {parent},
             "procs": {parent},

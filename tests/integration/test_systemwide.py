@@ -200,7 +200,7 @@ def test_exited_processes_leave_nothing_in_the_kernel_tables(program):
             while time.monotonic() < deadline:
                 trace.poll()
                 time.sleep(0.02)
-            recorded = trace.engine.recorded_pids()
+            recorded = trace.engine.reader.recorded_pids()
             assert {parent, child, exiting} <= recorded["live"] and {parent, child, exiting} <= recorded["procs"]
             for pid in (parent, child, exiting):
                 os.kill(pid, signal.SIGKILL)
@@ -212,7 +212,7 @@ def test_exited_processes_leave_nothing_in_the_kernel_tables(program):
                 seen_exited |= {pid for pid, info in snapshot.processes.items() if info.exited}
                 time.sleep(0.05)
             assert {parent, child, exiting} <= seen_exited
-            for table, pids in trace.engine.recorded_pids().items():
+            for table, pids in trace.engine.reader.recorded_pids().items():
                 assert not pids & {parent, child, exiting}, table
         finally:
             workers.stop()

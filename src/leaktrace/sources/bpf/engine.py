@@ -7,9 +7,8 @@ import dataclasses
 import errno
 import os
 import re
-import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from leaktrace.allocators import ALLOCATING, FREE, family_of
 from leaktrace.errors import RuntimeFailure
@@ -19,6 +18,7 @@ from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import MapsFollower, live_thread, read_process
 from leaktrace.sources.bpf.compile import EngineSettings, bcc_output, claim_or_start_compile
 from leaktrace.sources.bpf.inheritance import ForkInheritance
+from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
     AR_RAX,
     COOKIE_FUNCTION_BITS,
@@ -40,7 +40,7 @@ from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: gener
     NO_TABLES_STOP,
 )
 from leaktrace.sources.bpf.links import attach_uprobes, reference_counter_conflicts
-from leaktrace.sources.bpf.map_reading import TracedProcess
+from leaktrace.sources.bpf.map_reading import MapReader
 from leaktrace.sources.bpf.process_registry import ProcessRegistry
 from leaktrace.sources.bpf.unwind_upload import UnwindUpload
 from leaktrace.unwind.tables import TableCache, UnwindTables
@@ -133,9 +133,11 @@ def file_offsets(elf: ElfFile, addresses: list[int]) -> list[int]:
         raise RuntimeFailure(f"cannot place uprobes: {e}") from None
 
 
-class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
+class BpfEngine:
     """One compiled BPF program tracing one process and, with -f, its children; or, with
-    target 0, every process that calls into the libraries (each from its first call)."""
+    target 0, every process that calls into the libraries (each from its first call). Its
+    parts share the compiled program through kernel: reader (the maps, read), upload (unwind
+    tables and mappings), registry (processes taken out), inheritance (copies across fork)."""
 
     def __init__(
         self,
@@ -157,21 +159,17 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
         self.probes: list[AttachedProbe] = []
         # The target's first thread had exited (pthread_exit) when it was attached to.
         self.leader_exited = bool(target) and live_thread(target) not in (target, None)
-        self._bpf: Any = None  # bcc's BPF, once the compile is taken
+        self.kernel = KernelState()
         self._programs: dict[bytes, int] = {}  # program name -> fd
         self._links: list[int] = []  # uprobe_multi link fds
         self._text_around_free = (0, 0)
-        self._stack_cache: dict[int, tuple[int, ...]] = {}
         self.tables = UnwindTables(TableCache(settings.table_cache) if settings.table_cache else None)
-        # A file's packed rows -> (first row, row count, first page, page count) in the kernel's tables.
-        self._uploaded: dict[bytes, tuple[int, int, int, int]] = {}
-        self._next_row = self._next_page = 0
-        self._exec_maps = {}  # pid -> (generation, maps version, exec_maps entries, crowded) loaded
-        self._tables_lock = threading.Lock()
-        self._copy_lock = threading.Lock()
-        self.notices = []
+        self.notices: list[str] = []  # said at the next report (Trace.take_notices)
         self._modules = ModuleFiles()
-        self._parsed_procs: dict[bytes, TracedProcess] = {}
+        self.reader = MapReader(self.kernel)
+        self.upload = UnwindUpload(self.kernel, settings, self.tables, self._modules, self.notices)
+        self.registry = ProcessRegistry(self.kernel, self.reader, self.upload)
+        self.inheritance = ForkInheritance(self.kernel, self.reader)
 
     @property
     def library_paths(self) -> list[str]:
@@ -268,22 +266,22 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
                     if elf is not None:
                         self.tables.table_of(elf)
         finally:
-            self._bpf, self._programs = compile_job.result()
-        self._set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
-        self._set_control(CTL_TEXT_AFTER_FREE, self._text_around_free[1])
-        if self.holds_images:  # before any probe is live: no process may exit unjudged
-            self._set_control(CTL_JUDGE_EXITS, int(self.settings.leak_check_at_exit))
-        self._set_control(CTL_NEXT_GEN, 1)
-        self._bpf[b"unwind_programs"][ct.c_int(0)] = ct.c_int(self._programs[b"unwind_frames"])
+            self.kernel.bpf, self._programs = compile_job.result()
+        self.kernel.set_control(CTL_TEXT_BEFORE_FREE, self._text_around_free[0])
+        self.kernel.set_control(CTL_TEXT_AFTER_FREE, self._text_around_free[1])
+        if self.kernel.holds_images:  # before any probe is live: no process may exit unjudged
+            self.kernel.set_control(CTL_JUDGE_EXITS, int(self.settings.leak_check_at_exit))
+        self.kernel.set_control(CTL_NEXT_GEN, 1)
+        self.kernel.bpf[b"unwind_programs"][ct.c_int(0)] = ct.c_int(self._programs[b"unwind_frames"])
         # -c's command stops at its first allocator call until its tables are in (tables_stop_pending).
-        self._set_control(CTL_TABLES_GEN, 0 if self.arm_on_exec else NO_TABLES_STOP)
+        self.kernel.set_control(CTL_TABLES_GEN, 0 if self.arm_on_exec else NO_TABLES_STOP)
         if attached:
-            procs, gen = self._bpf[b"procs"], self._next_gen()
+            procs, gen = self.kernel.bpf[b"procs"], self.kernel.next_gen()
             procs[ct.c_uint32(self.target)] = procs.Leaf(gen=gen)
-            self._set_control(CTL_TARGET_GEN, gen)
+            self.kernel.set_control(CTL_TARGET_GEN, gen)
             if target_maps is not None and target_maps.maps:
-                self.load_tables(target_maps, gen, target_follower)
-        self._bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
+                self.upload.load_tables(target_maps, gen, target_follower)
+        self.kernel.bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
         if self.settings.follow_forks:
             for tracepoint, program in (
                 (b"task:task_newtask", b"task_newtask"),
@@ -291,7 +289,7 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
             ):
                 try:
                     with bcc_output():
-                        self._bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
+                        self.kernel.bpf.attach_tracepoint(tp=tracepoint, fn_name=program)
                 except Exception as e:
                     raise RuntimeFailure(f"cannot attach the {tracepoint.decode()} tracepoint: {e}") from None
         for library, functions, placements in layouts:
@@ -328,8 +326,8 @@ class BpfEngine(ProcessRegistry, ForkInheritance, UnwindUpload):
 
     def close(self) -> None:
         """Detaches every probe and frees the maps; safe to call twice."""
-        if self._bpf is not None:
-            bpf, self._bpf = self._bpf, None
+        if self.kernel.bpf is not None:
+            bpf, self.kernel.bpf = self.kernel.bpf, None
             links, self._links = self._links, []
             for link in links:
                 os.close(link)

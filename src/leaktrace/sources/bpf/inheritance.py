@@ -8,6 +8,7 @@ import threading
 
 from bcc.libbcc import lib
 
+from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (
     CTL_COPIES_DONE,
     CTL_FORKS,
@@ -20,10 +21,12 @@ from leaktrace.sources.bpf.maps import gc_paused
 BPF_NOEXIST = 1
 
 
-class ForkInheritance(MapReader):
+class ForkInheritance:
     """Copying a parent's live records to the children that forked from it."""
 
-    _copy_lock: threading.Lock
+    def __init__(self, kernel: KernelState, reader: MapReader) -> None:
+        self.kernel, self.reader = kernel, reader
+        self._copy_lock = threading.Lock()
 
     def copy_inherited(self) -> None:
         """Gives each new child its own records of the blocks it inherited.
@@ -37,19 +40,19 @@ class ForkInheritance(MapReader):
 
     @gc_paused
     def _copy_inherited(self) -> None:
-        forks = self._control(CTL_FORKS)
-        if forks == self._control(CTL_COPIES_DONE):
+        forks = self.kernel.control(CTL_FORKS)
+        if forks == self.kernel.control(CTL_COPIES_DONE):
             return
-        inherits = self._bpf[b"inherits"]
+        inherits = self.kernel.bpf[b"inherits"]
         links = sorted(
             ((k.value, v.parent, v.parent_gen, v.fork_ts) for k, v in inherits.items()), key=lambda link: link[3]
         )
         if links:
-            gens = self._generations()
+            gens = self.reader.generations()
             by_image: dict[tuple[int, int], list[LiveEntry]] = {}
-            for e in self._live_entries():
+            for e in self.reader.live_entries():
                 by_image.setdefault((e.tgid, e.gen), []).append(e)
-            live_fd = self._bpf[b"live"].map_fd
+            live_fd = self.kernel.bpf[b"live"].map_fd
             for child, parent, parent_gen, fork_ts in links:
                 child_gen = gens.get(child)
                 if child_gen is None:  # gone (or left out) before its copy was made
@@ -66,10 +69,10 @@ class ForkInheritance(MapReader):
                         copied.append(e._replace(tgid=child, gen=child_gen, inherited=1))
                 with contextlib.suppress(KeyError):
                     del inherits[ct.c_uint32(child)]
-            slots = self._bpf[b"copy_slots"]
+            slots = self.kernel.bpf[b"copy_slots"]
             waiting = {child for child, *_ in links}
             for key, child in list(slots.items()):
                 if child.value in waiting:
                     with contextlib.suppress(KeyError):
                         del slots[key]
-        self._set_control(CTL_COPIES_DONE, forks)
+        self.kernel.set_control(CTL_COPIES_DONE, forks)

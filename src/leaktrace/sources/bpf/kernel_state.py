@@ -20,50 +20,51 @@ from leaktrace.sources.bpf.layout import (
 class KernelState:
     """The program's maps, once the compile is taken, and its control slots (layout.h's CTL_*)."""
 
-    _bpf: Any  # bcc's BPF
+    def __init__(self) -> None:
+        self.bpf: Any = None  # bcc's BPF, once the compile is taken; None again once closed
 
-    def _set_control(self, slot: int, value: int) -> None:
-        self._bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)
+    def set_control(self, slot: int, value: int) -> None:
+        self.bpf[b"control"][ct.c_int(slot)] = ct.c_uint32(value)
 
-    def _control(self, slot: int) -> int:
-        return self._bpf[b"control"][ct.c_int(slot)].value
+    def control(self, slot: int) -> int:
+        return self.bpf[b"control"][ct.c_int(slot)].value
 
-    def _next_gen(self) -> int:
-        gen = self._control(CTL_NEXT_GEN)
-        self._set_control(CTL_NEXT_GEN, gen + 1)
+    def next_gen(self) -> int:
+        gen = self.control(CTL_NEXT_GEN)
+        self.set_control(CTL_NEXT_GEN, gen + 1)
         return gen
 
     def target_gen(self) -> int:
-        return self._control(CTL_TARGET_GEN)
+        return self.control(CTL_TARGET_GEN)
 
     def tables_stop_pending(self) -> bool:
         """True once the target has been stopped at its first allocator call for its tables."""
-        return bool(self._control(CTL_TABLES_STOP))
+        return bool(self.control(CTL_TABLES_STOP))
 
     def tables_loaded(self) -> bool:
         """The target's current image has its unwind tables (or it is never stopped for them)."""
-        loaded = self._control(CTL_TABLES_GEN)
+        loaded = self.control(CTL_TABLES_GEN)
         return loaded == NO_TABLES_STOP or (loaded != 0 and loaded == self.target_gen())
 
     def clear_tables_stop(self, gen: int) -> None:
-        self._set_control(CTL_TABLES_GEN, gen)
-        self._set_control(CTL_TABLES_STOP, 0)
+        self.set_control(CTL_TABLES_GEN, gen)
+        self.set_control(CTL_TABLES_STOP, 0)
 
     @property
     def holds_images(self) -> bool:
         """The program holds programs exec'd under the trace for their tables (hold_for_tables)."""
         try:
-            self._bpf[b"holds"]
+            self.bpf[b"holds"]
         except KeyError:
             return False
         return True
 
     def stop_holding(self) -> None:
-        self._set_control(CTL_HOLDS_OFF, 1)
+        self.set_control(CTL_HOLDS_OFF, 1)
 
     def exit_stop_pending(self) -> bool:
         """True once the target has been stopped in _exit by the BPF program."""
-        return bool(self._control(CTL_EXIT_STOP))
+        return bool(self.control(CTL_EXIT_STOP))
 
     def clear_exit_stop(self) -> None:
-        self._set_control(CTL_EXIT_STOP, 0)
+        self.set_control(CTL_EXIT_STOP, 0)

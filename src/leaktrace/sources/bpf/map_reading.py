@@ -58,14 +58,21 @@ class LiveEntry(NamedTuple):
     tombstone: int
 
 
-class MapReader(KernelState):
-    """What the maps hold, read in batches."""
+class MapReader:
+    """What the maps hold, read in batches; the stacks and process records it parsed, kept."""
 
-    _stack_cache: dict[int, tuple[int, ...]]
-    _parsed_procs: dict[bytes, TracedProcess]
+    def __init__(self, kernel: KernelState) -> None:
+        self.kernel = kernel
+        self._stack_cache: dict[int, tuple[int, ...]] = {}
+        self._parsed_procs: dict[bytes, TracedProcess] = {}
+
+    def forget_stacks(self, keys: list[int]) -> None:
+        """The kernel dropped these stacks: their keys may be used again."""
+        for key in keys:
+            self._stack_cache.pop(key, None)
 
     def counters(self) -> Counters:
-        table = self._bpf[b"counters"]
+        table = self.kernel.bpf[b"counters"]
         totals = [sum(table[ct.c_int(i)]) for i in range(len(COUNTER_FIELDS))]
         return Counters(**dict(zip(COUNTER_FIELDS, totals)))
 
@@ -73,7 +80,7 @@ class MapReader(KernelState):
         frames = self._stack_cache.get(key)
         if frames is None:
             try:
-                raw = self._bpf[b"stacks"][ct.c_uint64(key)]
+                raw = self.kernel.bpf[b"stacks"][ct.c_uint64(key)]
             except KeyError:
                 return ()
             frames = tuple(ip for ip in raw.ip if ip)
@@ -88,10 +95,10 @@ class MapReader(KernelState):
 
     def _live_records(self):
         """(key, value) tuples of the live map, as unpacked (a record object each would double the walk)."""
-        keys, values, _ = dump_map(self._bpf[b"live"])
+        keys, values, _ = dump_map(self.kernel.bpf[b"live"])
         return zip(LIVE_KEY.iter_unpack(keys), LIVE_VAL.iter_unpack(values))
 
-    def _live_entries(self) -> list[LiveEntry]:
+    def live_entries(self) -> list[LiveEntry]:
         return [LiveEntry._make(key + value) for key, value in self._live_records()]
 
     def _traced_process(self, record: bytes) -> TracedProcess:
@@ -117,20 +124,20 @@ class MapReader(KernelState):
     def process(self, tgid: int) -> TracedProcess | None:
         """One process's record, if the kernel side knows it."""
         try:
-            value = self._bpf[b"procs"][ct.c_uint32(tgid)]
+            value = self.kernel.bpf[b"procs"][ct.c_uint32(tgid)]
         except KeyError:
             return None
         return self._traced_process(bytes(value))
 
     def processes(self) -> dict[int, TracedProcess]:
         """Every process the kernel side knows (traced or ignored), by tgid: one batch read."""
-        keys, values, _ = dump_map(self._bpf[b"procs"])
+        keys, values, _ = dump_map(self.kernel.bpf[b"procs"])
         return {
             tgid: self._traced_process(values[i * PROC.size : (i + 1) * PROC.size])
             for i, (tgid,) in enumerate(struct.iter_unpack("<I", keys))
         }
 
-    def _generations(self, pids: set[int] | None = None) -> dict[int, int]:
+    def generations(self, pids: set[int] | None = None) -> dict[int, int]:
         """tgid -> current image generation, of every traced process or of pids."""
         return {tgid: p.gen for tgid, p in self.processes().items() if not p.ignored and (pids is None or tgid in pids)}
 
@@ -150,15 +157,15 @@ class MapReader(KernelState):
         per-site counts; otherwise it walks every live allocation.
         """
         tally: Tally[tuple[int, int, int, bool]] = Tally()
-        gens = self._generations(pids) if images is None else images
+        gens = self.generations(pids) if images is None else images
         if older_than_ns is None:
-            keys, values, _ = dump_map(self._bpf[b"sites"])
+            keys, values, _ = dump_map(self.kernel.bpf[b"sites"])
             for (tgid, gen, stack_key, size), (count,) in zip(
                 SITE_KEY.iter_unpack(keys), struct.iter_unpack("<q", values)
             ):
                 if count > 0 and gens.get(tgid) == gen:
                     tally[tgid, stack_key, size, False] += count
-            if self._control(CTL_FORKS):  # inherited blocks are counted from the live map only
+            if self.kernel.control(CTL_FORKS):  # inherited blocks are counted from the live map only
                 for (tgid, _, _), (size, _, stack_key, inherited, _) in self._current_live(gens):
                     if inherited:
                         tally[tgid, stack_key, size, True] += 1
@@ -176,7 +183,7 @@ class MapReader(KernelState):
     def allocations(self, pids: set[int] | None = None, images: dict[int, int] | None = None) -> list[LiveAllocation]:
         """Every live allocation with its address (a walk of the whole live table), of the traced
         processes, or of pids, or of these images (pid -> generation)."""
-        live = self._current_live(self._generations(pids) if images is None else images)
+        live = self._current_live(self.generations(pids) if images is None else images)
         return [
             LiveAllocation(tgid, address, size, *self._stack_of(stack_key), inherited=bool(inherited))
             for (tgid, _, address), (size, _, stack_key, inherited, _) in live
@@ -186,10 +193,10 @@ class MapReader(KernelState):
     def recorded_pids(self) -> dict[str, set[int]]:
         """Table name -> the tgids it holds records of (to prove that exited processes leave none)."""
         return {
-            "live": {e.tgid for e in self._live_entries()},
-            "sites": {key.tgid for key in self._bpf[b"sites"].keys()},
-            "procs": {key.value for key in self._bpf[b"procs"].keys()},
-            "inherits": {key.value for key in self._bpf[b"inherits"].keys()},
-            "copy_slots": {key.parent for key in self._bpf[b"copy_slots"].keys()},
-            "holds": {key.value for key in self._bpf[b"holds"].keys()} if self.holds_images else set(),
+            "live": {e.tgid for e in self.live_entries()},
+            "sites": {key.tgid for key in self.kernel.bpf[b"sites"].keys()},
+            "procs": {key.value for key in self.kernel.bpf[b"procs"].keys()},
+            "inherits": {key.value for key in self.kernel.bpf[b"inherits"].keys()},
+            "copy_slots": {key.parent for key in self.kernel.bpf[b"copy_slots"].keys()},
+            "holds": {key.value for key in self.kernel.bpf[b"holds"].keys()} if self.kernel.holds_images else set(),
         }

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import ctypes as ct
 import struct
-import threading
 
+from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (
     IGNORED_UNSELECTED,
     LIVE_KEY,
@@ -16,18 +16,19 @@ from leaktrace.sources.bpf.layout import (
 )
 from leaktrace.sources.bpf.map_reading import MapReader
 from leaktrace.sources.bpf.maps import delete_keys, dump_map, gc_paused
+from leaktrace.sources.bpf.unwind_upload import UnwindUpload
 
 
-class ProcessRegistry(MapReader):
+class ProcessRegistry:
     """Taking processes and their records out of the kernel's tables."""
 
-    _exec_maps: dict
-    _tables_lock: threading.Lock
+    def __init__(self, kernel: KernelState, reader: MapReader, upload: UnwindUpload) -> None:
+        self.kernel, self.reader, self.upload = kernel, reader, upload
 
     def ignore(self, images: dict[int, int]) -> None:
         """Stops tracing these processes (pid -> generation) until they exec; sweep() then
         drops their records. One that exec'd since is left alone: its new image is judged anew."""
-        procs = self._bpf[b"procs"]
+        procs = self.kernel.bpf[b"procs"]
         for pid, gen in images.items():
             with contextlib.suppress(KeyError):
                 value = procs[ct.c_uint32(pid)]
@@ -39,13 +40,11 @@ class ProcessRegistry(MapReader):
         """Takes processes that exited out of the process table, once user space has read that
         they did (the kernel side dropped their mappings, inheritance and copy slots at their
         exit); their live and site records stay for sweep()."""
-        with self._tables_lock:
-            for pid in pids:
-                self._exec_maps.pop(pid, None)
+        self.upload.forget(pids)
         packed = struct.pack(f"<{len(pids)}I", *pids)
-        delete_keys(self._bpf[b"procs"], packed)
-        if self.holds_images:
-            delete_keys(self._bpf[b"holds"], packed)
+        delete_keys(self.kernel.bpf[b"procs"], packed)
+        if self.kernel.holds_images:
+            delete_keys(self.kernel.bpf[b"holds"], packed)
 
     @gc_paused
     def sweep(self, exited: dict[int, int]) -> None:
@@ -53,28 +52,27 @@ class ProcessRegistry(MapReader):
         drop), were replaced by an exec, or were left out; those a waiting child still inherits
         from stay; then the stacks no record left refers to. Generations only grow, and a
         process not in the table yet may be one that starts during this walk: its records stay."""
-        wanted_from = {tgid: p.gen + bool(p.ignored) for tgid, p in self.processes().items()}
-        needed = {(v.parent, v.parent_gen) for v in self._bpf[b"inherits"].values()}
+        wanted_from = {tgid: p.gen + bool(p.ignored) for tgid, p in self.reader.processes().items()}
+        needed = {(v.parent, v.parent_gen) for v in self.kernel.bpf[b"inherits"].values()}
 
         def stale(tgid: int, gen: int) -> bool:
             return (gen <= exited.get(tgid, 0) or gen < wanted_from.get(tgid, 0)) and (tgid, gen) not in needed
 
         # Stacks first: one stored after this read is not looked at; one stored before it has its
         # record (made in the same program run, microseconds later) in the reads below.
-        stacks, _, _ = dump_map(self._bpf[b"stacks"])
-        keys, values, _ = dump_map(self._bpf[b"live"])
+        stacks, _, _ = dump_map(self.kernel.bpf[b"stacks"])
+        keys, values, _ = dump_map(self.kernel.bpf[b"live"])
         referenced = self._drop_stale(
             b"live",
             LIVE_KEY,
             stale,
             ((key, value[2]) for key, value in zip(LIVE_KEY.iter_unpack(keys), LIVE_VAL.iter_unpack(values))),
         )
-        keys, _, _ = dump_map(self._bpf[b"sites"])
+        keys, _, _ = dump_map(self.kernel.bpf[b"sites"])
         referenced |= self._drop_stale(b"sites", SITE_KEY, stale, ((key, key[2]) for key in SITE_KEY.iter_unpack(keys)))
         unreferenced = [key for (key,) in struct.iter_unpack("<Q", stacks) if key not in referenced]
-        for key in unreferenced:
-            self._stack_cache.pop(key, None)
-        delete_keys(self._bpf[b"stacks"], struct.pack(f"<{len(unreferenced)}Q", *unreferenced))
+        self.reader.forget_stacks(unreferenced)
+        delete_keys(self.kernel.bpf[b"stacks"], struct.pack(f"<{len(unreferenced)}Q", *unreferenced))
 
     def _drop_stale(self, name: bytes, key_format: struct.Struct, stale, records) -> set[int]:
         """Deletes the records of a table whose (tgid, generation) is stale; records: (key, its
@@ -85,5 +83,5 @@ class ProcessRegistry(MapReader):
                 gone.append(key_format.pack(*key))
             else:
                 kept.add(stack_key)
-        delete_keys(self._bpf[name], b"".join(gone))
+        delete_keys(self.kernel.bpf[name], b"".join(gone))
         return kept

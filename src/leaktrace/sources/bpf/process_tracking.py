@@ -79,9 +79,9 @@ class ProcessTracking:
     def _load_tables(self, info: ProcessInfo, maps: MapsFollower) -> None:
         """The stack walk's view of a process's executable mappings, kept current as they change
         (the target's current image as the kernel side has it: an exec may be newer than _gens)."""
-        gen = self.engine.target_gen() if info.pid == self.pid else self._gens.get(info.pid, 0)
+        gen = self.engine.kernel.target_gen() if info.pid == self.pid else self._gens.get(info.pid, 0)
         if gen:
-            self.engine.load_tables(info, gen, maps)
+            self.engine.upload.load_tables(info, gen, maps)
 
     def _departed_info(self, pid: int, known: dict[int, TracedProcess]) -> ProcessInfo:
         """What is known of an exited child, even one that lived and died between two polls:
@@ -115,8 +115,8 @@ class ProcessTracking:
         leave of exited children (out of the process tables at once, their records read at the
         next snapshot or sweep); sweeps the records of those and of replaced images."""
         if self.engine.settings.follow_forks:
-            self.engine.copy_inherited()
-        known = self.engine.processes()
+            self.engine.inheritance.copy_inherited()
+        known = self.engine.reader.processes()
         # New images (first seen, or exec'd) that the selection leaves out are not traced further.
         unselected = {
             pid: p.gen
@@ -124,7 +124,7 @@ class ProcessTracking:
             if not p.ignored and self._gens.get(pid) != p.gen and not self.selection.matches(pid, p)
         }
         if unselected:
-            self.engine.ignore(unselected)
+            self.engine.registry.ignore(unselected)
         traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}
         gone = {pid: p for pid, p in known.items() if p.exited and pid != self.pid}
         if self.engine.settings.leak_check_at_exit:
@@ -140,7 +140,7 @@ class ProcessTracking:
             self._infos.pop(pid, None)
             self._maps.pop(pid, None)
         if gone:
-            self.engine.drop_processes(set(gone))
+            self.engine.registry.drop_processes(set(gone))
         replaced = any(self._gens.get(pid, p.gen) != p.gen for pid, p in traced.items())
         self._sweep_due |= bool(gone or replaced or unselected)
         new_images = [pid for pid, p in traced.items() if self._gens.get(pid) != p.gen and pid not in gone]
@@ -161,9 +161,9 @@ class ProcessTracking:
         images = {pid: gen for pid, (gen, _) in self._gone.items()}
         groups: dict[int, list] = {pid: [] for pid in images}
         allocations: dict[int, list] = {pid: [] for pid in images}
-        for group in self.engine.groups(images=images):
+        for group in self.engine.reader.groups(images=images):
             groups[group.pid].append(group)
-        for allocation in self.engine.allocations(images=images) if self.final_with_allocations else ():
+        for allocation in self.engine.reader.allocations(images=images) if self.final_with_allocations else ():
             allocations[allocation.pid].append(allocation)
         for pid in sorted(images):
             self._departed.append((self._gone[pid][1], groups[pid], allocations[pid]))
@@ -174,6 +174,6 @@ class ProcessTracking:
         self._read_departed()
         if self._sweep_due:
             started = time.monotonic()
-            self.engine.sweep(self._exited_images)
+            self.engine.registry.sweep(self._exited_images)
             self._exited_images, self._sweep_due, self._swept_at = {}, False, time.monotonic()
             self._sweep_pause = max(1.0, 10 * (self._swept_at - started))

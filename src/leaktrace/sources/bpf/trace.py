@@ -77,7 +77,9 @@ class Trace(PollingSource, ProcessTracking):
         self._exited = False
         self._start_tracking(info)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
-        self._holds = ImageHolds(engine._bpf, self._serve_hold, self._judge_exit) if engine.holds_images else None
+        self._holds = (
+            ImageHolds(engine.kernel.bpf, self._serve_hold, self._judge_exit) if engine.kernel.holds_images else None
+        )
 
     # -- starting -----------------------------------------------------------
 
@@ -128,7 +130,7 @@ class Trace(PollingSource, ProcessTracking):
         allocator call waits for them), it exits, or timeout: a caller that polls rarely
         does not leave it stopped at its start."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.poll() and not self.engine.tables_loaded():
+        while time.monotonic() < deadline and self.poll() and not self.engine.kernel.tables_loaded():
             time.sleep(0.002)
 
     @classmethod
@@ -161,8 +163,8 @@ class Trace(PollingSource, ProcessTracking):
         self._read_departed()
         pids = self._traced_pids()
         processes = {pid: self._process_info(pid) for pid in pids}
-        groups = self.engine.groups(older_than_ns, set(pids))
-        allocations = self.engine.allocations(set(pids)) if with_allocations else None
+        groups = self.engine.reader.groups(older_than_ns, set(pids))
+        allocations = self.engine.reader.allocations(set(pids)) if with_allocations else None
         for info, departed_groups, departed_allocations in self._departed:
             processes[info.pid] = info
             groups += departed_groups
@@ -173,7 +175,7 @@ class Trace(PollingSource, ProcessTracking):
         return Snapshot(
             taken,
             tuple(groups),
-            self.engine.counters(),
+            self.engine.reader.counters(),
             processes,
             self.engine.settings.stack_depth,
             None if allocations is None else tuple(allocations),
@@ -193,7 +195,7 @@ class Trace(PollingSource, ProcessTracking):
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
         return find_unreachable(
             info,
-            self.engine.allocations({self.pid}),
+            self.engine.reader.allocations({self.pid}),
             complete=self.is_child,
             limit=limit,
             allocator=self.engine.library_paths[0],
@@ -224,13 +226,13 @@ class Trace(PollingSource, ProcessTracking):
         if pid == 0:
             return True
         if os.WIFSTOPPED(status):
-            if self.engine.tables_stop_pending():
+            if self.engine.kernel.tables_stop_pending():
                 # Stopped at the first allocator call of a new image: its modules are all
                 # mapped now; the call goes on once their unwind tables are in.
                 self._process_info(self.pid)
-                self.engine.clear_tables_stop(self.engine.target_gen())
+                self.engine.kernel.clear_tables_stop(self.engine.kernel.target_gen())
                 os.kill(self.pid, signal.SIGCONT)
-            elif self.engine.exit_stop_pending():
+            elif self.engine.kernel.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
                 # children it reaped since this poll began are taken leave of first.
                 self._track_processes()
@@ -240,7 +242,7 @@ class Trace(PollingSource, ProcessTracking):
                 if self.leak_check_at_exit:  # after the children judged at their own exits
                     judged = self.final_snapshot.leak_checks + self._judge_at_exit()
                     self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_checks=judged)
-                self.engine.clear_exit_stop()
+                self.engine.kernel.clear_exit_stop()
                 os.kill(self.pid, signal.SIGCONT)
             return True
         self._finish(status)
@@ -268,8 +270,8 @@ class Trace(PollingSource, ProcessTracking):
         info = dataclasses.replace(info, forked=record.forked)
         self._infos[pid] = info  # its frames are named from these maps
         if self.engine.settings.follow_forks:
-            self.engine.copy_inherited()  # a child that exits at once may not have its copies yet
-        check = judge_leak_kinds(info, self.engine.allocations(images={pid: gen}))
+            self.engine.inheritance.copy_inherited()  # a child that exits at once may not have its copies yet
+        check = judge_leak_kinds(info, self.engine.reader.allocations(images={pid: gen}))
         self._exit_checks.append(dataclasses.replace(check, command=command_line(pid) or info.name))
 
     def check_leak_kinds(self) -> LeakCheck:
@@ -280,7 +282,7 @@ class Trace(PollingSource, ProcessTracking):
         info = read_process(self.pid) if not self._exited else None
         if info is None:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to judge")
-        return judge_leak_kinds_walked(info, self.engine.allocations({self.pid}), self.engine.library_paths[0])
+        return judge_leak_kinds_walked(info, self.engine.reader.allocations({self.pid}), self.engine.library_paths[0])
 
     def _judge_at_exit(self) -> tuple[LeakCheck, ...]:
         """valgrind's leak kinds of every block the command still has, judged while it stands
@@ -326,7 +328,8 @@ class Trace(PollingSource, ProcessTracking):
         return None if used.identity in {elf.identity for elf in self.engine.libraries} else used.path
 
     def take_notices(self) -> list[str]:
-        notices, self.engine.notices = self.engine.tables.take_notices() + self.engine.notices, []
+        notices = self.engine.tables.take_notices() + self.engine.notices
+        self.engine.notices.clear()  # the list the engine's parts add to
         if self._holds is not None:
             notices, self._holds.failures = notices + self._holds.failures, []
         if self._unjudged:
@@ -361,11 +364,11 @@ class Trace(PollingSource, ProcessTracking):
     def _selected_image(self, pid: int, gen: int) -> TracedProcess | None:
         """The record of a held program when it is this image of a process the trace keeps, else
         None; one outside the selection is left out at once (never held again, at its exit either)."""
-        record = self.engine.process(pid)
+        record = self.engine.reader.process(pid)
         if record is None or record.gen != gen or record.ignored:
             return None
         if not self.selection.matches(pid, record):
-            self.engine.ignore({pid: gen})
+            self.engine.registry.ignore({pid: gen})
             return None
         return record
 
@@ -379,7 +382,7 @@ class Trace(PollingSource, ProcessTracking):
             return
         maps = MapsFollower()
         maps.follow(info.maps)
-        self.engine.load_tables(info, gen, maps)
+        self.engine.upload.load_tables(info, gen, maps)
         self._infos.setdefault(pid, info)  # its frames are named from these maps should it exit unread
 
     def close(self) -> None:
@@ -387,7 +390,7 @@ class Trace(PollingSource, ProcessTracking):
         so is every program held for its tables."""
         holds, self._holds = self._holds, None
         if holds is not None:
-            self.engine.stop_holding()
+            self.engine.kernel.stop_holding()
             holds.close()
         self.engine.close()
         if self.is_child and not self._exited:

@@ -17,19 +17,31 @@ from leaktrace.unwind.rows import MAX_EXEC_MAPS
 from leaktrace.unwind.tables import FileTable, UnwindTables, exec_map_entry
 
 
-class UnwindUpload(KernelState):
+class UnwindUpload:
     """Uploading unwind tables and per-process mappings."""
 
-    settings: EngineSettings
-    tables: UnwindTables
-    _uploaded: dict[bytes, tuple[int, int, int, int]]
-    _next_row: int
-    _next_page: int
-    # pid -> (generation, maps version, entries, whether the image had more mappings than fit)
-    _exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes], bool]]
-    _modules: ModuleFiles
-    notices: list[str]  # what the stack walk cannot cover, said once per image, for Trace.take_notices
-    _tables_lock: threading.Lock  # load_tables runs in the image holds' thread too
+    def __init__(
+        self,
+        kernel: KernelState,
+        settings: EngineSettings,
+        tables: UnwindTables,
+        modules: ModuleFiles,
+        notices: list[str],
+    ) -> None:
+        self.kernel, self.settings, self.tables, self._modules = kernel, settings, tables, modules
+        self.notices = notices  # what the stack walk cannot cover, said once per image (the engine's list)
+        # A file's packed rows -> (first row, row count, first page, page count) in the kernel's tables.
+        self._uploaded: dict[bytes, tuple[int, int, int, int]] = {}
+        self._next_row = self._next_page = 0
+        # pid -> (generation, maps version, entries, whether the image had more mappings than fit)
+        self._exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes], bool]] = {}
+        self._tables_lock = threading.Lock()  # load_tables runs in the image holds' thread too
+
+    def forget(self, pids: set[int]) -> None:
+        """These processes exited: their mappings are loaded afresh if the pids come back."""
+        with self._tables_lock:
+            for pid in pids:
+                self._exec_maps.pop(pid, None)
 
     def _upload(self, path: str, table: FileTable) -> tuple[int, int, int, int]:
         """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
@@ -53,10 +65,10 @@ class UnwindUpload(KernelState):
                 )
             first_row, first_page = self._next_row, self._next_page
             if rows:
-                update_array(self._bpf[b"unwind_rows"], first_row, table.rows, rows)
+                update_array(self.kernel.bpf[b"unwind_rows"], first_row, table.rows, rows)
                 self._next_row += rows
             if pages:
-                update_array(self._bpf[b"unwind_pages"], first_page, table.pages, pages)
+                update_array(self.kernel.bpf[b"unwind_pages"], first_page, table.pages, pages)
                 self._next_page += pages
             self._uploaded[table.rows] = (first_row, rows, first_page, pages)
         return self._uploaded[table.rows]
@@ -96,7 +108,7 @@ class UnwindUpload(KernelState):
             located = self._upload(elf.path, rows) if elf is not None and rows is not None else (0, 0, 0, 0)
             entries[m] = exec_map_entry(m, elf, rows, located)
         entries = {m: entries[m] for m in executable}
-        table = self._bpf[b"exec_maps"]
+        table = self.kernel.bpf[b"exec_maps"]
         value = table.Leaf()
         packed = struct.pack("<II", gen, len(entries)) + b"".join(entries.values())
         ct.memmove(ct.addressof(value), packed, len(packed))
