@@ -62,11 +62,11 @@ def time_to_live(pid: int, cache: str) -> float:
 
 def profile_attach(pid: int, cache: str) -> None:
     from leaktrace.sources.bpf.engine import EngineSettings
-    from leaktrace.sources.bpf.trace import Trace
+    from leaktrace.sources.bpf.trace import BpfTrace
 
     profiler = cProfile.Profile()
     profiler.enable()
-    trace = Trace.attach(pid, EngineSettings(table_cache=cache))
+    trace = BpfTrace.attach(pid, EngineSettings(table_cache=cache))
     profiler.disable()
     trace.close()
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)

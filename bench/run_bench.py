@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from leaktrace import EngineSettings, Symbolizer, Trace, render_text
+from leaktrace import BpfTrace, EngineSettings, Symbolizer, render_text
 
 HERE = Path(__file__).parent
 START_DELAY_MS = 2500  # lets memleak, which attaches after starting the command, get ready
@@ -261,7 +261,7 @@ def table_build_time() -> None:
 
 def report_time(binary: Path, live: int) -> None:
     settings = EngineSettings(max_live=max(EngineSettings().max_live, live + live // 5))
-    with Trace.launch([str(binary), str(live)], settings) as trace:
+    with BpfTrace.launch([str(binary), str(live)], settings) as trace:
         deadline = time.monotonic() + 600
         while trace.poll() and trace.engine.reader.counters().allocations < live + 1 and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from leaktrace import Trace
+from leaktrace import BpfTrace
 from leaktrace.reachability.unreachable import examine_heap
 
 HERE = Path(__file__).parent
@@ -30,7 +30,7 @@ def wait_for(ready: Path, poll=lambda: None) -> None:
 
 
 def traced(argv: list[str], ready: Path) -> None:
-    with Trace.launch(argv) as trace:
+    with BpfTrace.launch(argv) as trace:
         wait_for(ready, trace.poll)
         started = time.monotonic()
         report = trace.check_unreachable()

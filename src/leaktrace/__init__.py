@@ -1,6 +1,6 @@
 """leaktrace: native memory leaks of Linux processes, found with BPF uprobes.
 
-Data flows one way: a source (sources/: the BPF engine through Trace, the preload
+Data flows one way: a source (sources/: the BPF engine through BpfTrace, the preload
 library through PreloadTrace, the glibc heap walk) produces plain data (model/), a
 Symbolizer (analysis/) turns it into a SymbolizedSnapshot, and renderers (outputs/,
 android/) format it. docs/architecture.md has the map.
@@ -25,7 +25,7 @@ _EXPORTS = {
     "render_pprof": "outputs.pprof",
     "render_folded": "outputs.folded",
     "render_html": "outputs.html_page",
-    "Trace": "sources.bpf.trace",
+    "BpfTrace": "sources.bpf.trace",
     "AllocationGroup": "model.snapshot",
     "Counters": "model.snapshot",
     "ProcessInfo": "model.snapshot",
@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # the lazy exports, typed (tests/unit/test_public_api.py hold
     from leaktrace.reachability.glibc_heap import HeapWalk, walk_heap
     from leaktrace.reachability.unreachable import examine_heap
     from leaktrace.sources.bpf.compile import EngineSettings
-    from leaktrace.sources.bpf.trace import Trace
+    from leaktrace.sources.bpf.trace import BpfTrace
     from leaktrace.sources.preload.trace import PreloadTrace
 
 __all__ = sorted(_EXPORTS)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import subprocess
 import time
 
-from leaktrace import EngineSettings, Symbolizer, Trace, render_text
+from leaktrace import BpfTrace, EngineSettings, Symbolizer, render_text
 from leaktrace.sources.bpf.compile import compile_ahead
 
 from conftest import uprobe_links
 
 
 def test_launch_wait_symbolize_render(program):
-    with Trace.launch([str(program("sites"))], EngineSettings(stack_depth=4)) as trace:
+    with BpfTrace.launch([str(program("sites"))], EngineSettings(stack_depth=4)) as trace:
         assert trace.wait(timeout=60)
     snapshot = trace.final_snapshot
     assert trace.exit_status == 0
@@ -30,7 +30,7 @@ def test_close_detaches_every_probe(program):
     try:
         assert target.stdout.readline() == "ready\n"  # its libc is mapped by now
         before = uprobe_links()
-        trace = Trace.attach(target.pid)
+        trace = BpfTrace.attach(target.pid)
         # alloc_enter, alloc_return and free_enter: one link each for libc.
         assert len(uprobe_links() - before) == 3
         trace.close()
@@ -49,11 +49,11 @@ def test_the_engine_takes_the_compile_started_ahead(program):
         time.sleep(0.2)  # until ld.so has mapped its libc
         settings = EngineSettings(stack_depth=8)
         ahead = compile_ahead(settings, target.pid)
-        with Trace.attach(target.pid, settings) as trace:
+        with BpfTrace.attach(target.pid, settings) as trace:
             assert trace.engine.kernel.bpf is ahead.result()[0]
         # --all: the engine turns fork following on by itself, the flags must still match.
         ahead = compile_ahead(settings, 0)
-        with Trace.everything(settings) as trace:
+        with BpfTrace.everything(settings) as trace:
             assert trace.engine.kernel.bpf is ahead.result()[0]
     finally:
         target.kill()

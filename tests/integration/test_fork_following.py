@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 
-from leaktrace import EngineSettings, Trace
+from leaktrace import BpfTrace, EngineSettings
 from leaktrace.android.leak_info import decode_leak_info
 
 from helpers import reports, run_command
@@ -151,7 +151,7 @@ def test_zygote_bit_in_buffer_dump_and_leak_log(program, tmp_path):
 
 
 def test_exited_children_leave_nothing_in_the_maps(program):
-    with Trace.launch([str(program("forks"))], EngineSettings(follow_forks=True)) as trace:
+    with BpfTrace.launch([str(program("forks"))], EngineSettings(follow_forks=True)) as trace:
         trace.wait()
         parent = trace.pid
         assert {g.pid for g in trace.engine.reader.groups()} == {parent}
@@ -167,7 +167,7 @@ def test_exited_children_leave_nothing_in_the_maps(program):
 
 def test_children_that_came_and_went_between_polls_keep_their_names(program):
     """No poll while the family lives: the kernel side's comm and the parent's maps stand in."""
-    with Trace.launch([str(program("forks"))], EngineSettings(follow_forks=True)) as trace:
+    with BpfTrace.launch([str(program("forks"))], EngineSettings(follow_forks=True)) as trace:
         time.sleep(2)  # the whole family runs; the parent waits in its exit stop
         trace.wait()
     processes = trace.final_snapshot.processes

@@ -10,9 +10,8 @@ import subprocess
 from collections import Counter
 
 from leaktrace import Symbolizer
-from leaktrace.android.heap_dump import render_heap_dump
+from leaktrace.android.heap_dump import read_heap_dump, render_heap_dump
 from leaktrace.model.snapshot import Credentials
-from leaktrace.sources.preload.trace import snapshot_from_heap_dump
 
 from conftest import PROGRAMS
 from helpers import final_report, library_env, run_command, run_with_library, sites
@@ -155,7 +154,7 @@ def test_library_names_frames_as_leaktrace_does(program, tmp_path):
     assert result.returncode == 0, result.stderr
     (path,) = tmp_path.glob("d.*.exit.txt")
     text, pid = path.read_text(), int(path.name.split(".")[1])
-    snapshot = snapshot_from_heap_dump(text, pid, built.name, 0.0, credentials=Credentials(0, 0))
+    snapshot = read_heap_dump(text, pid, built.name, 0.0, credentials=Credentials(0, 0))
     rendered = render_heap_dump(Symbolizer(line_info=False).symbolize(snapshot), pid, backtrace_full=True)
 
     def program_frames(dump: str) -> list[list[tuple[str, ...]]]:

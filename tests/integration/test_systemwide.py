@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from leaktrace import EngineSettings, Trace
+from leaktrace import BpfTrace, EngineSettings
 from leaktrace.sources.bpf.process_tracking import Selection
 
 from conftest import leaktrace_command
@@ -191,7 +191,7 @@ def test_several_programs_at_once_exact_per_process(workers, probes_left_as_foun
 def test_exited_processes_leave_nothing_in_the_kernel_tables(program):
     binary = program("workers")
     # setsid -f: the workers are not leaktrace's own children (those are never traced).
-    with Trace.everything(EngineSettings(), selection=Selection(comm=re.compile("^workers$"))) as trace:
+    with BpfTrace.everything(EngineSettings(), selection=Selection(comm=re.compile("^workers$"))) as trace:
         workers = Workers(binary, prefix=("setsid", "-f"))
         try:
             parent, child = sorted(workers.start("fork", readies=2))
@@ -221,7 +221,7 @@ def test_exited_processes_leave_nothing_in_the_kernel_tables(program):
 def test_a_full_process_table_counts_processes_not_calls(program):
     """Ten processes making 1,000 blocks each find the process table (2 entries) full: each is
     counted once in unfollowed_children, not once per call."""
-    with Trace.everything(EngineSettings(max_procs=2)) as trace:
+    with BpfTrace.everything(EngineSettings(max_procs=2)) as trace:
         started = [subprocess.Popen(["setsid", "-f", str(program("many_blocks")), "1000", "-1"]) for _ in range(10)]
         for process in started:
             process.wait()

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from leaktrace.analysis.symbolize import Symbolizer
+from leaktrace.android.heap_dump import read_heap_dump
 from leaktrace.model.snapshot import Credentials
 from leaktrace.platform.target_files import RefusedFile, read_target_file, unlink_target_file
-from leaktrace.sources.preload.trace import snapshot_from_heap_dump
 
 from conftest import PROGRAMS, leaktrace_command
 from helpers import TIMEOUT, AttachedTrace, library_env, reports, run_command, sites, wait_for_line
@@ -125,7 +125,7 @@ def test_a_damaged_dump_is_a_value_error_never_a_traceback_or_a_huge_number():
         "Backtrace size: 4\n\nz 0  sz       10  num    1  bt 401000\nMAPS\n"
         "00400000-00401000 r-xp 00000000 08:01 12 /bin/true\nEND\n"
     )
-    assert snapshot_from_heap_dump(good, 7, "x", 0.0).groups[0].size == 10
+    assert read_heap_dump(good, 7, "x", 0.0).groups[0].size == 10
     for bad in (
         good.replace("Backtrace size: 4", "Backtrace size: x"),
         good.replace("sz       10", "sz " + "9" * 5000),
@@ -134,7 +134,7 @@ def test_a_damaged_dump_is_a_value_error_never_a_traceback_or_a_huge_number():
         good.replace("00400000-00401000", "zz-yy"),
     ):
         with pytest.raises(ValueError):
-            snapshot_from_heap_dump(bad, 7, "x", 0.0)
+            read_heap_dump(bad, 7, "x", 0.0)
 
 
 def test_a_dump_whose_maps_name_a_fifo_or_a_device_symbolizes_at_once(tmp_path):
@@ -146,7 +146,7 @@ def test_a_dump_whose_maps_name_a_fifo_or_a_device_symbolizes_at_once(tmp_path):
         f"00400000-00402000 r-xp 00000000 08:01 12 {fifo}\n"
         "00500000-00503000 r-xp 00000000 08:01 13 /dev/zero\nEND\n"
     )
-    snapshot = snapshot_from_heap_dump(text, 7, "x", 0.0)
+    snapshot = read_heap_dump(text, 7, "x", 0.0)
     done = []
     worker = threading.Thread(target=lambda: done.append(Symbolizer().symbolize(snapshot)), daemon=True)
     worker.start()
@@ -174,7 +174,7 @@ def test_a_dump_cannot_make_root_read_a_module_the_target_may_not(program, tmp_p
         f"{start:x}-{start + secret.stat().st_size:x} r-xp 00000000 08:01 12 {secret}\nEND\n"
     )
     for credentials, function in ((AS_NOBODY, None), (Credentials(0, 0), "keep_some")):
-        snapshot = snapshot_from_heap_dump(text, 7, "x", 0.0, credentials=credentials)
+        snapshot = read_heap_dump(text, 7, "x", 0.0, credentials=credentials)
         [frame] = Symbolizer().symbolize(snapshot).stack_of(snapshot.groups[0])
         assert (frame.module, frame.function) == (str(secret), function)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from leaktrace import EngineSettings, Trace
+from leaktrace import BpfTrace, EngineSettings
 from leaktrace.platform.freeze import freeze_and_copy
 from leaktrace.sources.preload.trace import PreloadTrace
 
@@ -49,7 +49,7 @@ class Shape:
         self, binary: Path, mode: str, ready: Path, settings: EngineSettings = EngineSettings(), engine: str = "bpf"
     ):
         argv = [str(binary), mode, str(ready)]
-        self.trace = Trace.launch(argv, settings) if engine == "bpf" else PreloadTrace.launch(argv, "backtrace=16")
+        self.trace = BpfTrace.launch(argv, settings) if engine == "bpf" else PreloadTrace.launch(argv, "backtrace=16")
         deadline = time.monotonic() + TIMEOUT
         while not ready.exists() or not ready.read_text().endswith("\n"):
             assert self.trace.poll() and time.monotonic() < deadline, "the shape never became ready"

@@ -9,11 +9,10 @@ from __future__ import annotations
 import struct
 
 from leaktrace import AllocationGroup, Counters, Frame, ProcessInfo, Snapshot, SymbolizedSnapshot
-from leaktrace.android.heap_dump import render_heap_dump
+from leaktrace.android.heap_dump import read_heap_dump, render_heap_dump
 from leaktrace.android.leak_info import decode_leak_info, get_malloc_leak_info
 from leaktrace.android.leak_log import render_leak_log
 from leaktrace.model.snapshot import LiveAllocation, StackStatus
-from leaktrace.sources.preload.trace import snapshot_from_heap_dump
 
 PID = 42
 
@@ -255,8 +254,8 @@ def test_heap_dump_read_back_keeps_inherited_and_own_blocks_of_a_child():
     """z 0 in a forked child's dump is what it inherited, z 1 what it made; a dump with no z 1 is
     of a process that was not forked (or made nothing since)."""
     child = [group(300, (0x100,), 2, inherited=True), group(40, (0x300,))]
-    read = snapshot_from_heap_dump(dump(child, 4, forked=True).replace("MAP_DATA\n", ""), PID, "app", 0.0)
+    read = read_heap_dump(dump(child, 4, forked=True).replace("MAP_DATA\n", ""), PID, "app", 0.0)
     assert read.processes[PID].forked
     assert sorted((g.size, g.count, g.inherited) for g in read.groups) == [(40, 1, False), (300, 2, True)]
-    plain = snapshot_from_heap_dump(dump([group(300, (0x100,), 2)], 4).replace("MAP_DATA\n", ""), PID, "app", 0.0)
+    plain = read_heap_dump(dump([group(300, (0x100,), 2)], 4).replace("MAP_DATA\n", ""), PID, "app", 0.0)
     assert not plain.processes[PID].forked and not plain.groups[0].inherited

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from leaktrace.android.options import SIZE_MAX, OptionError, check_engine_options, parse_malloc_debug_options
+from leaktrace.android.options import OptionError, check_engine_options, parse_malloc_debug_options
+from leaktrace.platform.arch import SIZE_MAX
 
 
 @pytest.mark.parametrize(

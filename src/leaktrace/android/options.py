@@ -11,9 +11,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from leaktrace.platform.arch import SIZE_MAX
+
 PROGRAM_NAME = "leaktrace"
 PATH_MAX = 4096  # a file name's bytes, its end included (Linux)
-SIZE_MAX = 2**64 - 1
 LONG_MAX = 2**63 - 1
 LONG_MIN = -(2**63)
 MINIMUM_ALIGNMENT_BYTES = 16

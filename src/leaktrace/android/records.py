@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from functools import cmp_to_key
 from typing import Protocol
 
-from leaktrace.model.snapshot import ProcessInfo, Snapshot
+from leaktrace.model.snapshot import ProcessInfo, Snapshot, StackStatus
 
 
 @dataclass(frozen=True)
@@ -111,3 +111,8 @@ def merged_records(records: list[LeakRecord]) -> list[LeakRecord]:
         else:
             merged.append(record)
     return merged
+
+
+def stack_status(stack: tuple[int, ...]) -> StackStatus:
+    """malloc_debug keeps a stack for every size in its backtrace range: none means filtered."""
+    return StackStatus.CAPTURED if stack else StackStatus.FILTERED

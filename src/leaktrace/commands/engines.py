@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from leaktrace.android.options import SIZE_MAX, MallocDebugConfig
+from leaktrace.android.options import MallocDebugConfig
 from leaktrace.errors import UsageError
+from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.system import check_system
 from leaktrace.sources.bpf.compile import EngineSettings, compile_ahead, discard_compile_ahead
 
@@ -58,15 +59,15 @@ def start_bpf(args: argparse.Namespace, settings: EngineSettings, config: Malloc
         compile_ahead(settings, 0 if args.all else args.pid)
     try:
         from leaktrace.sources.bpf.process_tracking import Selection
-        from leaktrace.sources.bpf.trace import Trace
+        from leaktrace.sources.bpf.trace import BpfTrace
 
         if args.all:
             selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid)
-            return Trace.everything(settings, tuple(args.lib or ()), selection), "every process"
+            return BpfTrace.everything(settings, tuple(args.lib or ()), selection), "every process"
         library = args.lib[0] if args.lib else None
         if args.command is None:
-            return Trace.attach(args.pid, settings, library), f"pid {args.pid}"
-        trace = Trace.launch(command_argv(args), settings, library)
+            return BpfTrace.attach(args.pid, settings, library), f"pid {args.pid}"
+        trace = BpfTrace.launch(command_argv(args), settings, library)
         return trace, f"command '{args.command}' {trace.pid}"
     except BaseException:
         discard_compile_ahead()  # fds 1 and 2 are the compile's log until it ends: the error waits for it

@@ -66,8 +66,8 @@ def _interval(text: str) -> float:
     return value
 
 
-def add_trace_arguments(parser: ArgumentParser) -> None:
-    """The trace command's target, interval, filters, outputs and engine."""
+def _add_target(parser: ArgumentParser) -> None:
+    """What to trace, how often and how many times."""
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("-p", "--pid", type=bounded_int(1), help="trace this running process")
     target.add_argument("-c", "--command", help="run this command line, traced from its first allocation")
@@ -84,6 +84,10 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("interval", nargs="?", type=_interval, default=5.0, help="seconds between reports (default 5)")
     parser.add_argument("count", nargs="?", type=bounded_int(1), help="stop after this many reports")
+
+
+def _add_report_view(parser: ArgumentParser) -> None:
+    """How much of each report, and the live view."""
     parser.add_argument(
         "--top", type=bounded_int(1), help="stacks per report (default 10), or per process with --all (default 5)"
     )
@@ -99,6 +103,10 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         metavar="N",
         help="a stack whose live bytes rose in each of the last N intervals is flagged as a likely leak (default 3)",
     )
+
+
+def _add_process_selection(parser: ArgumentParser) -> None:
+    """--all's choice of processes, and of those in its report."""
     parser.add_argument("--pid-filter", type=_pid_list, metavar="PID[,PID...]", help="--all: only these processes")
     parser.add_argument(
         "--comm",
@@ -116,6 +124,10 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
     parser.add_argument(
         "--top-processes", type=bounded_int(1), metavar="N", help="--all: processes per report (default 10)"
     )
+
+
+def _add_stack_choices(parser: ArgumentParser) -> None:
+    """Which allocations get a stack, and how it is taken."""
     parser.add_argument(
         "--older-than", type=bounded_int(0), metavar="MS", help="only allocations older than MS milliseconds"
     )
@@ -140,6 +152,10 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         help="BPF engine stacks: dwarf follows each module's .eh_frame (default; right "
         "without frame pointers); fp follows the frame-pointer chain only",
     )
+
+
+def _add_outputs(parser: ArgumentParser) -> None:
+    """What each report writes, and where."""
     parser.add_argument("--json", action="store_true", help="one JSON object per report and line")
     parser.add_argument(
         "--leak-info", metavar="FILE", help="write get_malloc_leak_info's raw buffer (64-bit ABI) at each report"
@@ -164,13 +180,10 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         action="store_true",
         help="log every live allocation on stderr when the target exits (leak_track)",
     )
-    parser.add_argument(
-        "--engine",
-        choices=("bpf", "preload"),
-        default="bpf",
-        help="bpf: uprobes (default); preload: run -c's command with leaktrace's LD_PRELOAD "
-        "library, which records in the process and dumps on request",
-    )
+
+
+def _add_checks(parser: ArgumentParser) -> None:
+    """--unreachable and --leak-check (valgrind's options)."""
     parser.add_argument(
         "--unreachable",
         action="store_true",
@@ -221,6 +234,17 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
         choices=("no", "yes", "all"),
         help="--leak-check: print a valgrind suppression for each leak listed",
     )
+
+
+def _add_engine(parser: ArgumentParser) -> None:
+    """The engine, children, the command at the end, probes and the kernel maps' capacities."""
+    parser.add_argument(
+        "--engine",
+        choices=("bpf", "preload"),
+        default="bpf",
+        help="bpf: uprobes (default); preload: run -c's command with leaktrace's LD_PRELOAD "
+        "library, which records in the process and dumps on request",
+    )
     parser.add_argument(
         "-f",
         "--follow-forks",
@@ -253,6 +277,17 @@ def add_trace_arguments(parser: ArgumentParser) -> None:
             default=default,
             help=f"map capacity: {what} (default {default})",
         )
+
+
+def add_trace_arguments(parser: ArgumentParser) -> None:
+    """The trace command's target, interval, filters, outputs and engine."""
+    _add_target(parser)
+    _add_report_view(parser)
+    _add_process_selection(parser)
+    _add_stack_choices(parser)
+    _add_outputs(parser)
+    _add_checks(parser)
+    _add_engine(parser)
 
 
 def malloc_debug_config(args: argparse.Namespace) -> MallocDebugConfig:

@@ -17,7 +17,7 @@ from leaktrace.analysis.growth import Growth, stack_id
 from leaktrace.analysis.process_table import process_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.errors import RuntimeFailure
-from leaktrace.model.snapshot import StackStatus
+from leaktrace.model.snapshot import Snapshot, StackStatus, UnreachableLeak, UnreachableReport
 from leaktrace.outputs.files import FileContext
 from leaktrace.outputs.folded import stack_path
 from leaktrace.outputs.text import ranked_stacks, rate_text, sizes_text
@@ -99,12 +99,8 @@ def _script_json(value: object) -> str:
     return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title: str | None = None) -> str:
-    snapshot = symbolized.snapshot
+def _head(snapshot: Snapshot, title: str) -> str:
     counters = snapshot.counters
-    if title is None:
-        named = [f"{p.comm} ({p.pid})" for p in snapshot.processes.values()]
-        title = "leaktrace: " + (named[0] if len(named) == 1 else f"{len(named)} processes")
     head = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p id='totals'>{snapshot.live_bytes} live bytes in {snapshot.live_allocations} allocations "
@@ -113,65 +109,76 @@ def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title
     warning = counters.incompleteness()
     if warning:
         head.append(f"<p class='warning'>{html.escape(warning)}</p>")
+    return "".join(head)
+
+
+def _processes_section(symbolized: SymbolizedSnapshot, growth: Growth) -> str:
+    rows = [
+        [
+            r.pid,
+            r.comm,
+            r.live_bytes,
+            r.live_allocations,
+            rate_text(r.growth_rate),
+            r.top_site,
+            "exited" if r.exited else "",
+        ]
+        for r in process_rows(symbolized, growth)
+    ]
+    header = ["pid", "comm", "live bytes", "live blocks", "growth", "largest stack's caller", ""]
+    return "<h2>Processes</h2>" + _table(header, rows)
+
+
+def _likely_leaks_section(symbolized: SymbolizedSnapshot, growth: Growth) -> str:
+    rows: list[list[object]] = []
+    for groups in ranked_stacks(symbolized.snapshot.groups):
+        rate = growth.likely_leaks.get(stack_id(groups[0]))
+        if rate is not None:
+            frames = symbolized.stack_of(groups[0])
+            where = frames[0].describe() if frames else groups[0].stack_status.value
+            rows.append([groups[0].pid, rate_text(rate), sum(g.bytes for g in groups), where])
+    return "<h2>Likely leaks (growing)</h2>" + _table(["pid", "growth", "live bytes", "allocated at"], rows)
+
+
+def _unreachable_section(symbolized: SymbolizedSnapshot, report: UnreachableReport) -> str:
+    def allocated_at(leak: UnreachableLeak) -> str:
+        if leak.stack:
+            return symbolized.frames_at(leak.pid, leak.stack[0])[0].describe()
+        return "before the trace" if leak.stack_status == StackStatus.BEFORE_TRACE else "no stack"
+
+    rows: list[list[object]] = [
+        [
+            leak.size,
+            leak.similar_count + 1,
+            f"{leak.address:#x}",
+            f"{leak.referenced_size} bytes in {leak.referenced_count}",
+            allocated_at(leak),
+        ]
+        for leak in report.leaks
+    ]
+    return (
+        f"<h2>Unreachable memory of pid {report.pid}</h2><p>{report.leak_bytes} bytes in "
+        f"{report.num_leaks} unreachable allocations</p>"
+        + _table(["size", "blocks", "first at", "referencing (only through it)", "allocated at"], rows)
+    )
+
+
+def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title: str | None = None) -> str:
+    snapshot = symbolized.snapshot
+    if title is None:
+        named = [f"{p.comm} ({p.pid})" for p in snapshot.processes.values()]
+        title = "leaktrace: " + (named[0] if len(named) == 1 else f"{len(named)} processes")
+    head = _head(snapshot, title)
     parts = [_stacks_table(symbolized)]
     parts.append(
-        "<h2>Drop counters</h2>" + _table(["counter", "value"], [[n, v] for n, v in counters.losses().items()])
+        "<h2>Drop counters</h2>" + _table(["counter", "value"], [[n, v] for n, v in snapshot.counters.losses().items()])
     )
     if len(snapshot.processes) > 1:
-        rows = [
-            [
-                r.pid,
-                r.comm,
-                r.live_bytes,
-                r.live_allocations,
-                rate_text(r.growth_rate),
-                r.top_site,
-                "exited" if r.exited else "",
-            ]
-            for r in process_rows(symbolized, growth)
-        ]
-        parts.append(
-            "<h2>Processes</h2>"
-            + _table(["pid", "comm", "live bytes", "live blocks", "growth", "largest stack's caller", ""], rows)
-        )
+        parts.append(_processes_section(symbolized, growth))
     if growth.likely_leaks:
-        rows = []
-        for groups in ranked_stacks(snapshot.groups):
-            rate = growth.likely_leaks.get(stack_id(groups[0]))
-            if rate is not None:
-                frames = symbolized.stack_of(groups[0])
-                rows.append(
-                    [
-                        groups[0].pid,
-                        rate_text(rate),
-                        sum(g.bytes for g in groups),
-                        frames[0].describe() if frames else groups[0].stack_status.value,
-                    ]
-                )
-        parts.append("<h2>Likely leaks (growing)</h2>" + _table(["pid", "growth", "live bytes", "allocated at"], rows))
+        parts.append(_likely_leaks_section(symbolized, growth))
     if snapshot.unreachable:
-        report = snapshot.unreachable
-        rows = [
-            [
-                leak.size,
-                leak.similar_count + 1,
-                f"{leak.address:#x}",
-                f"{leak.referenced_size} bytes in {leak.referenced_count}",
-                (
-                    symbolized.frames_at(leak.pid, leak.stack[0])[0].describe()
-                    if leak.stack
-                    else "before the trace"
-                    if leak.stack_status == StackStatus.BEFORE_TRACE
-                    else "no stack"
-                ),
-            ]
-            for leak in report.leaks
-        ]
-        parts.append(
-            f"<h2>Unreachable memory of pid {report.pid}</h2><p>{report.leak_bytes} bytes in "
-            f"{report.num_leaks} unreachable allocations</p>"
-            + _table(["size", "blocks", "first at", "referencing (only through it)", "allocated at"], rows)
-        )
+        parts.append(_unreachable_section(symbolized, snapshot.unreachable))
     licences = "\n".join(_asset(name) for name in LICENCES)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -184,7 +191,7 @@ td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }} .warnin
 #details {{ min-height: 1.5em; font-family: monospace; }}
 td.frames {{ font-family: monospace; font-size: 90%; }}</style>
 </head><body>
-{"".join(head)}
+{head}
 <h2>Live bytes by stack</h2>
 <form id="search" onsubmit="return false"><input id="term" placeholder="search functions">
 <button id="find">Search</button> <button id="reset">Reset zoom</button></form>

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from leaktrace.analysis.growth import Growth, GrowthTracker, stack_id
 from leaktrace.analysis.process_table import process_rows, sort_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot, Symbolizer
-from leaktrace.android.options import SIZE_MAX
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Counters, Snapshot
 from leaktrace.outputs.text import ranked_stacks, stack_text
+from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.pacing import poll_pause
 
 SORT_BY_KEY = {"l": "live", "a": "allocs", "g": "growth", "n": "pid", "c": "comm"}

@@ -5,5 +5,6 @@ SYS_BPF = 321  # the bpf() system call's number
 # struct user_regs_struct (PTRACE_GETREGS): 27 words; rsp is the 20th, fs_base (the thread pointer) the 22nd.
 USER_REGS_WORDS, RSP_INDEX, FS_BASE_INDEX = 27, 19, 21
 RED_ZONE = 128  # bytes below the stack pointer that are still the running function's
+SIZE_MAX = 2**64 - 1  # size_t's largest value
 # The allocator's arguments, in order: rdi, rsi, rdx (the probes read them from the registers).
 ARGUMENT_REGISTERS = ("rdi", "rsi", "rdx")

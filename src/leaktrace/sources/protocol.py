@@ -1,4 +1,4 @@
-"""What every trace source gives the trace command and the API: the BPF engine's Trace and
+"""What every trace source gives the trace command and the API: the BPF engine's BpfTrace and
 the preload library's PreloadTrace both implement TraceSource (and share PollingSource)."""
 
 from __future__ import annotations

@@ -5,29 +5,13 @@
 //   huge_frame_count, huge_size, fake_million
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-struct record {   // src/leaktrace/sources/preload/native/record.h
-    uintptr_t pointer;
-    size_t size;
-    uint32_t flags;
-    uint32_t frame_count;
-    uintptr_t *frames;
-};
-
-struct table_shard {   // the same
-    pthread_mutex_t lock;
-    struct record *records;
-    size_t slots, used, live;
-    uint64_t allocations, frees;
-    char pad[40];
-};
-#define TABLE_SHARDS 16
+#include "../../../src/leaktrace/sources/preload/native/record.h"  // the table as the library lays it out
 
 void *volatile kept[5];
 
@@ -70,7 +54,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "kernel_table"))
         shard->records = (struct record *)0xffff888000000000ULL;
     else if (!strcmp(mode, "locked"))
-        pthread_mutex_lock(&shard->lock);
+        __atomic_store_n(&shard->lock, 1, __ATOMIC_RELEASE);  // held, as by a thread stopped inside the library
     else if (!strcmp(mode, "wild_frames"))
         live->frames = (uintptr_t *)0xdead0000000ULL;
     else if (!strcmp(mode, "huge_frame_count"))

@@ -1,1 +1,1 @@
-"""The BPF engine: the program (leaktrace.bpf.c), its compile, probes, maps and the Trace API."""
+"""The BPF engine: the program (leaktrace.bpf.c), its compile, probes, maps and the BpfTrace API."""

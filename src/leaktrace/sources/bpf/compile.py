@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from bcc import BPF
 
-from leaktrace.android.options import SIZE_MAX
 from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI

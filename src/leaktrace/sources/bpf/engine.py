@@ -164,7 +164,7 @@ class BpfEngine:
         self._links: list[int] = []  # uprobe_multi link fds
         self._text_around_free = (0, 0)
         self.tables = UnwindTables(TableCache(settings.table_cache) if settings.table_cache else None)
-        self.notices: list[str] = []  # said at the next report (Trace.take_notices)
+        self.notices: list[str] = []  # said at the next report (BpfTrace.take_notices)
         self._modules = ModuleFiles()
         self.reader = MapReader(self.kernel)
         self.upload = UnwindUpload(self.kernel, settings, self.tables, self._modules, self.notices)

@@ -32,7 +32,7 @@ class Selection:
 
 
 class ProcessTracking:
-    """Trace's bookkeeping of the processes it follows (the target is pid; 0: every process)."""
+    """BpfTrace's bookkeeping of the processes it follows (the target is pid; 0: every process)."""
 
     engine: BpfEngine
     pid: int

@@ -1,6 +1,6 @@
 """The Python API under the CLI: trace a process, take snapshots, end cleanly.
 
-with Trace.launch(["./prog"]) as trace:
+with BpfTrace.launch(["./prog"]) as trace:
     trace.wait()
 report = render_text(Symbolizer().symbolize(trace.final_snapshot))
 """
@@ -57,7 +57,7 @@ def _started_or_closed(engine: BpfEngine) -> BpfEngine:
     return engine
 
 
-class Trace(PollingSource, ProcessTracking):
+class BpfTrace(PollingSource, ProcessTracking):
     """A BPF trace of one process (pid), or of every process (pid 0); a context manager
     that always detaches."""
 
@@ -84,7 +84,7 @@ class Trace(PollingSource, ProcessTracking):
     # -- starting -----------------------------------------------------------
 
     @classmethod
-    def attach(cls, pid: int, settings: EngineSettings = EngineSettings(), library: str | None = None) -> Trace:
+    def attach(cls, pid: int, settings: EngineSettings = EngineSettings(), library: str | None = None) -> BpfTrace:
         """Traces a running process from now on."""
         check_system()
         if pid == os.getpid():
@@ -94,7 +94,9 @@ class Trace(PollingSource, ProcessTracking):
         return cls(_started_or_closed(BpfEngine(settings, pid, (elf,))), pid, info, is_child=False)
 
     @classmethod
-    def launch(cls, argv: list[str], settings: EngineSettings = EngineSettings(), library: str | None = None) -> Trace:
+    def launch(
+        cls, argv: list[str], settings: EngineSettings = EngineSettings(), library: str | None = None
+    ) -> BpfTrace:
         """Starts argv with the probes already live: none of its allocations is missed."""
         check_system()
         path = resolve_executable(argv[0])
@@ -139,7 +141,7 @@ class Trace(PollingSource, ProcessTracking):
         settings: EngineSettings = EngineSettings(),
         libraries: tuple[str, ...] = (),
         selection: Selection = Selection(),
-    ) -> Trace:
+    ) -> BpfTrace:
         """Traces every process that calls into a libc on this system (and into libraries),
         each from its first allocator call; children inherit as with follow_forks."""
         check_system()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from leaktrace.android.records import return_addresses
+from leaktrace.android.records import return_addresses, stack_status
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import (
     AllocationGroup,
@@ -30,7 +30,6 @@ from leaktrace.model.snapshot import (
     LiveAllocation,
     ProcessInfo,
     Snapshot,
-    StackStatus,
 )
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
@@ -56,11 +55,6 @@ def preload_library() -> str:
     if not found:
         raise RuntimeFailure("leaktrace's preload library is not built: reinstall leaktrace (pip install)")
     return found[0]
-
-
-def stack_status(stack: tuple[int, ...]) -> StackStatus:
-    """The library keeps a stack for every size in its backtrace range: none means filtered."""
-    return StackStatus.CAPTURED if stack else StackStatus.FILTERED
 
 
 def library_base(maps: list[Mapping], library: str) -> int | None:

@@ -16,26 +16,21 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-import re
 import shutil
 import signal
 import stat
 import tempfile
 import time
-from collections import Counter
 
+from leaktrace.android.heap_dump import read_heap_dump
 from leaktrace.android.leak_info import LeakInfoEntry, decode_leak_info
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
-from leaktrace.android.records import return_addresses
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import (
-    NOBODY,
     UNREACHABLE_LIMIT,
-    AllocationGroup,
     Counters,
     Credentials,
     LeakCheck,
-    ProcessInfo,
     Snapshot,
     UnreachableReport,
 )
@@ -57,7 +52,6 @@ from leaktrace.sources.preload.table import (
     counters_in_place,
     library_base,
     preload_library,
-    stack_status,
     table_snapshot,
 )
 from leaktrace.sources.protocol import PollingSource
@@ -67,15 +61,6 @@ DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the
 DUMP_READ_LIMIT = 512 << 20  # bytes of one heap dump read from a target (about 2.5 million records)
 COUNTERS_READ_LIMIT = 4096  # the library's counters file: one line of numbers
 ENVIRON_READ_LIMIT = 4 << 20
-MAX_FRAMES = 256  # the library's largest backtrace option
-# Numbers are bounded by their digits: a size fits 64 bits, a count 32, a pc 64.
-_RECORD = re.compile(rf"z ([01])  sz +(\d{{1,20}})  num +(\d{{1,10}})  bt((?: [0-9a-f]{{1,16}}){{0,{MAX_FRAMES}}})$")
-_MAPS_LINE = re.compile(
-    r"[0-9a-f]{1,16}-[0-9a-f]{1,16} [-rwxps]{4} [0-9a-f]{1,16} [0-9a-f]{1,8}:[0-9a-f]{1,8} \d{1,20}"
-    r"(?: +[^\0\n]{0,4096})?"
-)
-
-
 WORKDIR_PREFIX = "leaktrace-preload-"  # + leaktrace's pid + "-" + random: the dump directory of a launch
 
 
@@ -94,46 +79,6 @@ def remove_stale_workdirs() -> None:
             continue
         if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
             shutil.rmtree(path, ignore_errors=True)
-
-
-def snapshot_from_heap_dump(
-    text: str, pid: int, comm: str, taken_at: float, exited: bool = False, credentials: Credentials = NOBODY
-) -> Snapshot:
-    """A snapshot from an "Android Native Heap Dump v1.2": its records as groups, its maps.
-    The text is a target's: ValueError names the first thing in it that cannot be real. The
-    files its MAPS name are opened with credentials (the target's) when it is symbolized."""
-    if not text.startswith("Android Native Heap Dump v1.2"):
-        raise ValueError("not an Android Native Heap Dump v1.2")
-    body, _, maps = text.partition("\nMAPS\n")
-    found = re.search(r"^Backtrace size: (\d{1,3})$", body, re.M)
-    if not found or not 0 < int(found.group(1)) <= MAX_FRAMES:
-        raise ValueError("no valid 'Backtrace size' line")
-    # A dump lists records as bionic sorts and merges them (adjacent ones only): a (size, stack)
-    # can come back many times, and is one group here.
-    counts: Counter[tuple[int, tuple[int, ...], bool]] = Counter()
-    for line in body.splitlines():
-        record = _RECORD.match(line)
-        if not record:
-            if line.startswith("z "):
-                raise ValueError(f"damaged record {line[:80]!r}")
-            continue
-        zygote, size, count, frames = record.groups()
-        if int(size) >= 1 << 64 or int(count) >= 1 << 32:
-            raise ValueError(f"record out of range {line[:80]!r}")
-        counts[int(size), return_addresses(tuple(int(pc, 16) for pc in frames.split())), zygote == "1"] += int(count)
-    # z 1: made by a forked child since its fork; a dump has no other sign of a fork, so a child
-    # that has made nothing since shows its inherited blocks as its own.
-    forked = any(zygote for _, _, zygote in counts)
-    groups = [
-        AllocationGroup(pid, size, count, stack, stack_status(stack), forked and not zygote)
-        for (size, stack, zygote), count in counts.items()
-    ]
-    maps = maps.removesuffix("END\n")
-    for line in maps.splitlines():
-        if not _MAPS_LINE.fullmatch(line):
-            raise ValueError(f"damaged MAPS line {line[:80]!r}")
-    info = ProcessInfo(pid, comm, comm, maps, exited, credentials, forked=forked)
-    return Snapshot(taken_at, tuple(groups), Counters(), {pid: info}, int(found.group(1)))
 
 
 class PreloadTrace(PollingSource):
@@ -251,7 +196,7 @@ class PreloadTrace(PollingSource):
             data = read_target_file(self.credentials, path, DUMP_READ_LIMIT)
             if data is None:
                 return None
-            found = snapshot_from_heap_dump(
+            found = read_heap_dump(
                 data.decode(errors="replace"), self.pid, self.comm, time.time(), exited, self.credentials
             )
             return dataclasses.replace(found, counters=self._counters_of_dump(exited))
