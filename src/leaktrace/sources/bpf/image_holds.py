@@ -19,8 +19,8 @@ from bcc.libbcc import lib
 
 from leaktrace.sources.bpf.launch import StopRelease
 from leaktrace.sources.bpf.layout import HOLD_AT_EXIT, HOLD_RELEASED, HOLD_WAITING
+from leaktrace.sources.bpf.maps import BPF_EXIST
 
-BPF_EXIST = 2  # bpf_update_elem: only an element that is there
 WAKE_MS = 100  # the longest wait between sweeps of the holds map, should a wakeup be missed
 # A hold decided by a program run that began before user space said "no more" lands within this.
 LAST_HOLDS_SECONDS = 0.02

@@ -16,9 +16,7 @@ from leaktrace.sources.bpf.layout import (
     LIVE_VAL,
 )
 from leaktrace.sources.bpf.map_reading import LiveEntry, MapReader
-from leaktrace.sources.bpf.maps import gc_paused
-
-BPF_NOEXIST = 1
+from leaktrace.sources.bpf.maps import BPF_NOEXIST, gc_paused
 
 
 class ForkInheritance:

@@ -1,4 +1,4 @@
-"""Reading whole BPF maps fast: BPF_MAP_LOOKUP_BATCH into raw buffers."""
+"""Reading whole BPF maps fast (BPF_MAP_LOOKUP_BATCH into raw buffers), and the flags of single updates."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gc
 
 from bcc.libbcc import lib
 
+BPF_NOEXIST, BPF_EXIST = 1, 2  # bpf_update_elem: only a new element; only one that is there
 CHUNK = 4096  # entries asked for per BPF_MAP_LOOKUP_BATCH: memory follows what the map holds, not its size
 _scratches: dict[tuple[int, int], ct.Array] = {}
 
