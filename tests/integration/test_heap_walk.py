@@ -39,16 +39,25 @@ def glibc_usable(request: int) -> int:
     return chunk - 8
 
 
+# old_leaks.c's `held`: only an interior pointer holds it, which leaktrace (as libmemunreachable)
+# counts as a reference and valgrind as "possibly lost".
+HELD_BY_INTERIOR = 200
+LOST_KINDS = ("Leak_DefinitelyLost", "Leak_IndirectlyLost", "Leak_PossiblyLost")
+
+
 def valgrind_lost_usable(argv: list[str]) -> tuple[int, int]:
-    """(bytes, blocks) valgrind calls definitely or indirectly lost at exit, each loss record's
-    blocks (one call site, one size in these programs) rounded to glibc's usable size."""
+    """(bytes, blocks) valgrind calls lost at exit, each loss record's blocks (one call site,
+    one size in these programs) rounded to glibc's usable size. Possibly lost counts but for
+    `held`: valgrind's heap sits at low addresses (0x4a00000 and up), where a stray number
+    (a nanosecond count) can point into a block; 1 run in 60 under load took old_leaks.c's 1 MiB
+    leak for possibly lost that way."""
     xml = Path(subprocess.run(["mktemp"], capture_output=True, text=True, check=True).stdout.strip())
     try:
         result = subprocess.run(
             [
                 "valgrind",
                 "--leak-check=full",
-                "--show-leak-kinds=definite,indirect",
+                "--show-leak-kinds=definite,indirect,possible",
                 "--xml=yes",
                 f"--xml-file={xml}",
                 *argv,
@@ -60,9 +69,11 @@ def valgrind_lost_usable(argv: list[str]) -> tuple[int, int]:
         assert result.returncode == 0, result.stderr
         total_bytes = total_blocks = 0
         for error in ElementTree.parse(xml).getroot().iter("error"):
-            if error.findtext("kind") not in ("Leak_DefinitelyLost", "Leak_IndirectlyLost"):
+            if error.findtext("kind") not in LOST_KINDS:
                 continue
             leaked, blocks = int(error.findtext("xwhat/leakedbytes")), int(error.findtext("xwhat/leakedblocks"))
+            if error.findtext("kind") == "Leak_PossiblyLost" and leaked == HELD_BY_INTERIOR * blocks:
+                continue
             direct = re.search(r"\(([\d,]+) direct, [\d,]+ indirect\)", error.findtext("xwhat/text"))
             if direct:  # the blocks it holds have records of their own
                 leaked = int(direct.group(1).replace(",", ""))

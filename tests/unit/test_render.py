@@ -135,6 +135,7 @@ def test_json_carries_every_group_and_frame():
                 "file": "node.c",
                 "line": 42,
                 "inlined": False,
+                "kind": "native",
             },
             {
                 "address": 0x2020,
@@ -144,6 +145,7 @@ def test_json_carries_every_group_and_frame():
                 "file": "main.c",
                 "line": 7,
                 "inlined": False,
+                "kind": "native",
             },
         ],
     }

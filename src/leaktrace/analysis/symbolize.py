@@ -21,12 +21,14 @@ from leaktrace.model.snapshot import (
     LiveAllocation,
     LossRecord,
     ProcessInfo,
+    PythonCode,
     Snapshot,
     UnreachableLeak,
 )
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, parse_maps, printable
+from leaktrace.unwind.python_code import EVAL_FUNCTIONS, is_python_word, line_of, python_word, spliced_stack
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,15 @@ class Frame:
     module_offset: int | None = None  # the address as a virtual address of the module's ELF
     build_id: str | None = None  # the module's GNU build-id, in hexadecimal
     inlined: bool = False  # a function inlined at this address into the next frame's
+    kind: str = "native"  # or "python": a Python function (address: its word, python_frames.h)
+    code_changed: bool = False  # a Python frame whose code object's address has held another since
 
     def describe(self) -> str:
         module = os.path.basename(self.module) if self.module else None
+        if self.kind == "python":
+            where = f"{self.file}:{self.line}" if self.line is not None else self.file
+            text = f"{self.function} ({where})" if self.function else "[python frame: code not read]"
+            return text + " (code changed)" if self.code_changed else text
         if self.inlined:
             text = f"{self.function} (inlined)"
         elif self.function:
@@ -69,9 +77,23 @@ class SymbolizedSnapshot:
         """The frames one return address stands for: inlined ones first, then its function's."""
         return [*self.inlined.get((pid, address), ()), self.frames[pid, address]]
 
+    def words_of(self, group: AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord) -> tuple[int, ...]:
+        """A stack's words as shown, innermost first: its Python frames spliced in where the
+        interpreter's frames are (spliced_stack)."""
+        return spliced_stack(group.stack, lambda word: self.frames[group.pid, word].function in EVAL_FUNCTIONS)
+
     def stack_of(self, group: AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord) -> list[Frame]:
         """Every frame of a stack, innermost first, inlined ones included."""
-        return [frame for address in group.stack for frame in self.frames_at(group.pid, address)]
+        return [frame for address in self.words_of(group) for frame in self.frames_at(group.pid, address)]
+
+
+def python_frame(word: int, code: PythonCode | None) -> Frame:
+    """The frame of a Python frame's word: its function, file and line where its code was read."""
+    if code is None:
+        return Frame(word, kind="python")
+    index = python_word(word).instruction
+    line = line_of(code.linetable, code.first_line, index) if index is not None else code.first_line
+    return Frame(word, code.qualname, file=code.filename, line=line, kind="python", code_changed=code.changed)
 
 
 class AddressSpace:
@@ -228,16 +250,14 @@ class Symbolizer:
         self._demangled.update(zip(todo, plain if len(plain) == len(todo) else todo))
 
     def symbolize(self, snapshot: Snapshot) -> SymbolizedSnapshot:
-        unreachable = snapshot.unreachable.leaks if snapshot.unreachable else ()
         addresses: dict[int, set[int]] = {}
-        items: tuple[AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord, ...] = (
-            *snapshot.groups,
-            *(snapshot.allocations or ()),
-            *unreachable,
-            *(record for check in snapshot.leak_checks for record in check.records),
-        )
-        for item in items:
-            addresses.setdefault(item.pid, set()).update(item.stack)
+        python: set[tuple[int, int]] = set()
+        for item in snapshot.stacked_items():
+            for word in item.stack:
+                if is_python_word(word):
+                    python.add((item.pid, word))
+                else:
+                    addresses.setdefault(item.pid, set()).add(word)
         partial: dict[tuple[int, int], tuple[Frame, LineKey | None]] = {}
         for pid, wanted in addresses.items():
             process = snapshot.processes.get(pid) or ProcessInfo(pid)
@@ -281,6 +301,10 @@ class Symbolizer:
                     )
                     for function, file, line in chain[:-1]
                 )
+        for pid, word in python:
+            frames[pid, word] = self._printable(
+                python_frame(word, snapshot.python_code.get((pid, python_word(word).code)))
+            )
         # Processes come and go (systemwide): keep the maps of those still in view.
         self._spaces = {pid: space for pid, space in self._spaces.items() if pid in snapshot.processes}
         return SymbolizedSnapshot(snapshot, frames, inlined)

@@ -16,6 +16,7 @@ from functools import cmp_to_key
 from typing import Protocol
 
 from leaktrace.model.snapshot import ProcessInfo, Snapshot, StackStatus
+from leaktrace.unwind.python_code import is_python_word
 
 
 @dataclass(frozen=True)
@@ -29,14 +30,15 @@ class LeakRecord:
 
 
 def android_pcs(stack: tuple[int, ...]) -> tuple[int, ...]:
-    """Return addresses -> pcs inside the call, as bionic's unwinder callback adjusts them (x86)."""
-    return tuple(pc - 1 if pc >= 4096 else pc for pc in stack)
+    """Return addresses -> pcs inside the call, as bionic's unwinder callback adjusts them (x86);
+    Python frames, which Android's formats have no place for, left out."""
+    return tuple(pc - 1 if pc >= 4096 else pc for pc in stack if not is_python_word(pc))
 
 
 def return_addresses(pcs: tuple[int, ...]) -> tuple[int, ...]:
     """The inverse of android_pcs: stored pcs (a dump, the preload library's table) -> the
-    return addresses snapshots keep."""
-    return tuple(pc + 1 if pc >= 4095 else pc for pc in pcs)
+    return addresses snapshots keep (Python frames' words as they are)."""
+    return tuple(pc + 1 if pc >= 4095 and not is_python_word(pc) else pc for pc in pcs)
 
 
 @dataclass(frozen=True)

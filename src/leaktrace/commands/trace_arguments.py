@@ -5,9 +5,11 @@ anything starts."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pwd
 import re
+import shlex
 from typing import TYPE_CHECKING
 
 from leaktrace.android.options import (
@@ -17,9 +19,10 @@ from leaktrace.android.options import (
     check_engine_options,
     parse_malloc_debug_options,
 )
-from leaktrace.errors import UsageError
+from leaktrace.errors import RuntimeFailure, UsageError
 from leaktrace.outputs.files import FILE_FORMATS
 from leaktrace.platform.atomic_write import not_replaceable
+from leaktrace.platform.process import program_behind, resolve_executable
 from leaktrace.sources.bpf.compile import EngineSettings
 
 from . import ArgumentParser, bounded_int
@@ -313,7 +316,27 @@ def engine_settings(args: argparse.Namespace, config: MallocDebugConfig) -> Engi
         max_stacks=args.max_stacks,
         follow_forks=args.follow_forks,
         unwind=args.unwind,
+        python_frames=_may_run_python(args),
     )
+
+
+def _may_run_python(args: argparse.Namespace) -> bool:
+    """Whether the BPF engine walks Python frames: the -c program or the -p target is a Python
+    interpreter (by its name), or children are followed (any may be one). Not for --all, nor
+    with LEAKTRACE_PYTHON_FRAMES=no (the preload library reads it too)."""
+    if os.environ.get("LEAKTRACE_PYTHON_FRAMES") == "no":
+        return False
+    if args.follow_forks:
+        return True
+    names: list[str] = []
+    if args.command:
+        words = shlex.split(args.command)[:1]  # its name, as typed (pyenv's shims are scripts)
+        with contextlib.suppress(RuntimeFailure):
+            names += [*words, *(program_behind(resolve_executable(word)) for word in words)]
+    elif args.pid:
+        with contextlib.suppress(OSError):
+            names.append(os.readlink(f"/proc/{args.pid}/exe"))
+    return any(os.path.basename(name).startswith(("python", "libpython")) for name in names)
 
 
 def _output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> list[tuple[str, str]]:

@@ -64,6 +64,8 @@ class Counters:
     nested_calls: int = 0  # allocator calls made inside another (internal, not lost)
     unfollowed_children: int = 0  # child processes not traced (process table full)
     inheritance_lost: int = 0  # child processes traced without the blocks they inherited
+    python_frames_cut: int = 0  # stacks whose Python frames were cut at 32 (their native frames whole)
+    python_codes_full: int = 0  # code objects the preload library had no room to keep (their frames show no name)
     stacks_truncated: int = 0  # stacks that end before the outermost frame (a frame not followed)
     # Why (their sum is stacks_truncated; the preload library's stacks are not counted here):
     stacks_truncated_no_tables: int = 0  # the process's unwind tables were not in yet
@@ -109,6 +111,17 @@ class Counters:
 TRUNCATION_PREFIX = "stacks_truncated_"
 # Drops that leave allocations out of the live figures (the rest lose stacks, or are not losses).
 UNRECORDED = ("live_map_full", "site_map_full", "pending_lost", "unfollowed_children", "inheritance_lost")
+
+
+@dataclass(frozen=True)
+class PythonCode:
+    """A code object of a traced Python process, as first seen (python frames name it by address)."""
+
+    qualname: str
+    filename: str
+    first_line: int
+    linetable: bytes  # CPython's location table: instruction -> line
+    changed: bool = False  # the address has held another code object since: frames may name the wrong one
 
 
 @dataclass(frozen=True)
@@ -289,6 +302,18 @@ class Snapshot:
     # valgrind's leak kinds (--leak-check): of a -c command at its exit, of a -p process at the
     # trace's end, of each --all process that exited since the last snapshot.
     leak_checks: tuple[LeakCheck, ...] = ()
+    # (pid, code object address) -> the code, for the Python frames the stacks hold.
+    python_code: dict[tuple[int, int], PythonCode] = field(default_factory=dict)
+
+    def stacked_items(self) -> tuple[AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord, ...]:
+        """Everything here that carries a stack."""
+        unreachable = self.unreachable.leaks if self.unreachable else ()
+        return (
+            *self.groups,
+            *(self.allocations or ()),
+            *unreachable,
+            *(record for check in self.leak_checks for record in check.records),
+        )
 
     @property
     def live_bytes(self) -> int:

@@ -18,7 +18,9 @@ from leaktrace.outputs.files import FileContext
 
 def frame_label(frame: Frame) -> str:
     """A frame's name in one token of a folded line (no ';', which separates frames)."""
-    if frame.function:
+    if frame.kind == "python":
+        label = frame.describe()
+    elif frame.function:
         label = frame.function + (" (inlined)" if frame.inlined else "")
     elif frame.module:
         label = f"{os.path.basename(frame.module)}+{frame.offset:#x}"

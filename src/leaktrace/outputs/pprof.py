@@ -169,6 +169,8 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
         """(mapping id, address) of a return address. One module's code is one mapping for every
         process (the first one seen where it is, by a known load bias), so that each location
         of it is one Location, whichever process it is in."""
+        if frame.kind == "python":  # a function of a script: its line says where, no address does
+            return 0, 0
         if frame.module is None or frame.module_offset is None:
             return mapping_at(pid, address, frame), address
         module = (frame.module, frame.build_id)
@@ -211,7 +213,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
     for group in sorted(snapshot.groups, key=lambda g: (g.pid, -g.bytes, g.size, g.stack)):
         sample = profile.sample.add(value=[group.count, group.bytes])
         if group.stack_status == StackStatus.CAPTURED:
-            sample.location_id.extend(location_id(group.pid, address) for address in group.stack)
+            sample.location_id.extend(location_id(group.pid, address) for address in symbolized.words_of(group))
         process = snapshot.processes.get(group.pid)
         sample.label.add(key=string("pid"), num=group.pid)
         sample.label.add(key=string("comm"), str=string(process.comm if process else ""))

@@ -4,8 +4,13 @@
 #ifndef LEAKTRACE_WALK_STATE_H
 #define LEAKTRACE_WALK_STATE_H
 
+#ifndef PYTHON_FRAMES
+#define PYTHON_FRAMES 0  // room for a stack's Python frames (python_frames.h), after its native ones
+#endif
+#define STACK_WORDS (STACK_DEPTH + PYTHON_FRAMES)
+
 struct stack_val {
-    u64 ip[STACK_DEPTH];
+    u64 ip[STACK_WORDS];
 };
 
 // A process's executable mappings, sorted by start: each with the rows of its file and their

@@ -22,11 +22,21 @@ from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI
+from leaktrace.unwind.python_layout import PYTHON_MAX_FRAMES
 
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
 # alloc_return tail-calls, which must be loaded as its caller is.
-LINKED_PROGRAMS = (b"alloc_enter", b"alloc_return", b"free_enter", b"exit_stop", b"modules_changed", b"unwind_frames")
+LINKED_PROGRAMS = (
+    b"alloc_enter",
+    b"alloc_return",
+    b"free_enter",
+    b"exit_stop",
+    b"python_stop",
+    b"modules_changed",
+    b"unwind_frames",
+)
 TERMINAL_MEMBERS = {("task_struct", "signal"): "TASK_SIGNAL", ("signal_struct", "tty"): "SIGNAL_TTY"}
+FSBASE_MEMBERS = (("task_struct", "thread"), ("thread_struct", "fsbase"))  # a task's TLS base: their sum
 VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
 
 
@@ -43,6 +53,7 @@ class EngineSettings:
     # --leak-check: judge valgrind's kinds at exits; with fork following, whole processes are
     # held in _exit for it from the first probe on (a child forked at once is judged too).
     leak_check_at_exit: bool = False
+    python_frames: bool = False  # walk the Python frames of CPython 3.11 processes (their stacks get 32 words more)
     unwind: str = "dwarf"  # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
     max_unwind_rows: int = 1 << 20  # CFI rows of every module traced (12 bytes each, preallocated)
     max_unwind_pages: int = 1 << 18  # their page index: 512 bytes of code each (8 bytes each, preallocated)
@@ -61,6 +72,7 @@ BPF_HEADERS = {
     "rows.h": os.path.join(_UNWIND, "rows.h"),
     "walk_state.h": os.path.join(_UNWIND, "walk_state.h"),
     "walk.bpf.h": os.path.join(_UNWIND, "walk.bpf.h"),
+    "python_frames.h": os.path.join(_UNWIND, "python_frames.h"),
 }
 
 
@@ -117,7 +129,16 @@ def program_cflags(settings: EngineSettings, target: int) -> list[str]:
         ]
         + _tracepoint_cflags(follow_forks)
         + _hold_cflags(follow_forks)
+        + python_cflags(s.python_frames)
     )
+
+
+def python_cflags(wanted: bool) -> list[str]:
+    """Room and the walk for Python frames, where the kernel's BTF says where a task's TLS base is."""
+    offsets = member_offsets(FSBASE_MEMBERS) if wanted else {}
+    if len(offsets) != len(FSBASE_MEMBERS):
+        return ["-DPYTHON_FRAMES=0"]
+    return [f"-DPYTHON_FRAMES={PYTHON_MAX_FRAMES}", f"-DTASK_FSBASE={sum(offsets.values())}"]
 
 
 def _hold_cflags(follow_forks: bool) -> list[str]:

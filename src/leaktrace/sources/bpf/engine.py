@@ -147,6 +147,7 @@ class BpfEngine:
         arm_on_exec: bool = False,
         stop_library: str | None = None,
         loader: str | None = None,
+        python_library: str | None = None,
     ):
         if not target:
             settings = dataclasses.replace(settings, follow_forks=True)
@@ -156,6 +157,7 @@ class BpfEngine:
         self.arm_on_exec = arm_on_exec
         self.stop_library = stop_library  # library with _exit, to stop the target there
         self.loader = loader  # -c: the command's ld.so, whose _dl_debug_state says modules changed
+        self.python_library = python_library  # -c: the command's CPython, stopped in its Py_FinalizeEx
         self.probes: list[AttachedProbe] = []
         # The target's first thread had exited (pthread_exit) when it was attached to.
         self.leader_exited = bool(target) and live_thread(target) not in (target, None)
@@ -296,6 +298,11 @@ class BpfEngine:
             self._attach_library(library, functions, placements)
         for library, offsets in stops:
             self._link(b"exit_stop", library, offsets, [0])
+        if self.python_library and self.settings.python_frames:
+            python = ElfFile(self.python_library)
+            finalize = python.dynamic_functions.get("Py_FinalizeEx")
+            if finalize:
+                self._link(b"python_stop", python, file_offsets(python, [finalize]), [0])
         if self.loader and self.arm_on_exec:
             try:
                 loader = ElfFile(self.loader)

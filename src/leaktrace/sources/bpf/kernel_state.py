@@ -10,6 +10,7 @@ from leaktrace.sources.bpf.layout import (
     CTL_EXIT_STOP,
     CTL_HOLDS_OFF,
     CTL_NEXT_GEN,
+    CTL_PYTHON_STOP,
     CTL_TABLES_GEN,
     CTL_TABLES_STOP,
     CTL_TARGET_GEN,
@@ -68,3 +69,10 @@ class KernelState:
 
     def clear_exit_stop(self) -> None:
         self.set_control(CTL_EXIT_STOP, 0)
+
+    def python_stop_pending(self) -> bool:
+        """True once -c's CPython is stopped in Py_FinalizeEx, its code objects not yet freed."""
+        return bool(self.control(CTL_PYTHON_STOP))
+
+    def clear_python_stop(self) -> None:
+        self.set_control(CTL_PYTHON_STOP, 0)

@@ -26,6 +26,8 @@ enum counter {
     C_NESTED,           // nested_calls: allocator call made from inside another one (ignored)
     C_UNFOLLOWED,       // unfollowed_children: process not traced: procs map full (each counted once)
     C_INHERIT_LOST,  // inheritance_lost: child that ran without its inherited blocks (too many copies waited at its fork)
+    C_PYTHON_CUT,    // python_frames_cut: a stack's Python frames cut at PYTHON_MAX_FRAMES (its native frames whole)
+    C_PYTHON_CODES_FULL,  // python_codes_full: code objects the preload library had no room to keep (their frames show no name)
     C_STACK_TRUNCATED,  // stacks_truncated: a stack ended early: a frame the walk could not follow or trust
     // Why, one counter each (their sum is stacks_truncated):
     C_TRUNCATED_NO_TABLES,     // stacks_truncated_no_tables: the process's unwind tables were not in yet
@@ -122,6 +124,8 @@ struct proc {
 #define CTL_TABLES_GEN 8
 #define CTL_HOLDS_OFF 9
 #define CTL_JUDGE_EXITS 10  // --leak-check with -f or --all: processes whose blocks are all known are held in _exit
+#define CTL_PYTHON_STOP 11  // -c's CPython stopped in Py_FinalizeEx: its code objects are read before they are freed
+#define CTL_SLOTS 12
 #define NO_TABLES_STOP 0xffffffff
 
 // A program stopped at its first allocator call until its unwind tables are in (-f, --all).

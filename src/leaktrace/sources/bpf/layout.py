@@ -19,6 +19,8 @@ CTL_TABLES_STOP = 7
 CTL_TABLES_GEN = 8
 CTL_HOLDS_OFF = 9
 CTL_JUDGE_EXITS = 10
+CTL_PYTHON_STOP = 11
+CTL_SLOTS = 12
 NO_TABLES_STOP = 0xffffffff
 HOLD_WAITING = 1
 HOLD_RELEASED = 2
@@ -38,15 +40,17 @@ C_MISSED_FREE = 10
 C_NESTED = 11
 C_UNFOLLOWED = 12
 C_INHERIT_LOST = 13
-C_STACK_TRUNCATED = 14
-C_TRUNCATED_NO_TABLES = 15
-C_TRUNCATED_UNKNOWN_CODE = 16
-C_TRUNCATED_UNREADABLE_STACK = 17
-C_TRUNCATED_BAD_FRAME = 18
-C_TRUNCATED_NO_RULE = 19
-C_TRUNCATED_WALK_BUDGET = 20
-C_TRUNCATED_NOT_ENTERED = 21
-C_COUNTERS = 22
+C_PYTHON_CUT = 14
+C_PYTHON_CODES_FULL = 15
+C_STACK_TRUNCATED = 16
+C_TRUNCATED_NO_TABLES = 17
+C_TRUNCATED_UNKNOWN_CODE = 18
+C_TRUNCATED_UNREADABLE_STACK = 19
+C_TRUNCATED_BAD_FRAME = 20
+C_TRUNCATED_NO_RULE = 21
+C_TRUNCATED_WALK_BUDGET = 22
+C_TRUNCATED_NOT_ENTERED = 23
+C_COUNTERS = 24
 COUNTER_FIELDS = (   # the Python names, in the enum's order
     'allocations',
     'frees',
@@ -62,6 +66,8 @@ COUNTER_FIELDS = (   # the Python names, in the enum's order
     'nested_calls',
     'unfollowed_children',
     'inheritance_lost',
+    'python_frames_cut',
+    'python_codes_full',
     'stacks_truncated',
     'stacks_truncated_no_tables',
     'stacks_truncated_unknown_code',

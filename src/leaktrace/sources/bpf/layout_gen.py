@@ -24,6 +24,7 @@ LAYOUTS = {
     SOURCES / "bpf" / "layout.h": SOURCES / "bpf" / "layout.py",
     UNWIND / "rows.h": UNWIND / "rows.py",
     SOURCES / "preload" / "native" / "record.h": SOURCES / "preload" / "layout.py",
+    UNWIND / "python_frames.h": UNWIND / "python_layout.py",
 }
 # C type -> struct format character (native sizes and alignment: x86-64)
 TYPES = {

@@ -20,6 +20,8 @@
 //   HOLD_IMAGES    1: a program exec'd under the trace (-f, --all) is stopped at its first
 //                  allocator call until its unwind tables are in (see hold_for_tables)
 //   TASK_SIGNAL, SIGNAL_TTY   offsets of task_struct.signal and signal_struct.tty (from BTF)
+//   PYTHON_FRAMES  room for a stack's Python frames (0: no Python walk; python_walk)
+//   TASK_FSBASE    offset of task_struct.thread.fsbase, a thread's TLS base (from BTF; with PYTHON_FRAMES)
 //
 // Traced processes are the keys of `procs`. Each process image has a `gen`
 // (new at fork and exec, never reused) that is part of every live and site
@@ -34,9 +36,10 @@
 // counts them from `live`.
 #include <uapi/linux/ptrace.h>
 
-#include "layout.h"      // shared with user space (layout.py is generated from it)
-#include "rows.h"        // the unwinder's rows and mappings (unwind/; rows.py)
-#include "walk_state.h"  // the walk's state and its stack, handed between tail calls
+#include "layout.h"         // shared with user space (layout.py is generated from it)
+#include "rows.h"           // the unwinder's rows and mappings (unwind/; rows.py)
+#include "walk_state.h"     // the walk's state and its stack, handed between tail calls
+#include "python_frames.h"  // the words of Python frames (unwind/; python_layout.py)
 
 #define CLONE_VM 0x00000100  // uapi/linux/sched.h, spelled out: that header slows the compile
 #define CLONE_THREAD 0x00010000
@@ -111,6 +114,9 @@ BPF_PROG_ARRAY(unwind_programs, 1);
 BPF_HASH(holds, u32, struct hold, MAX_PROCS);  // tgid -> the image stopped for its tables
 BPF_RINGBUF_OUTPUT(hold_wakeups, 1);           // a tgid per hold: wakes user space at once
 #endif
+#if PYTHON_FRAMES
+BPF_HASH(python_procs, u32, struct python_proc, MAX_PROCS);  // tgid -> its CPython 3.11's thread-state key
+#endif
 // [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
 // [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
 // [CTL_COPIES_DONE] written by user space: forks whose copies it has made;
@@ -122,8 +128,9 @@ BPF_RINGBUF_OUTPUT(hold_wakeups, 1);           // a tgid per hold: wakes user sp
 // never stop; -c stops its command at the first allocator call of each new image, so
 // that no stack is walked before the modules' tables are in);
 // [CTL_HOLDS_OFF] = 1 once user space takes no more holds (it is closing);
-// [CTL_JUDGE_EXITS] = 1: --leak-check with -f or --all holds whole processes in _exit to judge them.
-BPF_ARRAY(control, u32, 11);
+// [CTL_JUDGE_EXITS] = 1: --leak-check with -f or --all holds whole processes in _exit to judge them;
+// [CTL_PYTHON_STOP] = 1 once python_stop has stopped the target in Py_FinalizeEx.
+BPF_ARRAY(control, u32, CTL_SLOTS);
 
 static __always_inline void count(u32 which)
 {
@@ -366,7 +373,7 @@ static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_
 static __always_inline u64 store_as_last_stack(struct stack_capture *capture, u64 key)
 {
 #pragma clang loop unroll(disable)
-    for (u32 i = 0; i < STACK_DEPTH; i++) {
+    for (u32 i = 0; i < STACK_WORDS; i++) {
         capture->last.ip[i] = capture->walk.ip[i];
         asm volatile("" ::: "memory");  // a loop, not a memcpy call, which BPF lacks above 1 KB
     }
@@ -384,7 +391,7 @@ static __always_inline u64 store_stack(struct stack_capture *capture)
     struct stack_val *scratch = &capture->walk;
     int same = capture->last_key != 0;
 #pragma clang loop unroll(disable)
-    for (u32 i = 0; i < STACK_DEPTH; i++) {
+    for (u32 i = 0; i < STACK_WORDS; i++) {
         if (scratch->ip[i] != capture->last.ip[i])
             same = 0;
     }
@@ -393,7 +400,7 @@ static __always_inline u64 store_stack(struct stack_capture *capture)
         return capture->last_key;
     u64 hash = 0xcbf29ce484222325ULL;
 #pragma clang loop unroll(disable)
-    for (u32 i = 0; i < STACK_DEPTH; i++) {
+    for (u32 i = 0; i < STACK_WORDS; i++) {
         hash = (hash ^ scratch->ip[i]) * 0x100000001b3ULL;
         hash ^= hash >> 29;
     }
@@ -412,7 +419,7 @@ static __always_inline u64 store_stack(struct stack_capture *capture)
         }
     }
 #pragma clang loop unroll(disable)
-    for (u32 i = 0; i < STACK_DEPTH; i++) {
+    for (u32 i = 0; i < STACK_WORDS; i++) {
         if (known->ip[i] != scratch->ip[i]) {
             count(C_STACK_COLLISION);
             return STACK_LOST;
@@ -552,7 +559,7 @@ static __always_inline int exit_call(struct pt_regs *ctx)
         w->fp_ended = 0;
         // Cleared before the walk, so the stored stack has zeros past its last frame.
 #pragma clang loop unroll(disable)
-        for (u32 i = 0; i < STACK_DEPTH; i++) {
+        for (u32 i = 0; i < STACK_WORDS; i++) {
             call->stack.walk.ip[i] = 0;
             asm volatile("" ::: "memory");  // a loop, not a memset call, which BPF lacks above 1 KB
         }
@@ -565,6 +572,72 @@ static __always_inline int exit_call(struct pt_regs *ctx)
     live_add(tgid, call->gen, addr, &val);
     return 0;
 }
+
+#if PYTHON_FRAMES
+#define PYTHON_FRAME_HEAD (PY311_FRAME_IS_ENTRY / 8 * 8 + 8)  // a frame's bytes up to its entry flag's word
+
+// Copies the window that ends at the head of the Python frame at frame into stack_copy (which
+// the native walk is done with): STACK_COPY bytes, else those from the start of its page;
+// returns its size (0: none). One thread's frames sit below each other in its data stack, so
+// one window holds several; a generator's frame lies in its object, and gets one of its own.
+static __always_inline u32 python_window(struct pending_call *call, u64 frame)
+{
+    u64 end = frame + PYTHON_FRAME_HEAD;
+    if (read_user(call->stack_copy, STACK_COPY, (void *)(end - STACK_COPY)) == 0)
+        return STACK_COPY;
+    u64 reach = end - (frame & ~(u64)(PAGE_BYTES - 1));
+    u32 size = reach < STACK_COPY ? (u32)reach : STACK_COPY;
+    if (size < PYTHON_FRAME_HEAD || read_user(call->stack_copy, size, (void *)(end - size)) != 0)
+        return 0;
+    return size;
+}
+
+// The Python frames of the calling thread, after its native ones: its own thread state from
+// the interpreter's key in the thread's TLS (glibc's first block of keys), so right while the
+// thread has released the GIL, then the frames' chain through windows; cut at PYTHON_FRAMES (counted).
+static __always_inline void python_walk(struct pending_call *call)
+{
+    struct walk_state *w = &call->walk;
+    struct python_proc *python = python_procs.lookup(&w->tgid);
+    if (!python || python->gen != call->gen)
+        return;
+    u32 key[2];  // made, then the key
+    u64 fsbase = 0, thread = 0, cframe = 0, frame = 0;
+    if (read_user(key, sizeof(key), (void *)(python->key_address - 4)) || key[0] != 1 ||
+        key[1] >= GLIBC_SPECIFIC_FIRST_KEYS)
+        return;
+    bpf_probe_read_kernel(&fsbase, sizeof(fsbase), (void *)(bpf_get_current_task() + TASK_FSBASE));
+    u64 slot = fsbase + GLIBC_SPECIFIC_FIRST + key[1] * GLIBC_SPECIFIC_SLOT + GLIBC_SPECIFIC_DATA;
+    if (!fsbase || read_user(&thread, 8, (void *)slot) || !thread ||
+        read_user(&cframe, 8, (void *)(thread + PY311_TSTATE_CFRAME)) || !cframe ||
+        read_user(&frame, 8, (void *)(cframe + PY311_CFRAME_CURRENT_FRAME)))
+        return;
+    u64 base = 0;  // the window's start (its size: 0, none yet)
+    u32 size = 0, at = w->depth;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < PYTHON_FRAMES && frame; i++) {
+        u64 into = (u64)at + i;
+        asm volatile("" : "+r"(into));  // an index checked here, not a pointer carried from the last frame
+        if (into >= STACK_WORDS)
+            return;
+        u64 offset = frame - base;
+        if (frame < base || size < PYTHON_FRAME_HEAD || offset > size - PYTHON_FRAME_HEAD) {
+            size = python_window(call, frame);
+            base = frame + PYTHON_FRAME_HEAD - size;
+            offset = size - PYTHON_FRAME_HEAD;
+        }
+        asm volatile("" : "+r"(offset));  // checked here, as the index used
+        if (size < PYTHON_FRAME_HEAD || offset > STACK_COPY - PYTHON_FRAME_HEAD)
+            return;
+        u8 *head = &call->stack_copy[offset];
+        u64 code = *(u64 *)(head + PY311_FRAME_CODE), last = *(u64 *)(head + PY311_FRAME_PREV_INSTR);
+        call->stack.walk.ip[into] = python_frame_word(code, last, head[PY311_FRAME_IS_ENTRY]);
+        frame = *(u64 *)(head + PY311_FRAME_PREVIOUS);
+    }
+    if (frame)
+        count(C_PYTHON_CUT);
+}
+#endif
 
 // The stack walk, FRAMES_PER_PROGRAM frames per program run, continued by tail calls
 // (a loop over every frame with its searches inside would exceed what the verifier
@@ -593,6 +666,9 @@ int unwind_frames(struct pt_regs *ctx)
         count(C_STACK_TRUNCATED);
         count(w->why);
     }
+#if PYTHON_FRAMES
+    python_walk(call);
+#endif
     struct live_val val = call->walked_val;
     val.stack_key = store_stack(&call->stack);
     live_add(w->tgid, call->gen, call->walked_addr, &val);
@@ -904,6 +980,19 @@ int modules_changed(struct pt_regs *ctx)
 // --leak-check and fork following (-f, --all): stop there too any other process whose every
 // block is known, for user space to judge them (a hold of its own, as hold_for_tables's; not
 // on a terminal).
+// Py_FinalizeEx of -c's CPython (-c only): the target stops once, before the interpreter frees
+// its code objects, and user space reads those its stacks' Python frames name.
+int python_stop(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (tgid == TARGET_TGID && traced_gen(tgid)) {
+        u32 slot = CTL_PYTHON_STOP, one = 1;
+        control.update(&slot, &one);
+        bpf_send_signal(19 /* SIGSTOP */);
+    }
+    return 0;
+}
+
 int exit_stop(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;

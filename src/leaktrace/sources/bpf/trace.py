@@ -13,7 +13,7 @@ import signal
 import time
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.model.snapshot import UNREACHABLE_LIMIT, LeakCheck, ProcessInfo, Snapshot, UnreachableReport
+from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, LeakCheck, ProcessInfo, Snapshot, UnreachableReport
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process, libc_libraries
 from leaktrace.platform.process import (
@@ -34,6 +34,7 @@ from leaktrace.sources.bpf.launch import StopRelease, reap, spawn_gated
 from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
 from leaktrace.sources.protocol import PollingSource
+from leaktrace.sources.python_code import PythonCodeCapture
 
 MAPS_REFRESH = 0.2  # seconds between reads of traced processes' maps (dlopen'ed modules get tables)
 UNJUDGED_SHOWN = 5  # pids a notice names of the processes that exited without their leak check
@@ -45,6 +46,16 @@ def _library(path: str) -> ElfFile:
         return ElfFile(path)
     except ElfError as e:
         raise RuntimeFailure(f"cannot read allocator library: {e}") from None
+
+
+def _python_library(program: str) -> str | None:
+    """The module of a program that holds its CPython (Py_FinalizeEx): the program, or a library it loads."""
+    try:
+        if ElfFile(program).exports_function("Py_FinalizeEx"):
+            return program
+        return library_of_executable(program, "Py_FinalizeEx")
+    except (ElfError, RuntimeFailure):
+        return None
 
 
 def _started_or_closed(engine: BpfEngine) -> BpfEngine:
@@ -75,6 +86,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         self.final_snapshot: Snapshot | None = None
         self.exit_status: int | None = None
         self._exited = False
+        self._python_code = PythonCodeCapture()
         self._start_tracking(info)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
         self._holds = (
@@ -104,9 +116,16 @@ class BpfTrace(PollingSource, ProcessTracking):
         library = library or library_of_executable(program)
         libc = library_of_executable(program, "_exit") if library != program else None
         elf = _library(library)
+        python = _python_library(program) if settings.python_frames else None
         pid, gate, errors = spawn_gated(path, argv)
         engine = BpfEngine(
-            settings, pid, (elf,), arm_on_exec=True, stop_library=libc or library, loader=program_loader(program)
+            settings,
+            pid,
+            (elf,),
+            arm_on_exec=True,
+            stop_library=libc or library,
+            loader=program_loader(program),
+            python_library=python,
         )
         release = StopRelease(pid)
         try:
@@ -174,7 +193,7 @@ class BpfTrace(PollingSource, ProcessTracking):
                 allocations = (allocations or []) + departed_allocations
         self._departed = []
         judged, self._exit_checks = self._exit_checks, []
-        return Snapshot(
+        snapshot = Snapshot(
             taken,
             tuple(groups),
             self.engine.reader.counters(),
@@ -183,6 +202,7 @@ class BpfTrace(PollingSource, ProcessTracking):
             None if allocations is None else tuple(allocations),
             leak_checks=tuple(judged),
         )
+        return self._python_code.attach(snapshot)  # the code its Python frames name, read while they live
 
     def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
         """Which of the target's live allocations nothing reachable points to (it is frozen
@@ -234,6 +254,10 @@ class BpfTrace(PollingSource, ProcessTracking):
                 self._process_info(self.pid)
                 self.engine.kernel.clear_tables_stop(self.engine.kernel.target_gen())
                 os.kill(self.pid, signal.SIGCONT)
+            elif self.engine.kernel.python_stop_pending():
+                self._read_python_code()
+                self.engine.kernel.clear_python_stop()
+                os.kill(self.pid, signal.SIGCONT)
             elif self.engine.kernel.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
                 # children it reaped since this poll began are taken leave of first.
@@ -249,6 +273,14 @@ class BpfTrace(PollingSource, ProcessTracking):
             return True
         self._finish(status)
         return False
+
+    def _read_python_code(self) -> None:
+        """Stopped in Py_FinalizeEx: the code its stacks' Python frames name is read now, before
+        the interpreter frees it, for the reports to come (the one at its exit too)."""
+        pids = self._traced_pids()
+        processes = {pid: self._process_info(pid) for pid in pids}
+        groups = self.engine.reader.groups(None, set(pids))
+        self._python_code.attach(Snapshot(time.time(), tuple(groups), Counters(), processes))
 
     @property
     def leak_check_at_exit(self) -> bool:

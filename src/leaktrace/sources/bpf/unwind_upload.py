@@ -6,13 +6,17 @@ from __future__ import annotations
 import ctypes as ct
 import struct
 import threading
+from typing import Any
 
 from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, MapsFollower
 from leaktrace.sources.bpf.compile import EngineSettings
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.maps import update_array
+from leaktrace.unwind.python_interpreter import interpreter_version, thread_state_key
+from leaktrace.unwind.python_layout import PYTHON_PROC
 from leaktrace.unwind.rows import MAX_EXEC_MAPS
 from leaktrace.unwind.tables import FileTable, UnwindTables, exec_map_entry
 
@@ -36,12 +40,46 @@ class UnwindUpload:
         # pid -> (generation, maps version, entries, whether the image had more mappings than fit)
         self._exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes], bool]] = {}
         self._tables_lock = threading.Lock()  # load_tables runs in the image holds' thread too
+        self._python_keys: dict[tuple, int | None] = {}  # each file's thread-state key (None: not CPython 3.11)
 
     def forget(self, pids: set[int]) -> None:
         """These processes exited: their mappings are loaded afresh if the pids come back."""
         with self._tables_lock:
             for pid in pids:
                 self._exec_maps.pop(pid, None)
+                procs = self._python_procs
+                if procs is not None:
+                    procs.pop(ct.c_uint32(pid), None)
+
+    @property
+    def _python_procs(self) -> Any:
+        """The Python walk's processes; None where the program has no Python walk."""
+        if not self.settings.python_frames or self.kernel.bpf is None:
+            return None
+        try:
+            return self.kernel.bpf[b"python_procs"]
+        except KeyError:  # no BTF for the TLS base: compiled without it
+            return None
+
+    def _note_python(self, pid: int, gen: int, mapping: Mapping, elf: ElfFile | None) -> None:
+        """Tells the Python walk where the thread-state key of a CPython 3.11 module mapped here is."""
+        procs = self._python_procs
+        if procs is None or elf is None:
+            return
+        if elf.identity not in self._python_keys:
+            self._python_keys[elf.identity] = thread_state_key(elf)
+            version = interpreter_version(elf) if self._python_keys[elf.identity] is None else None
+            if version is not None:
+                self.notices.append(
+                    f"{elf.path} is CPython {version >> 24}.{version >> 16 & 0xFF}, whose frames leaktrace"
+                    " does not know (it walks 3.11's): its stacks have native frames only"
+                )
+        key, start = self._python_keys[elf.identity], elf.file_offset_to_vaddr(mapping.offset)
+        if key is not None and start is not None:
+            value = procs.Leaf()
+            packed = PYTHON_PROC.pack(key + mapping.start - start, gen, 0)
+            ct.memmove(ct.addressof(value), packed, len(packed))
+            procs[ct.c_uint32(pid)] = value
 
     def _upload(self, path: str, table: FileTable) -> tuple[int, int, int, int]:
         """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
@@ -107,6 +145,7 @@ class UnwindUpload:
                 rows = self.tables.table_of(elf)
             located = self._upload(elf.path, rows) if elf is not None and rows is not None else (0, 0, 0, 0)
             entries[m] = exec_map_entry(m, elf, rows, located)
+            self._note_python(pid, gen, m, elf)
         entries = {m: entries[m] for m in executable}
         table = self.kernel.bpf[b"exec_maps"]
         value = table.Leaf()

@@ -5,7 +5,15 @@ MAX_FRAMES = 256
 RECORD_INHERITED = 1
 RECORD_UNTRACED = 2
 TABLE_SHARDS = 16
+PYTHON_CODES = 4096
+PYTHON_TEXT = 0x100000
+PYTHON_NAME_MOST = 1024
+PYTHON_TABLE_MOST = 0x4000
 
 RECORD = struct.Struct('<QQIIQ')   # pointer, size, flags, frame_count, frames
 
 TABLE_SHARD = struct.Struct('<IIQQQQQQ72s')   # lock, unused, records, slots, used, live, allocations, frees, pad
+
+PYTHON_CODE_TABLE = struct.Struct('<IIQ')   # lock, count, text_used
+
+PYTHON_CODE = struct.Struct('<QQQIIIIIHH')   # code, fields, text, first_line, changed, name_length, file_length, table_length, name_kind, file_kind

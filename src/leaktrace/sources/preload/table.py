@@ -29,6 +29,7 @@ from leaktrace.model.snapshot import (
     Credentials,
     LiveAllocation,
     ProcessInfo,
+    PythonCode,
     Snapshot,
 )
 from leaktrace.platform.elf import ElfFile
@@ -42,6 +43,7 @@ from leaktrace.sources.preload.layout import (  # from native/record.h
     TABLE_SHARD,
     TABLE_SHARDS,
 )
+from leaktrace.sources.preload.python_codes import DamagedCodes, python_codes_in_place
 
 TABLE_TRIES = 100  # stops of the process to find its table unlocked (a lock is held for microseconds)
 SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20  # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
@@ -71,7 +73,8 @@ def library_base(maps: list[Mapping], library: str) -> int | None:
 @functools.lru_cache(maxsize=1)
 def _table_symbols() -> dict[str, int]:
     symbols = ElfFile(preload_library()).dynamic_objects
-    return {name: symbols[name] for name in ("leaktrace_shards", "leaktrace_forked", "leaktrace_counters")}
+    names = ("leaktrace_shards", "leaktrace_forked", "leaktrace_counters", "leaktrace_python_codes")
+    return {name: symbols[name] for name in names}
 
 
 def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
@@ -290,12 +293,17 @@ def copy_with_table(
 def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Credentials) -> Snapshot:
     """A snapshot read from the library's table in the stopped process, with pointers."""
 
-    def attempt() -> tuple[CopiedTable, str] | None:
+    def attempt() -> tuple[CopiedTable, str, dict[tuple[int, int], PythonCode]] | None:
         with frozen(pid) as process:
-            table = _copy_table(process.read, process.maps, pid, _table_addresses(process.maps, pid))
-            return None if table is None else (table, process.maps_text)
+            addresses = _table_addresses(process.maps, pid)
+            table = _copy_table(process.read, process.maps, pid, addresses)
+            try:
+                codes = python_codes_in_place(process.read, addresses["leaktrace_python_codes"], pid)
+            except DamagedCodes:  # its Python frames go unnamed ("code not read"), its blocks are counted
+                codes = {}
+            return None if table is None or codes is None else (table, process.maps_text, codes)
 
-    table, maps = _until_unlocked(pid, attempt)
+    table, maps, codes = _until_unlocked(pid, attempt)
     allocations = table.allocations()  # decoded with the process running again
     tally = Counter((a.size, a.stack, a.stack_status, a.inherited) for a in allocations)
     groups = tuple(
@@ -303,4 +311,6 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Cred
         for (size, stack, status, inherited), count in tally.items()
     )
     info = ProcessInfo(pid, comm, comm, maps, credentials=credentials, forked=table.forked)
-    return Snapshot(time.time(), groups, table.counters, {pid: info}, backtrace_frames, tuple(allocations))
+    return Snapshot(
+        time.time(), groups, table.counters, {pid: info}, backtrace_frames, tuple(allocations), python_code=codes
+    )

@@ -31,6 +31,7 @@ from leaktrace.model.snapshot import (
     Counters,
     Credentials,
     LeakCheck,
+    PythonCode,
     Snapshot,
     UnreachableReport,
 )
@@ -46,6 +47,7 @@ from leaktrace.platform.target_files import (
 )
 from leaktrace.sources.bpf.layout import C_COUNTERS
 from leaktrace.sources.preload.inject import Injection
+from leaktrace.sources.preload.python_codes import MOST_BYTES, DamagedCodes, parse_python_codes
 from leaktrace.sources.preload.table import (
     copy_with_table,
     counters_from_words,
@@ -55,11 +57,13 @@ from leaktrace.sources.preload.table import (
     table_snapshot,
 )
 from leaktrace.sources.protocol import PollingSource
+from leaktrace.sources.python_code import PythonCodeCapture
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the dump asked for
 DUMP_READ_LIMIT = 512 << 20  # bytes of one heap dump read from a target (about 2.5 million records)
 COUNTERS_READ_LIMIT = 4096  # the library's counters file: one line of numbers
+PYTHON_CODES_READ_LIMIT = MOST_BYTES  # the library's Python code table, as it keeps it
 ENVIRON_READ_LIMIT = 4 << 20
 WORKDIR_PREFIX = "leaktrace-preload-"  # + leaktrace's pid + "-" + random: the dump directory of a launch
 
@@ -112,6 +116,7 @@ class PreloadTrace(PollingSource):
         self.leak_check_at_exit = False  # not offered: its exit is the library's own
         self.logs_own_leaks = True  # the library writes its leak_track log itself
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
+        self._python_code = PythonCodeCapture()  # what its stacks' Python frames name, read while it lives
 
     @classmethod
     def launch(cls, argv: list[str], options: str) -> PreloadTrace:
@@ -199,12 +204,24 @@ class PreloadTrace(PollingSource):
             found = read_heap_dump(
                 data.decode(errors="replace"), self.pid, self.comm, time.time(), exited, self.credentials
             )
-            return dataclasses.replace(found, counters=self._counters_of_dump(exited))
+            codes = self._python_codes_at_exit() if exited else {}
+            return dataclasses.replace(found, counters=self._counters_of_dump(exited), python_code=codes)
         except RefusedFile as e:
             self._refuse_dumps(str(e))
         except ValueError as e:
             self._refuse_dumps(f"the heap dump {path} is damaged: {e}")
         return None
+
+    def _python_codes_at_exit(self) -> dict[tuple[int, int], PythonCode]:
+        """The code objects its Python frames named, from the file the library writes at exit
+        (none for a program that is not CPython 3.11)."""
+        path = f"{self.prefix}.{self.pid}.exit.python"
+        data = read_target_file(self.credentials, path, PYTHON_CODES_READ_LIMIT)
+        try:
+            return parse_python_codes(data, self.pid) if data is not None else {}
+        except DamagedCodes as e:
+            self._notices.append(f"{e}: its Python frames are not named")
+            return {}
 
     def _counters_of_dump(self, exited: bool) -> Counters:
         """The library's counters at a dump: read in place, or at exit from the file it writes
@@ -225,6 +242,10 @@ class PreloadTrace(PollingSource):
         return counters_from_words([int(word) for word in words], self.pid)
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
+        """The live blocks now, with the code objects their Python frames name (_blocks)."""
+        return self._python_code.attach(self._blocks(older_than_ms, with_allocations))
+
+    def _blocks(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live blocks now (the final dump once the process has exited).
 
         A launched command is stopped for a moment and its table read in place: no signal
@@ -253,7 +274,7 @@ class PreloadTrace(PollingSource):
             self._last = table_snapshot(self.pid, self.comm, self.backtrace_frames, self.credentials)
         except RuntimeFailure:
             if not self.poll():
-                return self.snapshot()
+                return self._blocks()
             raise
         return self._last
 
@@ -275,7 +296,7 @@ class PreloadTrace(PollingSource):
         while time.monotonic() < deadline and self.dumps_refused is None:
             found = self._read_dump(".txt", False)
             if found or not self.poll():
-                return found or self.snapshot()
+                return found or self._blocks()
             time.sleep(0.01)
         return None
 

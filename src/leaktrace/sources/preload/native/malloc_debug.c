@@ -77,6 +77,7 @@ static void switch_on(void)
     static int forks_followed;
     find_own_code();
     choose_unwinder();
+    find_python();
     blocks_init();
     stacks_on = config.backtrace;
     if (!forks_followed++)  // an attach after a detach: the handlers are in already
@@ -235,8 +236,10 @@ static void note_allocation(void *pointer, size_t size)
     uint32_t flags = 0;
     if (config.frames && !stacks_on)
         flags = RECORD_UNTRACED;
-    else if (config.frames && size >= config.min_size && size <= config.max_size)
+    else if (config.frames && size >= config.min_size && size <= config.max_size) {
         count = take_stack(frames, config.frames);
+        count += python_stack(frames + count, MAX_FRAMES - count);
+    }
     uintptr_t *kept = count ? copy_frames(frames, count) : NULL;
     if (count && !kept)
         count_event(C_STACK_FULL);  // no memory to keep its frames: recorded without them
@@ -276,7 +279,8 @@ __attribute__((destructor)) static void at_exit(void)
     if (config.leak_track)
         log_leaks();
     if (config.dump_on_exit) {
-        write_counters(".exit.counters");  // first: the dump's arrival says both are there
+        write_python_codes(".exit.python");
+        write_counters(".exit.counters");  // first: the dump's arrival says these are there
         write_dump(".exit.txt");
     }
     if (counter_value(C_PENDING_LOST))

@@ -69,6 +69,12 @@ size_t take_stack(uintptr_t *frames, size_t max);  // the caller's stack, this l
 void choose_unwinder(void);                        // LEAKTRACE_UNWINDER=libgcc: libgcc's walk for every stack
 unsigned long stacks_walked_by_libgcc(void);       // stacks with a frame the rules could not follow
 uintptr_t *copy_frames(const uintptr_t *frames, size_t count);
+
+// --- Python frames (python_stack.c) ------------------------------------------
+
+extern struct python_code_table *leaktrace_python_codes;  // the code objects Python frames named (record.h)
+void find_python(void);                                   // whether the program is CPython 3.11
+size_t python_stack(uintptr_t *words, size_t room);       // the thread's Python frames (up to 32), innermost first
 // One line per frame, as malloc_debug's backtrace_string; names NULL: looked up for this call alone.
 struct frame_names;
 void log_backtrace(struct frame_names *names, const uintptr_t *frames, size_t count);
@@ -114,7 +120,8 @@ void blocks_after_fork(int child);
 // --- reports (reports.c) ---------------------------------------------------
 
 void write_dump(const char *suffix);
-void write_counters(const char *suffix);  // PREFIX.PID<suffix>: the counters as one line, in enum order
+void write_counters(const char *suffix);      // PREFIX.PID<suffix>: the counters as one line, in enum order
+void write_python_codes(const char *suffix);  // PREFIX.PID<suffix>: the Python code table, as kept (record.h)
 void log_leaks(void);
 
 // --- entry and exit of the library's own work (malloc_debug.c) -------------

@@ -33,4 +33,32 @@ struct table_shard {
     char pad[72];          // to 128 bytes: two shards never share a cache line
 };
 
+// The code objects of a CPython 3.11 program, kept by the library the first time a Python
+// frame names each (leaktrace_python_codes, mapped then): the interpreter frees them at its
+// exit, before leaktrace reads its last table. A struct python_code_table, then PYTHON_CODES slots
+// (open addressing by code address), then PYTHON_TEXT bytes of names, files and line tables.
+#define PYTHON_CODES 4096
+#define PYTHON_TEXT 0x100000
+#define PYTHON_NAME_MOST 1024     // characters of a name or a file name kept
+#define PYTHON_TABLE_MOST 0x4000  // bytes of a line table kept
+
+struct python_code_table {
+    uint32_t lock;       // 0: free; 1: held (a reader that stops the process waits for 0)
+    uint32_t count;      // slots used
+    uint64_t text_used;  // bytes of text used
+};
+
+struct python_code {
+    uint64_t code;    // its address; 0: an empty slot
+    uint64_t fields;  // its fields' checksum: another code object at the address has others
+    uint64_t text;    // where its qualname, then its file name, then its line table start in the text
+    uint32_t first_line;
+    uint32_t changed;      // the address has held another code object since
+    uint32_t name_length;  // bytes of each
+    uint32_t file_length;
+    uint32_t table_length;
+    uint16_t name_kind;  // bytes a character (PEP 393: 1, 2 or 4)
+    uint16_t file_kind;
+};
+
 #endif

@@ -135,6 +135,21 @@ void write_counters(const char *suffix)
     put_in_place(fd, &file);
 }
 
+// The code objects Python frames named (record.h's python_code_table, as the library keeps it).
+void write_python_codes(const char *suffix)
+{
+    struct python_code_table *codes = leaktrace_python_codes;
+    if (!codes)
+        return;
+    struct report_file file;
+    int fd = open_report(&file, "Python code objects", suffix);
+    if (fd < 0)
+        return;
+    size_t head = sizeof *codes + PYTHON_CODES * sizeof(struct python_code);
+    write_all(fd, (const char *)codes, head + codes->text_used);
+    put_in_place(fd, &file);
+}
+
 // The v1.2 heap dump, written to a temporary file and renamed into place.
 void write_dump(const char *suffix)
 {

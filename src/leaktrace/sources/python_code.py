@@ -1,0 +1,145 @@
+"""The code objects a snapshot's Python frames name, read from the traced process the first
+time each address is seen (both engines), unless the source kept them itself (the preload
+library does, when a frame first names one): name, file, first line and line table. The
+process is hostile input: every read is bounded, every object's type is checked by its
+type's name, and an address that holds other fields on a later look is marked changed."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import struct
+from collections.abc import Callable, Iterator
+
+from leaktrace.model.snapshot import PythonCode, Snapshot
+from leaktrace.unwind.python_code import is_python_word, python_word
+from leaktrace.unwind.python_layout import (
+    PY311_CODE_ADAPTIVE,
+    PY311_CODE_FILENAME,
+    PY311_CODE_FIRSTLINENO,
+    PY311_CODE_LINETABLE,
+    PY311_CODE_QUALNAME,
+)
+
+Read = Callable[[int, int], bytes]  # (address, size) -> the bytes there; short where unreadable
+TYPE_NAME_AT = 24  # PyTypeObject's tp_name, after the object head
+UNICODE_HEAD = struct.Struct("<QQqqI")  # refcount, type, length, hash, state
+ASCII_DATA, COMPACT_DATA = 48, 72  # where a compact string's characters start: ASCII, or not
+BYTES_HEAD = struct.Struct("<QQq")  # refcount, type, size
+BYTES_DATA = 32
+MOST_CHARACTERS = 1024
+MOST_LINETABLE = 1 << 18
+
+
+@contextlib.contextmanager
+def process_memory(pid: int) -> Iterator[Read]:
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(address: int, size: int) -> bytes:
+        try:
+            return os.pread(fd, size, address) if 0 < address < 1 << 47 else b""
+        except OSError:
+            return b""
+
+    try:
+        yield read
+    finally:
+        os.close(fd)
+
+
+def _type_name(read: Read, obj: int) -> bytes:
+    head = read(obj, 16)
+    if len(head) < 16:
+        return b""
+    (name_at,) = struct.unpack("<Q", read(struct.unpack_from("<Q", head, 8)[0] + TYPE_NAME_AT, 8) or b"\0" * 8)
+    return read(name_at, 8).split(b"\0")[0]
+
+
+def read_string(read: Read, obj: int) -> str | None:
+    """A str object's text (its first MOST_CHARACTERS characters); None if it is not a compact str."""
+    head = read(obj, UNICODE_HEAD.size)
+    if len(head) < UNICODE_HEAD.size or _type_name(read, obj) != b"str":
+        return None
+    _, _, length, _, state = UNICODE_HEAD.unpack(head)
+    kind, compact, ascii_only = state >> 2 & 7, state >> 5 & 1, state >> 6 & 1
+    if not compact or kind not in (1, 2, 4) or length < 0:
+        return None
+    length = min(length, MOST_CHARACTERS)
+    data = read(obj + (ASCII_DATA if ascii_only else COMPACT_DATA), length * kind)
+    encoding = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind]
+    return data[: len(data) // kind * kind].decode(encoding, errors="replace")
+
+
+def read_bytes(read: Read, obj: int) -> bytes | None:
+    head = read(obj, BYTES_HEAD.size)
+    if len(head) < BYTES_HEAD.size or _type_name(read, obj) != b"bytes":
+        return None
+    size = BYTES_HEAD.unpack(head)[2]
+    return read(obj + BYTES_DATA, min(size, MOST_LINETABLE)) if 0 <= size else None
+
+
+def code_fields(read: Read, code: int) -> tuple[int, ...] | None:
+    """What tells one code object from another at an address; None if no code object is there."""
+    head = read(code, PY311_CODE_ADAPTIVE)
+    if len(head) < PY311_CODE_ADAPTIVE or _type_name(read, code) != b"code":
+        return None
+    first_line = struct.unpack_from("<i", head, PY311_CODE_FIRSTLINENO)[0]
+    pointers = (PY311_CODE_FILENAME, PY311_CODE_QUALNAME, PY311_CODE_LINETABLE)
+    return (first_line, *(struct.unpack_from("<Q", head, at)[0] for at in pointers))
+
+
+def read_code(read: Read, fields: tuple[int, ...]) -> PythonCode | None:
+    first_line, filename, qualname, linetable = fields
+    name, file, table = read_string(read, qualname), read_string(read, filename), read_bytes(read, linetable)
+    if name is None or file is None or table is None:
+        return None
+    return PythonCode(name, file, first_line, table)
+
+
+class PythonCodeCapture:
+    """Code objects kept across one trace's snapshots, by (pid, address)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, int], PythonCode] = {}
+        self._fields: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def attach(self, snapshot: Snapshot) -> Snapshot:
+        """The snapshot with the code its Python frames name: read now from each live process
+        for addresses not seen before (and checked for those seen), kept from before for the rest."""
+        wanted = {
+            (item.pid, python_word(word).code)
+            for item in snapshot.stacked_items()
+            for word in item.stack
+            if is_python_word(word)
+        }
+        for key, code in snapshot.python_code.items():  # kept by the source itself when first seen
+            known = self._known.get(key)
+            if known is None or code.changed and not known.changed:
+                self._known[key] = code
+        if not wanted:
+            return snapshot
+        for pid in {pid for pid, _ in wanted}:
+            process = snapshot.processes.get(pid)
+            if process is None or process.exited:
+                continue
+            try:
+                with process_memory(pid) as read:
+                    for key in sorted(k for k in wanted if k[0] == pid):
+                        self._look(read, key)
+            except OSError:
+                continue  # gone: what was kept serves
+        found = {key: self._known[key] for key in wanted if key in self._known}
+        return dataclasses.replace(snapshot, python_code=found)
+
+    def _look(self, read: Read, key: tuple[int, int]) -> None:
+        fields = code_fields(read, key[1])
+        if fields is None:
+            return
+        known = self._known.get(key)
+        if known is None:
+            code = read_code(read, fields)
+            if code is not None:
+                self._known[key], self._fields[key] = code, fields
+        elif fields != self._fields.setdefault(key, fields) and not known.changed:
+            self._known[key] = dataclasses.replace(known, changed=True)

@@ -1,0 +1,125 @@
+"""Python frames in a stack (python_frames.h's words): what a word says, and the line an
+instruction is on from a code object's line table (CPython 3.11's location table,
+Objects/locations.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from leaktrace.unwind.python_layout import (
+    PYTHON_FRAME_CODE_MASK,
+    PYTHON_FRAME_CODE_SHIFT,
+    PYTHON_FRAME_ENTRY,
+    PYTHON_FRAME_INDEX_MASK,
+    PYTHON_FRAME_INDEX_SHIFT,
+    PYTHON_FRAME_TAG,
+)
+
+# The interpreter's C function whose frames the Python frames stand for (its cold part is
+# named only where the module keeps its local symbols).
+EVAL_FUNCTIONS = frozenset({"_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault.cold"})
+
+
+class PythonWord(NamedTuple):
+    code: int  # the code object's address
+    instruction: int | None  # its last instruction's index, in code units; None: not started, or past what a word holds
+    entry: bool  # the first frame of its eval loop's run: the next frame out is another run's
+
+
+def is_python_word(word: int) -> bool:
+    return word & PYTHON_FRAME_TAG == PYTHON_FRAME_TAG
+
+
+def python_word(word: int) -> PythonWord:
+    index = word >> PYTHON_FRAME_INDEX_SHIFT & PYTHON_FRAME_INDEX_MASK
+    return PythonWord(
+        (word & PYTHON_FRAME_CODE_MASK) << PYTHON_FRAME_CODE_SHIFT,
+        None if index == PYTHON_FRAME_INDEX_MASK else index,
+        bool(word & PYTHON_FRAME_ENTRY),
+    )
+
+
+def encode_python_word(code: int, index: int | None, entry: bool) -> int:
+    """The word the engines write (python_frame_word), for tests and recorded stacks."""
+    held = PYTHON_FRAME_INDEX_MASK if index is None else min(index, PYTHON_FRAME_INDEX_MASK)
+    return (
+        PYTHON_FRAME_TAG
+        | (PYTHON_FRAME_ENTRY if entry else 0)
+        | held << PYTHON_FRAME_INDEX_SHIFT
+        | (code >> PYTHON_FRAME_CODE_SHIFT) & PYTHON_FRAME_CODE_MASK
+    )
+
+
+def _varint(table: bytes, at: int) -> tuple[int, int]:
+    """An unsigned varint of the table (6 bits a byte, 0x40: more follow) and where it ends."""
+    value = shift = 0
+    while at < len(table):
+        byte = table[at]
+        at += 1
+        value |= (byte & 0x3F) << shift
+        shift += 6
+        if not byte & 0x40:
+            break
+    return value, at
+
+
+def _signed_varint(table: bytes, at: int) -> tuple[int, int]:
+    value, at = _varint(table, at)
+    return (-(value >> 1) if value & 1 else value >> 1), at
+
+
+def line_of(linetable: bytes, first_line: int, index: int) -> int | None:
+    """The line of the instruction at index (code units), None where the table gives none."""
+    line, at, unit = first_line, 0, 0
+    while at < len(linetable):
+        head = linetable[at]
+        at += 1
+        code, length = head >> 3 & 0xF, (head & 7) + 1
+        here: int | None = line
+        if code == 15:  # no location
+            here = None
+        elif code == 14:  # long form: line delta, end line delta, column, end column
+            delta, at = _signed_varint(linetable, at)
+            line += delta
+            here = line
+            for _ in range(3):
+                _, at = _varint(linetable, at)
+        elif code == 13:  # no column: line delta
+            delta, at = _signed_varint(linetable, at)
+            line += delta
+            here = line
+        elif code >= 10:  # one line: line delta code - 10, then two column bytes
+            line += code - 10
+            here = line
+            at += 2
+        else:  # short form: the same line, one column byte
+            at += 1
+        if unit <= index < unit + length:
+            return here
+        unit += length
+    return None
+
+
+def spliced_stack(stack: tuple[int, ...], runs_python: Callable[[int], bool]) -> tuple[int, ...]:
+    """A stack's words in the order shown, innermost first: each run of Python frames (up to
+    its entry frame) in place of the native frame of the interpreter that ran it (runs_python),
+    paired in order. Where the two counts differ (a stack cut short), nothing is paired: the
+    native frames, then the Python ones."""
+    python = [word for word in stack if is_python_word(word)]
+    if not python:
+        return stack
+    native = [word for word in stack if not is_python_word(word)]
+    runs: list[list[int]] = [[]]
+    for word in python:
+        runs[-1].append(word)
+        if python_word(word).entry:
+            runs.append([])
+    whole = not runs.pop()  # the last run ended at an entry frame
+    interpreters = [at for at, word in enumerate(native) if runs_python(word)]
+    if not whole or len(interpreters) != len(runs):
+        return (*native, *python)
+    shown: list[int] = []
+    for at, word in enumerate(native):
+        shown += runs.pop(0) if at in interpreters else [word]
+    return tuple(shown)

@@ -1,0 +1,215 @@
+"""Mixed stacks: a Python script's leaks through a C call show its functions, files and lines
+in place of the interpreter's frames that ran them, in both engines, under -c and -p, for a
+generator's frame and for threads that released the GIL while another ran Python code;
+under CPU hogs on every core."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import leaktrace_command
+from helpers import TIMEOUT, final_report, reports, run_command
+
+pytestmark = pytest.mark.usefixtures("cpu_hogs")
+
+PYTHON = "/usr/bin/python3.11"  # Debian's CPython 3.11 (the Python walk's version)
+SCRIPT = Path(__file__).parent / "programs" / "python_leaks.py"
+THREADING = "/usr/lib/python3.11/threading.py"
+SIZES = {100003: 3, 100019: 4, 100043: 2}
+
+
+def line_of(name: str, path: Path = SCRIPT) -> int:
+    """The line of SCRIPT whose comment names it."""
+    [found] = [n for n, text in enumerate(path.read_text().splitlines(), 1) if text.endswith(f"# {name}")]
+    return found
+
+
+def threading_line(function: str, text: str) -> int:
+    """The line of threading.py's function that holds text (the call into the next frame)."""
+    lines = Path(THREADING).read_text().splitlines()
+    start = next(n for n, line in enumerate(lines) if line.strip().startswith(f"def {function}("))
+    return next(n for n, line in enumerate(lines[start:], start + 1) if text in line)
+
+
+def expected_python_frames() -> dict[int, list[tuple[str, str, int]]]:
+    """Size -> its Python frames, innermost first: (function, file, line)."""
+    script = str(SCRIPT)
+    allocate = ("allocate", script, line_of("ALLOCATE"))
+    main = ("<module>", script, line_of("MAIN"))
+    return {
+        100003: [
+            allocate,
+            ("nested", script, line_of("NESTED")),
+            ("outer", script, line_of("OUTER")),
+            ("leak_all", script, line_of("LEAK_ALL")),
+            main,
+        ],
+        100019: [
+            allocate,
+            ("produce", script, line_of("PRODUCE")),
+            ("leak_all", script, line_of("GENERATOR_LOOP")),
+            main,
+        ],
+        100043: [
+            allocate,
+            ("nested", script, line_of("NESTED")),
+            ("in_thread", script, line_of("IN_THREAD")),
+            ("Thread.run", THREADING, threading_line("run", "self._target(")),
+            ("Thread._bootstrap_inner", THREADING, threading_line("_bootstrap_inner", "self.run()")),
+            ("Thread._bootstrap", THREADING, threading_line("_bootstrap", "self._bootstrap_inner()")),
+        ],
+    }
+
+
+def check_stacks(report: dict) -> None:
+    """Each site's count, and its stack: native frames, its Python frames in order where the
+    interpreter's were, native frames out to _start (clone3 in a thread); no interpreter frame
+    left unspliced."""
+    groups = {group["size"]: group for group in report["groups"] if group["size"] in SIZES}
+    assert {size: group["count"] for size, group in groups.items()} == SIZES
+    for size, python in expected_python_frames().items():
+        frames = groups[size]["frames"]
+        kinds = "".join("p" if frame["kind"] == "python" else "n" for frame in frames)
+        shown = [(f["function"], f["file"], f["line"]) for f in frames if f["kind"] == "python"]
+        assert shown == python, (size, frames)
+        assert re.fullmatch(r"n+p+n+p+n+" if size == 100043 else r"n+(p+n+)+", kinds), (size, kinds)
+        assert frames[-1]["function"] == ("clone3" if size == 100043 else "_start"), frames[-1]
+        assert not any(f["function"] == "_PyEval_EvalFrameDefault" for f in frames)
+    assert report["counters"]["python_frames_cut"] == 0
+
+
+def until_sites_reported(tool: subprocess.Popen) -> None:
+    """Reads the trace's reports until one holds every site (its code is read while it lives)."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        line = tool.stdout.readline()
+        assert line, tool.stderr.read()
+        if line.startswith("{") and SIZES.keys() <= {group["size"] for group in json.loads(line)["groups"]}:
+            return
+    raise AssertionError("no report held the sites")
+
+
+def trace_args(engine: str) -> list[str]:
+    return ["--engine", engine, "--frames", "64", "--min-size", "100000", "--max-size", "100100", "--json"]
+
+
+def wait_ready(ready: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not ready.exists() or not ready.read_text().endswith("\n"):
+        assert time.monotonic() < deadline, "the script never became ready"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_launched_script_shows_its_python_frames(engine, tmp_path):
+    ready = tmp_path / "ready"
+    command = f"{PYTHON} {SCRIPT} {ready} now"
+    tool = subprocess.Popen(
+        leaktrace_command("-c", command, *trace_args(engine), "0.3"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_ready(ready)
+        until_sites_reported(tool)
+        subprocess.run(["pkill", "-TERM", "-f", f"{SCRIPT} {ready}"], check=True)
+        out, err = tool.communicate(timeout=TIMEOUT)
+    finally:
+        tool.kill()
+    assert tool.returncode == 0, err
+    assert "Traceback" not in err
+    check_stacks(reports(out)[-1])  # the report at its exit: its code was read while it lived
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_an_attached_script_shows_its_python_frames(engine, tmp_path):
+    ready = tmp_path / "ready"
+    script = subprocess.Popen([PYTHON, str(SCRIPT), str(ready), "on_signal"])
+    try:
+        tool = subprocess.Popen(
+            leaktrace_command("-p", str(script.pid), *trace_args(engine), "0.3"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started = "attached in-process" if engine == "preload" else "probes live"
+        line = tool.stderr.readline()
+        assert started in line, line + tool.stderr.read()
+        script.send_signal(signal.SIGUSR1)
+        wait_ready(ready)
+        until_sites_reported(tool)
+        tool.send_signal(signal.SIGINT)
+        out, err = tool.communicate(timeout=TIMEOUT)
+        assert tool.returncode == 0, err
+        check_stacks(reports(out)[-1])
+    finally:
+        script.kill()
+        script.wait()
+
+
+AT_ONCE = """import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+def inner():
+    return libc.malloc(100003)
+def outer():
+    return inner()
+kept = outer()
+"""
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_script_that_exits_at_once_is_named(engine, tmp_path):
+    """No report sees it alive (the interval is 5 s): its code objects, which the interpreter
+    frees before its exit, were read when it was stopped in Py_FinalizeEx (bpf) or kept by the
+    library when the frames first named them (preload)."""
+    script = tmp_path / "at_once.py"
+    script.write_text(AT_ONCE)
+    report = final_report(run_command(["-c", f"{PYTHON} {script}", *trace_args(engine)]))
+    [group] = [group for group in report["groups"] if group["size"] == 100003]
+    python = [(f["function"], f["file"], f["line"]) for f in group["frames"] if f["kind"] == "python"]
+    assert python == [("inner", str(script), 5), ("outer", str(script), 7), ("<module>", str(script), 8)]
+
+
+def test_outputs_name_python_frames(tmp_path):
+    """Folded lines and pprof locations carry the Python functions with their files and lines."""
+    ready, folded, profile = tmp_path / "ready", tmp_path / "stacks.folded", tmp_path / "heap.pb.gz"
+    command = f"{PYTHON} {SCRIPT} {ready} now"
+    tool = subprocess.Popen(
+        leaktrace_command(
+            "-c", command, *trace_args("preload"), "--folded", str(folded), "--pprof", str(profile), "0.3"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_ready(ready)
+        until_sites_reported(tool)
+        subprocess.run(["pkill", "-TERM", "-f", f"{SCRIPT} {ready}"], check=True)
+        _, err = tool.communicate(timeout=TIMEOUT)
+    finally:
+        tool.kill()
+    assert tool.returncode == 0, err
+    outer = f"outer ({SCRIPT}:{line_of('OUTER')})"
+    [line] = [line for line in folded.read_text().splitlines() if outer in line]
+    assert line.index(f"leak_all ({SCRIPT}:{line_of('LEAK_ALL')})") < line.index(outer)
+    assert line.endswith(f" {3 * 100003}")
+    listing = subprocess.run(
+        ["go", "tool", "pprof", "-sample_index=inuse_space", "-traces", "-lines", str(profile)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    ).stdout
+    [trace] = [block for block in listing.split("-----------+") if f" outer {SCRIPT}:" in block]
+    places = [line.split()[-1] for line in trace.splitlines() if str(SCRIPT) in line]
+    assert places == [f"{SCRIPT}:{line}" for _, _, line in expected_python_frames()[100003]], trace
