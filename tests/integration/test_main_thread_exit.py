@@ -16,8 +16,9 @@ from helpers import final_report, run_command, sites
 
 @pytest.fixture
 def main_exited(program):
-    """busy_heap with its first thread gone: 5,000 blocks kept, two threads churning, 8 s."""
-    process = subprocess.Popen([str(program("busy_heap")), "5000", "2", "8000", "main-exits"], stdout=subprocess.PIPE)
+    """busy_heap with its first thread gone: 5,000 blocks kept, two threads churning until it
+    is killed (a trace slow to start under load must still find it alive)."""
+    process = subprocess.Popen([str(program("busy_heap")), "5000", "2", "0", "main-exits"], stdout=subprocess.PIPE)
     assert process.stdout.readline() == b"ready\n"
     deadline = time.monotonic() + 5
     while "Z" not in Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]:

@@ -107,12 +107,13 @@ def wait_ready(ready: Path) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("engine", ["bpf", "preload"])
-def test_a_launched_script_shows_its_python_frames(engine, tmp_path):
+def launched_until_its_exit(tmp_path: Path, engine: str, *options: str) -> str:
+    """leaktrace -c on SCRIPT, until a report holds its sites; then the script is ended, and
+    the trace's output returned (its last report is the one at the script's exit)."""
     ready = tmp_path / "ready"
     command = f"{PYTHON} {SCRIPT} {ready} now"
     tool = subprocess.Popen(
-        leaktrace_command("-c", command, *trace_args(engine), "0.3"),
+        leaktrace_command("-c", command, *trace_args(engine), *options, "0.3"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -126,7 +127,12 @@ def test_a_launched_script_shows_its_python_frames(engine, tmp_path):
         tool.kill()
     assert tool.returncode == 0, err
     assert "Traceback" not in err
-    check_stacks(reports(out)[-1])  # the report at its exit: its code was read while it lived
+    return out
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_launched_script_shows_its_python_frames(engine, tmp_path):
+    check_stacks(reports(launched_until_its_exit(tmp_path, engine))[-1])
 
 
 @pytest.mark.parametrize("engine", ["bpf", "preload"])
@@ -181,24 +187,8 @@ def test_a_script_that_exits_at_once_is_named(engine, tmp_path):
 
 def test_outputs_name_python_frames(tmp_path):
     """Folded lines and pprof locations carry the Python functions with their files and lines."""
-    ready, folded, profile = tmp_path / "ready", tmp_path / "stacks.folded", tmp_path / "heap.pb.gz"
-    command = f"{PYTHON} {SCRIPT} {ready} now"
-    tool = subprocess.Popen(
-        leaktrace_command(
-            "-c", command, *trace_args("preload"), "--folded", str(folded), "--pprof", str(profile), "0.3"
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_ready(ready)
-        until_sites_reported(tool)
-        subprocess.run(["pkill", "-TERM", "-f", f"{SCRIPT} {ready}"], check=True)
-        _, err = tool.communicate(timeout=TIMEOUT)
-    finally:
-        tool.kill()
-    assert tool.returncode == 0, err
+    folded, profile = tmp_path / "stacks.folded", tmp_path / "heap.pb.gz"
+    launched_until_its_exit(tmp_path, "preload", "--folded", str(folded), "--pprof", str(profile))
     outer = f"outer ({SCRIPT}:{line_of('OUTER')})"
     [line] = [line for line in folded.read_text().splitlines() if outer in line]
     assert line.index(f"leak_all ({SCRIPT}:{line_of('LEAK_ALL')})") < line.index(outer)

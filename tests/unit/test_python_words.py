@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import types
 
 import pytest
@@ -16,7 +17,7 @@ from leaktrace.sources.preload.layout import PYTHON_CODE, PYTHON_CODE_TABLE, PYT
 from leaktrace.sources.preload.python_codes import DamagedCodes, parse_python_codes
 from leaktrace.sources.python_code import PythonCodeCapture
 from leaktrace.unwind.python_code import encode_python_word, is_python_word, line_of, python_word, spliced_stack
-from leaktrace.unwind.python_interpreter import thread_state_key
+from leaktrace.unwind.python_interpreter import interpreter_version, thread_state_key, unknown_interpreter
 
 
 def code_objects(code: types.CodeType):
@@ -125,3 +126,19 @@ def test_the_library_s_code_table_is_read_and_a_damaged_one_refused():
     ):
         with pytest.raises(DamagedCodes):
             parse_python_codes(damaged, 9)
+
+
+def test_an_interpreter_the_walk_does_not_know_is_said(tmp_path):
+    """A module exporting 3.12's Py_Version (built here): not walked, and one line says so."""
+    source, library = tmp_path / "fake.c", tmp_path / "libpython3.12.so"
+    source.write_text(
+        "const unsigned long Py_Version = 0x030c01f0;\nvoid *PyGILState_GetThisThreadState(void) { return 0; }\n"
+    )
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    fake, debian = ElfFile(str(library)), ElfFile("/usr/bin/python3.11")
+    assert thread_state_key(fake) is None and interpreter_version(fake) == 0x030C01F0
+    assert unknown_interpreter(fake, walked=False) == (
+        f"{library} is CPython 3.12, whose frames leaktrace does not walk (it knows 3.11's):"
+        " its stacks have native frames only"
+    )
+    assert unknown_interpreter(debian, walked=thread_state_key(debian) is not None) is None

@@ -57,3 +57,15 @@ def thread_state_key(elf: ElfFile) -> int | None:
     except (ElfError, struct.error, ValueError, KeyError, IndexError):
         return None
     return None
+
+
+def unknown_interpreter(elf: ElfFile, walked: bool) -> str | None:
+    """The line that says a module is a CPython whose frames are not walked (walked: whether
+    the engine walks it), else None."""
+    version = interpreter_version(elf)
+    if version is None or walked:
+        return None
+    return (
+        f"{elf.path} is CPython {version >> 24}.{version >> 16 & 0xFF}, whose frames leaktrace does not"
+        " walk (it knows 3.11's): its stacks have native frames only"
+    )

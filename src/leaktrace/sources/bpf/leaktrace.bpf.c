@@ -980,30 +980,31 @@ int modules_changed(struct pt_regs *ctx)
 // --leak-check and fork following (-f, --all): stop there too any other process whose every
 // block is known, for user space to judge them (a hold of its own, as hold_for_tables's; not
 // on a terminal).
+// Stops -c's target (SIGSTOP) where it is, with why in the control slot; user space continues it.
+static __always_inline int stop_target(u32 slot)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32, one = 1;
+    if (tgid != TARGET_TGID || !traced_gen(tgid))
+        return 0;
+    control.update(&slot, &one);
+    bpf_send_signal(19 /* SIGSTOP */);
+    return 1;
+}
+
 // Py_FinalizeEx of -c's CPython (-c only): the target stops once, before the interpreter frees
 // its code objects, and user space reads those its stacks' Python frames name.
 int python_stop(struct pt_regs *ctx)
 {
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    if (tgid == TARGET_TGID && traced_gen(tgid)) {
-        u32 slot = CTL_PYTHON_STOP, one = 1;
-        control.update(&slot, &one);
-        bpf_send_signal(19 /* SIGSTOP */);
-    }
+    stop_target(CTL_PYTHON_STOP);
     return 0;
 }
 
 int exit_stop(struct pt_regs *ctx)
 {
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    if (tgid == TARGET_TGID && traced_gen(tgid)) {
-        u32 slot = CTL_EXIT_STOP, one = 1;
-        control.update(&slot, &one);
-        bpf_send_signal(19 /* SIGSTOP */);
+    if (stop_target(CTL_EXIT_STOP))
         return 0;
-    }
 #if HOLD_IMAGES
-    u32 slot = CTL_JUDGE_EXITS;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32, slot = CTL_JUDGE_EXITS;
     u32 *judge = control.lookup(&slot);
     struct proc *p = procs.lookup(&tgid);
     if (judge && *judge && p && !p->ignored && p->whole)

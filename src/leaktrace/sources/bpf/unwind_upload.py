@@ -15,7 +15,7 @@ from leaktrace.platform.process import Mapping, MapsFollower
 from leaktrace.sources.bpf.compile import EngineSettings
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.maps import update_array
-from leaktrace.unwind.python_interpreter import interpreter_version, thread_state_key
+from leaktrace.unwind.python_interpreter import thread_state_key, unknown_interpreter
 from leaktrace.unwind.python_layout import PYTHON_PROC
 from leaktrace.unwind.rows import MAX_EXEC_MAPS
 from leaktrace.unwind.tables import FileTable, UnwindTables, exec_map_entry
@@ -68,12 +68,9 @@ class UnwindUpload:
             return
         if elf.identity not in self._python_keys:
             self._python_keys[elf.identity] = thread_state_key(elf)
-            version = interpreter_version(elf) if self._python_keys[elf.identity] is None else None
-            if version is not None:
-                self.notices.append(
-                    f"{elf.path} is CPython {version >> 24}.{version >> 16 & 0xFF}, whose frames leaktrace"
-                    " does not know (it walks 3.11's): its stacks have native frames only"
-                )
+            unknown = unknown_interpreter(elf, self._python_keys[elf.identity] is not None)
+            if unknown:
+                self.notices.append(unknown)
         key, start = self._python_keys[elf.identity], elf.file_offset_to_vaddr(mapping.offset)
         if key is not None and start is not None:
             value = procs.Leaf()

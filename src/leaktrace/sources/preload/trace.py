@@ -31,6 +31,7 @@ from leaktrace.model.snapshot import (
     Counters,
     Credentials,
     LeakCheck,
+    ProcessInfo,
     PythonCode,
     Snapshot,
     UnreachableReport,
@@ -58,6 +59,8 @@ from leaktrace.sources.preload.table import (
 )
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.python_code import PythonCodeCapture
+from leaktrace.unwind.python_interpreter import interpreter_version, unknown_interpreter
+from leaktrace.unwind.python_layout import PY311_VERSION
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the dump asked for
@@ -117,6 +120,7 @@ class PreloadTrace(PollingSource):
         self.logs_own_leaks = True  # the library writes its leak_track log itself
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
         self._python_code = PythonCodeCapture()  # what its stacks' Python frames name, read while it lives
+        self._interpreters_checked = False  # whether its modules were looked at for a CPython not walked
 
     @classmethod
     def launch(cls, argv: list[str], options: str) -> PreloadTrace:
@@ -243,7 +247,28 @@ class PreloadTrace(PollingSource):
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live blocks now, with the code objects their Python frames name (_blocks)."""
-        return self._python_code.attach(self._blocks(older_than_ms, with_allocations))
+        found = self._python_code.attach(self._blocks(older_than_ms, with_allocations))
+        self._say_unknown_interpreters(found.processes.get(self.pid))
+        return found
+
+    def _say_unknown_interpreters(self, process: ProcessInfo | None) -> None:
+        """Once: a module named python* or libpython* that is a CPython the library does not walk
+        (not 3.11: it asks the interpreter itself for the rest) is said in a notice."""
+        if self._interpreters_checked or process is None:
+            return
+        self._interpreters_checked = True
+        named = [
+            m
+            for m in parse_maps(process.maps)
+            if m.offset == 0 and os.path.basename(m.path).startswith(("python", "libpython"))
+        ]
+        for elf in ModuleFiles().open(process, named).values():
+            if elf is None:
+                continue
+            version = interpreter_version(elf)
+            unknown = unknown_interpreter(elf, version is not None and version >> 16 == PY311_VERSION)
+            if unknown:
+                self._notices.append(unknown)
 
     def _blocks(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live blocks now (the final dump once the process has exited).
