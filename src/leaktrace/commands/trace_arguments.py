@@ -24,6 +24,7 @@ from leaktrace.outputs.files import FILE_FORMATS
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.platform.process import program_behind, resolve_executable
 from leaktrace.sources.bpf.compile import EngineSettings
+from leaktrace.unwind.python_code import named_like_python
 
 from . import ArgumentParser, bounded_int
 
@@ -336,7 +337,7 @@ def _may_run_python(args: argparse.Namespace) -> bool:
     elif args.pid:
         with contextlib.suppress(OSError):
             names.append(os.readlink(f"/proc/{args.pid}/exe"))
-    return any(os.path.basename(name).startswith(("python", "libpython")) for name in names)
+    return any(named_like_python(name) for name in names)
 
 
 def _output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> list[tuple[str, str]]:

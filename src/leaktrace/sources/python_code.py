@@ -15,20 +15,23 @@ from collections.abc import Callable, Iterator
 from leaktrace.model.snapshot import PythonCode, Snapshot
 from leaktrace.unwind.python_code import is_python_word, python_word
 from leaktrace.unwind.python_layout import (
+    PY311_BYTES_DATA,
+    PY311_BYTES_SIZE,
     PY311_CODE_ADAPTIVE,
     PY311_CODE_FILENAME,
     PY311_CODE_FIRSTLINENO,
     PY311_CODE_LINETABLE,
     PY311_CODE_QUALNAME,
+    PY311_STR_ASCII_DATA,
+    PY311_STR_COMPACT_DATA,
+    PY311_STR_LENGTH,
+    PY311_STR_STATE,
+    PY311_TYPE_NAME,
+    PYTHON_NAME_MOST,
 )
 
 Read = Callable[[int, int], bytes]  # (address, size) -> the bytes there; short where unreadable
-TYPE_NAME_AT = 24  # PyTypeObject's tp_name, after the object head
-UNICODE_HEAD = struct.Struct("<QQqqI")  # refcount, type, length, hash, state
-ASCII_DATA, COMPACT_DATA = 48, 72  # where a compact string's characters start: ASCII, or not
-BYTES_HEAD = struct.Struct("<QQq")  # refcount, type, size
-BYTES_DATA = 32
-MOST_CHARACTERS = 1024
+ENCODINGS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}  # PEP 393's character widths
 MOST_LINETABLE = 1 << 18
 
 
@@ -52,31 +55,31 @@ def _type_name(read: Read, obj: int) -> bytes:
     head = read(obj, 16)
     if len(head) < 16:
         return b""
-    (name_at,) = struct.unpack("<Q", read(struct.unpack_from("<Q", head, 8)[0] + TYPE_NAME_AT, 8) or b"\0" * 8)
+    (name_at,) = struct.unpack("<Q", read(struct.unpack_from("<Q", head, 8)[0] + PY311_TYPE_NAME, 8) or b"\0" * 8)
     return read(name_at, 8).split(b"\0")[0]
 
 
 def read_string(read: Read, obj: int) -> str | None:
-    """A str object's text (its first MOST_CHARACTERS characters); None if it is not a compact str."""
-    head = read(obj, UNICODE_HEAD.size)
-    if len(head) < UNICODE_HEAD.size or _type_name(read, obj) != b"str":
+    """A str object's text (its first PYTHON_NAME_MOST characters); None if it is not a compact str."""
+    head = read(obj, PY311_STR_STATE + 4)
+    if len(head) < PY311_STR_STATE + 4 or _type_name(read, obj) != b"str":
         return None
-    _, _, length, _, state = UNICODE_HEAD.unpack(head)
+    (length,) = struct.unpack_from("<q", head, PY311_STR_LENGTH)
+    (state,) = struct.unpack_from("<I", head, PY311_STR_STATE)
     kind, compact, ascii_only = state >> 2 & 7, state >> 5 & 1, state >> 6 & 1
-    if not compact or kind not in (1, 2, 4) or length < 0:
+    if not compact or kind not in ENCODINGS or length < 0:
         return None
-    length = min(length, MOST_CHARACTERS)
-    data = read(obj + (ASCII_DATA if ascii_only else COMPACT_DATA), length * kind)
-    encoding = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}[kind]
-    return data[: len(data) // kind * kind].decode(encoding, errors="replace")
+    length = min(length, PYTHON_NAME_MOST)
+    data = read(obj + (PY311_STR_ASCII_DATA if ascii_only else PY311_STR_COMPACT_DATA), length * kind)
+    return data[: len(data) // kind * kind].decode(ENCODINGS[kind], errors="replace")
 
 
 def read_bytes(read: Read, obj: int) -> bytes | None:
-    head = read(obj, BYTES_HEAD.size)
-    if len(head) < BYTES_HEAD.size or _type_name(read, obj) != b"bytes":
+    head = read(obj, PY311_BYTES_SIZE + 8)
+    if len(head) < PY311_BYTES_SIZE + 8 or _type_name(read, obj) != b"bytes":
         return None
-    size = BYTES_HEAD.unpack(head)[2]
-    return read(obj + BYTES_DATA, min(size, MOST_LINETABLE)) if 0 <= size else None
+    (size,) = struct.unpack_from("<q", head, PY311_BYTES_SIZE)
+    return read(obj + PY311_BYTES_DATA, min(size, MOST_LINETABLE)) if 0 <= size else None
 
 
 def code_fields(read: Read, code: int) -> tuple[int, ...] | None:

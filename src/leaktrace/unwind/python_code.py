@@ -4,6 +4,7 @@ Objects/locations.md)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -19,6 +20,11 @@ from leaktrace.unwind.python_layout import (
 # The interpreter's C function whose frames the Python frames stand for (its cold part is
 # named only where the module keeps its local symbols).
 EVAL_FUNCTIONS = frozenset({"_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault.cold"})
+
+
+def named_like_python(path: str) -> bool:
+    """Whether a file's name says it may hold a CPython: python* (a program), libpython* (a library)."""
+    return os.path.basename(path).startswith(("python", "libpython"))
 
 
 class PythonWord(NamedTuple):

@@ -30,6 +30,16 @@
 #define PY311_CODE_FIRSTTRACEABLE 0xa8
 #define PY311_CODE_ADAPTIVE 0xb8  // the instructions: PyCode_Type's tp_basicsize, 2 bytes each
 #define PY311_CODE_UNIT 2
+// A type object, a str (PEP 393's compact forms) and a bytes object, as the code readers copy them.
+#define PY311_TYPE_NAME 24       // PyTypeObject's tp_name, after the object's head
+#define PY311_TYPE_BASICSIZE 32  // then tp_basicsize and tp_itemsize
+#define PY311_STR_LENGTH 16
+#define PY311_STR_STATE 32         // bits 2-4: bytes a character; 5: compact; 6: ASCII
+#define PY311_STR_ASCII_DATA 48    // a compact ASCII string's characters
+#define PY311_STR_COMPACT_DATA 72  // any other compact string's
+#define PY311_BYTES_SIZE 16
+#define PY311_BYTES_DATA 32
+#define PYTHON_NAME_MOST 1024  // characters of a name or a file name kept
 // glibc 2.36's pthread_getspecific for a key below 32: the thread's own block of key data.
 #define GLIBC_SPECIFIC_FIRST 0x310
 #define GLIBC_SPECIFIC_SLOT 16

@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 
 from leaktrace.platform.elf import ElfError, ElfFile
-from leaktrace.unwind.python_layout import PY311_CODE_ADAPTIVE, PY311_CODE_UNIT, PY311_VERSION
+from leaktrace.unwind.python_layout import PY311_CODE_ADAPTIVE, PY311_CODE_UNIT, PY311_TYPE_BASICSIZE, PY311_VERSION
 
 KEY_FUNCTION = "PyGILState_GetThisThreadState"
 # Its code in a program (Debian's python3.11): `cmpq $0, autoInterpreterState(%rip)`, `je`,
@@ -21,7 +21,6 @@ RUNTIME_FROM_GOT = b"\x48\x8b\x05"
 COMPARE_RAX = b"\x48\x83\xb8"
 ADDRESS_RAX_RDI = b"\x48\x8d\xb8"
 ADDRESS_AT = 17
-TYPE_SIZES_AT = 32  # PyTypeObject's tp_basicsize, then tp_itemsize
 
 
 def interpreter_version(elf: ElfFile) -> int | None:
@@ -44,7 +43,7 @@ def thread_state_key(elf: ElfFile) -> int | None:
     try:
         code_type = elf.dynamic_objects["PyCode_Type"]
         function = elf.dynamic_functions[KEY_FUNCTION]
-        basicsize, itemsize = struct.unpack("<qq", elf.read(code_type + TYPE_SIZES_AT, 16))
+        basicsize, itemsize = struct.unpack("<qq", elf.read(code_type + PY311_TYPE_BASICSIZE, 16))
         code = elf.read(function, ADDRESS_AT + 7)
         if (basicsize, itemsize) != (PY311_CODE_ADAPTIVE, PY311_CODE_UNIT):
             return None

@@ -7,7 +7,6 @@ RECORD_UNTRACED = 2
 TABLE_SHARDS = 16
 PYTHON_CODES = 4096
 PYTHON_TEXT = 0x100000
-PYTHON_NAME_MOST = 1024
 PYTHON_TABLE_MOST = 0x4000
 
 RECORD = struct.Struct('<QQIIQ')   # pointer, size, flags, frame_count, frames

@@ -5,17 +5,14 @@ and every range checked."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import PythonCode
 from leaktrace.sources.preload.layout import PYTHON_CODE, PYTHON_CODE_TABLE, PYTHON_CODES, PYTHON_TEXT
+from leaktrace.sources.python_code import ENCODINGS, Read
 
-ReadMemory = Callable[[int, int], bytes]  # (address, size) -> what could be read there
 SLOTS_AT = PYTHON_CODE_TABLE.size
 TEXT_AT = SLOTS_AT + PYTHON_CODES * PYTHON_CODE.size
-MOST_BYTES = TEXT_AT + PYTHON_TEXT  # the whole table: what its exit file may hold
-ENCODINGS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}  # PEP 393's character widths
+TABLE_BYTES = TEXT_AT + PYTHON_TEXT  # the whole table: the most its exit file holds
 
 
 class DamagedCodes(RuntimeFailure):
@@ -57,7 +54,7 @@ def parse_python_codes(data: bytes, pid: int) -> dict[tuple[int, int], PythonCod
     return found
 
 
-def python_codes_in_place(read: ReadMemory, pointer_at: int, pid: int) -> dict[tuple[int, int], PythonCode] | None:
+def python_codes_in_place(read: Read, pointer_at: int, pid: int) -> dict[tuple[int, int], PythonCode] | None:
     """The table of a stopped process, found through the library's pointer to it ({} where it
     has none: not a Python program); None while a thread holds its lock (read again later)."""
     pointer = read(pointer_at, 8)

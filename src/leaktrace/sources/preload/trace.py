@@ -48,7 +48,7 @@ from leaktrace.platform.target_files import (
 )
 from leaktrace.sources.bpf.layout import C_COUNTERS
 from leaktrace.sources.preload.inject import Injection
-from leaktrace.sources.preload.python_codes import MOST_BYTES, DamagedCodes, parse_python_codes
+from leaktrace.sources.preload.python_codes import TABLE_BYTES, DamagedCodes, parse_python_codes
 from leaktrace.sources.preload.table import (
     copy_with_table,
     counters_from_words,
@@ -59,6 +59,7 @@ from leaktrace.sources.preload.table import (
 )
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.python_code import PythonCodeCapture
+from leaktrace.unwind.python_code import named_like_python
 from leaktrace.unwind.python_interpreter import interpreter_version, unknown_interpreter
 from leaktrace.unwind.python_layout import PY311_VERSION
 
@@ -66,7 +67,6 @@ DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the dump asked for
 DUMP_READ_LIMIT = 512 << 20  # bytes of one heap dump read from a target (about 2.5 million records)
 COUNTERS_READ_LIMIT = 4096  # the library's counters file: one line of numbers
-PYTHON_CODES_READ_LIMIT = MOST_BYTES  # the library's Python code table, as it keeps it
 ENVIRON_READ_LIMIT = 4 << 20
 WORKDIR_PREFIX = "leaktrace-preload-"  # + leaktrace's pid + "-" + random: the dump directory of a launch
 
@@ -220,7 +220,7 @@ class PreloadTrace(PollingSource):
         """The code objects its Python frames named, from the file the library writes at exit
         (none for a program that is not CPython 3.11)."""
         path = f"{self.prefix}.{self.pid}.exit.python"
-        data = read_target_file(self.credentials, path, PYTHON_CODES_READ_LIMIT)
+        data = read_target_file(self.credentials, path, TABLE_BYTES)
         try:
             return parse_python_codes(data, self.pid) if data is not None else {}
         except DamagedCodes as e:
@@ -257,11 +257,7 @@ class PreloadTrace(PollingSource):
         if self._interpreters_checked or process is None:
             return
         self._interpreters_checked = True
-        named = [
-            m
-            for m in parse_maps(process.maps)
-            if m.offset == 0 and os.path.basename(m.path).startswith(("python", "libpython"))
-        ]
+        named = [m for m in parse_maps(process.maps) if m.offset == 0 and named_like_python(m.path)]
         for elf in ModuleFiles().open(process, named).values():
             if elf is None:
                 continue

@@ -37,14 +37,14 @@ static uint64_t code_fields(uintptr_t code)
 // Copies a str object's characters (PEP 393's compact forms) into the text; 0 if it is not one.
 static uint32_t copy_string(uintptr_t text, char *into, size_t room, uint16_t *kind)
 {
-    int64_t length = *(int64_t *)(text + 16);
-    uint32_t state = *(uint32_t *)(text + 32);
+    int64_t length = *(int64_t *)(text + PY311_STR_LENGTH);
+    uint32_t state = *(uint32_t *)(text + PY311_STR_STATE);
     uint32_t width = state >> 2 & 7, compact = state >> 5 & 1, ascii = state >> 6 & 1;
     if (!compact || (width != 1 && width != 2 && width != 4) || length < 0)
         return 0;
     size_t bytes = (size_t)(length < PYTHON_NAME_MOST ? length : PYTHON_NAME_MOST) * width;
     bytes = bytes < room ? bytes : room / width * width;
-    memcpy(into, (const char *)text + (ascii ? 48 : 72), bytes);
+    memcpy(into, (const char *)text + (ascii ? PY311_STR_ASCII_DATA : PY311_STR_COMPACT_DATA), bytes);
     *kind = (uint16_t)width;
     return (uint32_t)bytes;
 }
@@ -62,10 +62,10 @@ static void keep_code(struct python_code *slot, uintptr_t code, uint64_t fields)
     kept.file_length = copy_string(*(uintptr_t *)(code + PY311_CODE_FILENAME), text + kept.name_length,
                                    room - kept.name_length, &kept.file_kind);
     uintptr_t table = *(uintptr_t *)(code + PY311_CODE_LINETABLE);
-    size_t used = kept.name_length + kept.file_length, length = (size_t) * (int64_t *)(table + 16);
+    size_t used = kept.name_length + kept.file_length, length = (size_t) * (int64_t *)(table + PY311_BYTES_SIZE);
     length = length < PYTHON_TABLE_MOST ? length : PYTHON_TABLE_MOST;
     length = length < room - used ? length : room - used;
-    memcpy(text + used, (const char *)table + 32, length);
+    memcpy(text + used, (const char *)table + PY311_BYTES_DATA, length);
     kept.table_length = (uint32_t)length;
     codes->text_used += used + length;
     *slot = kept;
@@ -116,13 +116,6 @@ static void see_code(uintptr_t code)
     count_event(C_PYTHON_CODES_FULL);
 }
 
-// PyCode_Type's tp_basicsize and tp_itemsize (PyTypeObject: head, tp_name, then these two).
-struct type_sizes {
-    intptr_t head[3];
-    const char *name;
-    intptr_t basicsize, itemsize;
-};
-
 // A module named libpython*: an interpreter embedded in another program.
 static int is_libpython(struct dl_phdr_info *info, size_t size, void *unused)
 {
@@ -150,11 +143,12 @@ void find_python(void)
     if ((wanted && !strcmp(wanted, "no")) || !may_be_python())
         return;
     const unsigned long *version = dlsym(RTLD_DEFAULT, "Py_Version");
-    const struct type_sizes *code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
+    const char *code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
     void *state = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
-    if (version && code_type && state && *version >> 16 == PY311_VERSION && code_type->name &&
-        !strcmp(code_type->name, "code") && code_type->basicsize == PY311_CODE_ADAPTIVE &&
-        code_type->itemsize == PY311_CODE_UNIT) {
+    const char *name = code_type ? *(const char *const *)(code_type + PY311_TYPE_NAME) : NULL;
+    const intptr_t *sizes = code_type ? (const intptr_t *)(code_type + PY311_TYPE_BASICSIZE) : NULL;
+    if (version && state && *version >> 16 == PY311_VERSION && name && !strcmp(name, "code") &&
+        sizes[0] == PY311_CODE_ADAPTIVE && sizes[1] == PY311_CODE_UNIT) {
         size_t size = sizeof(struct python_code_table) + PYTHON_CODES * sizeof(struct python_code) + PYTHON_TEXT;
         void *codes = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (codes == MAP_FAILED)

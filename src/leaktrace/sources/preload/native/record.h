@@ -39,7 +39,6 @@ struct table_shard {
 // (open addressing by code address), then PYTHON_TEXT bytes of names, files and line tables.
 #define PYTHON_CODES 4096
 #define PYTHON_TEXT 0x100000
-#define PYTHON_NAME_MOST 1024     // characters of a name or a file name kept
 #define PYTHON_TABLE_MOST 0x4000  // bytes of a line table kept
 
 struct python_code_table {
