@@ -14,7 +14,7 @@ import time
 import pytest
 
 from leaktrace.platform.process import parse_maps, read_target
-from leaktrace.sources.preload.table import counters_in_place, library_base, preload_library
+from leaktrace.sources.preload.table import counters_in_place, library_base
 
 from conftest import leaktrace_command
 from helpers import free_port, reports, wait_for_line, wait_for_redis
@@ -59,7 +59,7 @@ def ended(tracer: subprocess.Popen) -> dict:
 
 def hooked(pid: int) -> bool:
     """The library sees the program's calls: its counters move while the churn threads run."""
-    if library_base(parse_maps(read_target(pid).maps), preload_library()) is None:
+    if library_base(pid, parse_maps(read_target(pid).maps)) is None:
         return False  # never put in
     before = counters_in_place(pid).allocations
     time.sleep(0.3)

@@ -37,6 +37,7 @@ from leaktrace.platform.ptrace import (
     PTRACE_SEIZE,
     WALL,
     ptrace,
+    resume_interrupted_wait,
 )
 
 FREEZE_TIMEOUT = 5.0  # seconds for every thread to stop (one in uninterruptible sleep may not)
@@ -233,6 +234,8 @@ _unreleased: dict[int, int] = {}
 def _detach(tid: int, signal_number: int = 0) -> bool:
     """PTRACE_DETACH, passing on a signal the thread was stopped to be given; False while the
     thread is not in a ptrace stop (ESRCH), True once it is released or gone."""
+    if not signal_number:
+        resume_interrupted_wait(tid)
     try:
         ptrace(PTRACE_DETACH, tid, None, signal_number)
     except OSError as e:

@@ -1,9 +1,14 @@
 """Calling a function inside another process with nothing but ptrace, as a debugger's `call`
 does: one thread is seized where it holds no lock of the allocator or the loader (blocked in a
 system call that waits, or running code outside them), its registers and vector state are
-saved, it runs the function on its own stack (below the red zone) with a return address of 0,
-and once that return faults it gets its registers back and is let go; the process's other
-threads run on meanwhile, so a lock one of them holds is released as usual.
+saved, it runs the function (on its own stack below the red zone, or on one the caller mapped
+in the process) with a return address of 0, and once that return faults it gets its
+registers and signal mask back and is let go; the process's other threads run on meanwhile,
+so a lock one of them holds is released as usual.
+
+The fault is never delivered, and SIGSEGV is unblocked in the held thread for the call: the
+kernel resets the handler of a fault signal the thread blocks (or the process ignores) to
+the default, which would kill a program whose own SIGSEGV handler is part of its design.
 
 If leaktrace dies during the call, the thread faults at address 0 with no one to catch it:
 callers keep that window to the call itself (milliseconds)."""
@@ -20,24 +25,29 @@ from collections.abc import Iterable
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import RED_ZONE, USER_REGS_WORDS
+from leaktrace.platform.process import live_thread, proc_path, status_field
 from leaktrace.platform.ptrace import (
     PTRACE_CONT,
     PTRACE_DETACH,
     PTRACE_EVENT_STOP,
     PTRACE_GETREGS,
     PTRACE_GETREGSET,
+    PTRACE_GETSIGMASK,
     PTRACE_INTERRUPT,
     PTRACE_SEIZE,
     PTRACE_SETREGS,
     PTRACE_SETREGSET,
+    PTRACE_SETSIGMASK,
     WALL,
     ptrace,
+    restart_interrupted_wait,
 )
 
 NT_X86_XSTATE = 0x202
 XSTATE_ROOM = 1 << 14  # bytes: more than any x86-64 XSAVE area today
+SEGV_BIT = 1 << (signal.SIGSEGV - 1)  # in a signal mask word
 # struct user_regs_struct's words that a call sets (System V: arguments in rdi, rsi, rdx, rcx, r8, r9).
-R9, R8, RAX, RCX, RDX, RSI, RDI, ORIG_RAX, RIP, RSP = 7, 9, 10, 11, 12, 13, 14, 15, 16, 19
+R9, R8, RAX, RCX, RDX, RSI, RDI, ORIG_RAX, RIP, RSP = 8, 9, 10, 11, 12, 13, 14, 15, 16, 19
 ARGUMENT_WORDS = (RDI, RSI, RDX, RCX, R8, R9)
 # System calls a thread blocks in without holding a lock of the allocator or the loader.
 WAITING_CALLS = frozenset(
@@ -75,6 +85,9 @@ class RemoteCaller:
         the allocator and the loader) unless blocked in a waiting system call. Tries every
         thread, again and again, until timeout."""
         self.pid = pid
+        if int(status_field(f"{pid}/task/{live_thread(pid) or pid}", "SigIgn") or "0", 16) & SEGV_BIT:
+            raise RuntimeFailure(f"pid {pid} ignores SIGSEGV: the fault that ends a call would reset that")
+        self.stack_top: int | None = None  # where calls run; None: below the held thread's red zone
         forbidden = list(forbidden)
         deadline = time.monotonic() + timeout
         while True:
@@ -84,9 +97,13 @@ class RemoteCaller:
                     self.tid, self._saved = tid, found
                     self._xstate = (ctypes.c_uint8 * XSTATE_ROOM)()
                     self._xstate_vector = _IoVec(ctypes.addressof(self._xstate), XSTATE_ROOM)
+                    self._mask = ctypes.c_uint64()
                     try:
                         ptrace(PTRACE_GETREGSET, tid, NT_X86_XSTATE, ctypes.addressof(self._xstate_vector))
-                        self._mem = os.open(f"/proc/{pid}/mem", os.O_RDWR)
+                        ptrace(PTRACE_GETSIGMASK, tid, 8, ctypes.addressof(self._mask))
+                        unblocked = ctypes.c_uint64(self._mask.value & ~SEGV_BIT)
+                        ptrace(PTRACE_SETSIGMASK, tid, 8, ctypes.addressof(unblocked))
+                        self._mem = os.open(proc_path(pid, "mem"), os.O_RDWR)
                     except OSError:
                         with contextlib.suppress(OSError):
                             ptrace(PTRACE_DETACH, tid, None, 0)
@@ -135,11 +152,19 @@ class RemoteCaller:
         if os.pwrite(self._mem, data, address) != len(data):
             raise RuntimeFailure(f"cannot write pid {self.pid}'s memory at {address:#x}")
 
+    def read(self, address: int, size: int, exact: bool = False) -> bytes:
+        """Up to size bytes at address (all of them when exact)."""
+        data = os.pread(self._mem, size, address)
+        if exact and len(data) != size:
+            raise RuntimeFailure(f"cannot read pid {self.pid}'s memory at {address:#x}")
+        return data
+
     def call(self, function: int, arguments: list[int], data: bytes = b"", timeout: float = 10.0) -> tuple[int, int]:
         """Runs function(*arguments) in the held thread with data copied onto its stack first;
         arguments may name the copy's address as -1. Returns (rax, the copy's address)."""
         saved = self._saved
-        data_address = (saved[RSP] - RED_ZONE - len(data)) & ~15
+        top = self.stack_top if self.stack_top is not None else saved[RSP] - RED_ZONE
+        data_address = (top - len(data)) & ~15
         stack = ((data_address - 64) & ~15) - 8  # at entry rsp + 8 is 16-byte aligned
         self.write(data_address, data)
         self.write(stack, b"\0" * 8)  # the return address: 0, where the call's end faults
@@ -165,9 +190,10 @@ class RemoteCaller:
             ptrace(PTRACE_CONT, self.tid, None, 0 if status >> 16 else stop)
 
     def release(self) -> None:
-        """The thread's registers and vector state back, and the thread let go."""
+        """The thread's registers, vector state and signal mask back, and the thread let go."""
         try:
             regs = (ctypes.c_ulonglong * USER_REGS_WORDS)(*self._saved)
+            restart_interrupted_wait(regs)
             with contextlib.suppress(OSError):
                 try:
                     ptrace(PTRACE_SETREGS, self.tid, None, ctypes.addressof(regs))
@@ -176,6 +202,7 @@ class RemoteCaller:
                     _wait_stop(self.tid, time.monotonic() + 1)
                     ptrace(PTRACE_SETREGS, self.tid, None, ctypes.addressof(regs))
                 ptrace(PTRACE_SETREGSET, self.tid, NT_X86_XSTATE, ctypes.addressof(self._xstate_vector))
+                ptrace(PTRACE_SETSIGMASK, self.tid, 8, ctypes.addressof(self._mask))
             with contextlib.suppress(OSError):
                 ptrace(PTRACE_DETACH, self.tid, None, 0)
         finally:

@@ -1,19 +1,34 @@
 """Putting the library into a running process that was not started with it, and taking its
-hooks out again: the process calls its own libc's dlopen on the library, then the library's
-leaktrace_attach (native/hooks.c), through one of its threads held with ptrace
-(platform/remote_call.py); leaktrace_detach puts every hook back."""
+hooks out again, through one of its threads held with ptrace (platform/remote_call.py).
+
+The process never opens the library by a path of its own: a path resolves in its mount
+namespace and root, where another user may own what stands at leaktrace's path. Instead
+it makes a memfd, leaktrace writes the library into it from its own side
+(/proc/PID/fd/N) and seals it, and the process dlopens /proc/self/fd/N, which only a
+procfs at its /proc can resolve (checked first). Before any call into the library, the
+mapping it loaded must be that sealed memfd (device and inode). A sealed copy loaded by an
+earlier attach, with the same bytes, is used again. The calls run on a stack leaktrace
+maps in the process (a thread's own may be a small coroutine stack). The library learns
+that leaktrace has gone from a pipe whose only writer leaktrace holds, which works across
+PID namespaces; leaktrace_detach (native/hooks.c) puts every hook back."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import fcntl
 import os
+import stat
+import struct
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import Mapping, MapsFollower, alive, parse_maps, read_target, status_field
+from leaktrace.platform.process import Mapping, MapsFollower, alive, parse_maps, proc_path, read_target, status_field
 from leaktrace.platform.remote_call import RemoteCaller
-from leaktrace.sources.preload.table import library_base, preload_library
+from leaktrace.sources.preload.table import MEMFD_NAME, SEALED, library_base, library_bytes, preload_library
 
 RTLD_NOW = 2
 ERROR_READ_LIMIT = 512  # bytes of dlerror's message read from the target
@@ -22,6 +37,29 @@ ATTACH_ERRORS = {
     2: "another leaktrace is attached to it",
     3: "the library could not start its watcher thread",
 }
+MFD_CLOEXEC, MFD_ALLOW_SEALING = 1, 2
+F_ADD_SEALS = 1033
+PROC_SUPER_MAGIC = 0x9FA0
+O_CLOEXEC_IN_TARGET = 0o2000000
+CALL_STACK_BYTES = 1 << 20  # the stack mapped in the target for the calls
+PROT_READ, PROT_WRITE = 1, 2
+MAP_PRIVATE, MAP_ANONYMOUS, MAP_NORESERVE = 0x02, 0x20, 0x4000
+MINUS_ONE = (1 << 64) - 1  # an argument of -1 (a bare -1 names the copied data)
+LIBC_FUNCTIONS = ("dlopen", "dlerror", "memfd_create", "pipe2", "close", "mmap", "munmap")
+
+
+class _StatFs(ctypes.Structure):
+    _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_long * 15)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _file_system_type(fd: int) -> int:
+    found = _StatFs()
+    if _libc.fstatfs(fd, ctypes.byref(found)) != 0:
+        raise OSError(ctypes.get_errno(), "fstatfs")
+    return int(found.f_type)
 
 
 def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | None:
@@ -29,6 +67,8 @@ def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | No
     tracer = status_field(pid, "TracerPid")
     if tracer not in (None, "0"):
         return f"pid {pid} is traced by pid {tracer} (a debugger?)"
+    if (status_field(pid, "State") or "").startswith(("T", "t")):
+        return f"pid {pid} is stopped (SIGSTOP or a debugger): continue it first"
     if status_field(pid, "Seccomp") not in (None, "0"):
         return f"pid {pid} runs under a seccomp filter: loading a library may be forbidden there"
     if not any(os.path.basename(m.path).startswith("ld-linux") for m in executable):
@@ -36,16 +76,40 @@ def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | No
     return None
 
 
+def _proc_is_procfs(pid: int) -> bool:
+    """Whether /proc in the process's own root and mount namespace is a procfs, not a link or
+    a directory someone else made (so that /proc/self/fd/N there is the process's descriptor)."""
+    try:
+        root = os.open(proc_path(pid, "root"), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        proc = os.open("proc", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root)
+        try:
+            return _file_system_type(proc) == PROC_SUPER_MAGIC
+        finally:
+            os.close(proc)
+    except OSError:
+        return False
+    finally:
+        os.close(root)
+
+
 class Injection:
     """The library loaded into pid and its hooks in place, until detach()."""
 
     def __init__(self, pid: int, options: str):
+        self._watch_end: int | None = None  # the pipe's write end: the library's sign that leaktrace lives
         try:
             self._put_in(pid, options)
         except OSError as e:  # the process (or the thread held) went, or the kernel refused a step
+            self._close_watch_end()
             if not alive(pid):
                 raise RuntimeFailure(f"pid {pid} exited while leaktrace's library was being put in") from None
             raise RuntimeFailure(f"cannot attach in-process to pid {pid}: {e.strerror or e}") from None
+        except RuntimeFailure:
+            self._close_watch_end()
+            raise
 
     def _put_in(self, pid: int, options: str) -> None:
         info = read_target(pid)
@@ -56,27 +120,129 @@ class Injection:
             raise RuntimeFailure(f"cannot attach in-process: {refused}")
         self.pid = pid
         self._forbidden, functions = self._survey(info, maps.executable)
-        if "dlopen" not in functions:
-            raise RuntimeFailure(f"cannot attach in-process: pid {pid} has no glibc dlopen (glibc 2.34 or later)")
-        library = preload_library()
+        missing = [name for name in LIBC_FUNCTIONS if name not in functions]
+        if missing:
+            raise RuntimeFailure(
+                f"cannot attach in-process: pid {pid}'s libc lacks {', '.join(missing)} (glibc 2.34 or later)"
+            )
         caller = RemoteCaller(pid, self._forbidden)
+        stack = 0
         try:
-            handle, _ = caller.call(functions["dlopen"], [-1, RTLD_NOW], library.encode() + b"\0")
-            if not handle:
-                message, _ = caller.call(functions["dlerror"], []) if "dlerror" in functions else (0, 0)
-                why = self._read_string(pid, message) if message else "no reason given"
-                raise RuntimeFailure(f"cannot attach in-process: pid {pid} could not load {library}: {why}")
-            attach = self._library_function(pid, "leaktrace_attach")
-            result, _ = caller.call(attach, [-1, os.getpid()], options.encode() + b"\0")
+            stack, _ = caller.call(
+                functions["mmap"],
+                [
+                    0,
+                    CALL_STACK_BYTES,
+                    PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                    MINUS_ONE,
+                    0,
+                ],
+            )
+            if stack >= MINUS_ONE - 4095:
+                raise RuntimeFailure(f"cannot attach in-process: pid {pid} could not map a stack for the calls")
+            caller.stack_top = stack + CALL_STACK_BYTES
+            base = library_base(pid, parse_maps(read_target(pid).maps))
+            if base is None:
+                base = self._load_sealed_copy(caller, functions)
+            watch = self._watch_pipe(caller, functions)
+            attach = base + ElfFile(preload_library()).dynamic_functions["leaktrace_attach"]
+            result, _ = caller.call(attach, [-1, watch], options.encode() + b"\0")
         finally:
+            if stack and stack < MINUS_ONE - 4095:
+                with contextlib.suppress(OSError, RuntimeFailure):
+                    caller.stack_top = None
+                    caller.call(functions["munmap"], [stack, CALL_STACK_BYTES])
             caller.release()
         if result:
             raise RuntimeFailure(f"cannot attach in-process to pid {pid}: {ATTACH_ERRORS.get(result, result)}")
 
+    def _load_sealed_copy(self, caller: RemoteCaller, functions: dict[str, int]) -> int:
+        """The library's base in the process once it has loaded a sealed memfd copy of it."""
+        pid = self.pid
+        fd, _ = caller.call(functions["memfd_create"], [-1, MFD_CLOEXEC | MFD_ALLOW_SEALING], MEMFD_NAME + b"\0")
+        if fd >= 1 << 31:
+            raise RuntimeFailure(f"cannot attach in-process: pid {pid} could not make a memfd")
+        try:
+            identity = self._fill_and_seal(fd)
+            if not _proc_is_procfs(pid):
+                raise RuntimeFailure(
+                    f"cannot attach in-process: /proc in pid {pid}'s mount namespace is not a procfs, "
+                    "so the library cannot be loaded by its descriptor"
+                )
+            handle, _ = caller.call(functions["dlopen"], [-1, RTLD_NOW], f"/proc/self/fd/{fd}".encode() + b"\0")
+            if not handle:
+                message, _ = caller.call(functions["dlerror"], [])
+                why = self._read_string(caller, message) if message else "no reason given"
+                raise RuntimeFailure(f"cannot attach in-process: pid {pid} could not load leaktrace's library: {why}")
+        finally:
+            with contextlib.suppress(OSError, RuntimeFailure):
+                caller.call(functions["close"], [fd])
+        device = f"{os.major(identity[0]):02x}:{os.minor(identity[0]):02x}"
+        for mapping in parse_maps(read_target(pid).maps):
+            if mapping.offset == 0 and (mapping.device, mapping.inode) == (device, identity[1]):
+                return mapping.start
+        raise RuntimeFailure(
+            f"cannot attach in-process: what pid {pid} loaded is not leaktrace's sealed copy; nothing was called in it"
+        )
+
+    def _fill_and_seal(self, fd_in_target: int) -> tuple[int, int]:
+        """Writes the library into the process's new memfd from leaktrace's side and seals it:
+        its (device, inode). Refused if the descriptor is not an empty memfd that can be sealed."""
+        try:
+            fd = os.open(proc_path(self.pid, f"fd/{fd_in_target}"), os.O_RDWR | os.O_CLOEXEC)
+        except OSError as e:
+            raise RuntimeFailure(
+                f"cannot attach in-process: cannot open pid {self.pid}'s memfd: {e.strerror}"
+            ) from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != 0 or st.st_nlink != 0:
+                raise RuntimeFailure(f"cannot attach in-process: pid {self.pid}'s descriptor is not a new memfd")
+            library = library_bytes()
+            written = 0
+            while written < len(library):
+                written += os.pwrite(fd, library[written : written + (1 << 20)], written)
+            fcntl.fcntl(fd, F_ADD_SEALS, SEALED)
+            if os.fstat(fd).st_size != len(library) or os.pread(fd, len(library) + 1, 0) != library:
+                raise RuntimeFailure(f"cannot attach in-process: pid {self.pid}'s memfd changed while it was written")
+            return st.st_dev, st.st_ino
+        except OSError as e:
+            raise RuntimeFailure(
+                f"cannot attach in-process: cannot seal leaktrace's library in pid {self.pid}: {e.strerror}"
+            ) from None
+        finally:
+            os.close(fd)
+
+    def _watch_pipe(self, caller: RemoteCaller, functions: dict[str, int]) -> int:
+        """A pipe whose read end the process keeps (handed to the library) and whose only write
+        end leaktrace holds: the read end sees a hang-up when leaktrace ends, however it ends."""
+        failed, ends = caller.call(functions["pipe2"], [-1, O_CLOEXEC_IN_TARGET], b"\0" * 8)
+        if failed:
+            raise RuntimeFailure(f"cannot attach in-process: pid {self.pid} could not make a pipe")
+        read_end, write_end = struct.unpack("<ii", caller.read(ends, 8, exact=True))
+        try:
+            self._watch_end = os.open(proc_path(self.pid, f"fd/{write_end}"), os.O_WRONLY | os.O_CLOEXEC)
+            if not stat.S_ISFIFO(os.fstat(self._watch_end).st_mode):
+                raise OSError(errno.EINVAL, "not a pipe")
+        except OSError as e:
+            with contextlib.suppress(OSError, RuntimeFailure):
+                caller.call(functions["close"], [read_end])
+            raise RuntimeFailure(f"cannot attach in-process: cannot hold pid {self.pid}'s pipe: {e.strerror}") from None
+        finally:
+            with contextlib.suppress(OSError, RuntimeFailure):
+                caller.call(functions["close"], [write_end])
+        return read_end
+
+    def _close_watch_end(self) -> None:
+        if self._watch_end is not None:
+            os.close(self._watch_end)
+            self._watch_end = None
+
     @staticmethod
     def _survey(info: ProcessInfo, executable: list[Mapping]) -> tuple[list[tuple[int, int]], dict[str, int]]:
         """The code no held thread may be in (the loader, libc, any allocator, this library and
-        its unwinder), and libc's dlopen and dlerror in the process."""
+        its unwinder), and the libc functions the attach calls in the process."""
         forbidden, functions = [], {}
         files = ModuleFiles().open(info, executable)
         for m in executable:
@@ -87,36 +253,33 @@ class Injection:
             vaddr = elf.file_offset_to_vaddr(m.offset) if elf is not None else None
             if elf is not None and vaddr is not None and name.startswith("libc.so"):
                 exported = elf.dynamic_functions
-                for function in ("dlopen", "dlerror"):
+                for function in LIBC_FUNCTIONS:
                     if function in exported:
                         functions[function] = m.start - vaddr + exported[function]
         return forbidden, functions
 
     @staticmethod
-    def _library_function(pid: int, name: str) -> int:
-        base = library_base(parse_maps(read_target(pid).maps), preload_library())
-        if base is None:
-            raise RuntimeFailure(f"cannot attach in-process: pid {pid} loaded the library, then lost it")
-        return base + ElfFile(preload_library()).dynamic_functions[name]
-
-    @staticmethod
-    def _read_string(pid: int, address: int) -> str:
+    def _read_string(caller: RemoteCaller, address: int) -> str:
         try:
-            with open(f"/proc/{pid}/mem", "rb", buffering=0) as memory:
-                memory.seek(address)
-                return memory.read(ERROR_READ_LIMIT).split(b"\0", 1)[0].decode(errors="replace")
-        except OSError:
+            text = caller.read(address, ERROR_READ_LIMIT)
+        except (OSError, RuntimeFailure):
             return "its message could not be read"
+        return text.split(b"\0", 1)[0].decode(errors="replace")
 
     def detach(self) -> None:
         """Every hook back; the library stays loaded, idle. Nothing to do once the process is gone."""
         try:
-            caller = RemoteCaller(self.pid, self._forbidden)
-        except (RuntimeFailure, OSError):
-            return  # gone; or never calm: its watcher puts the hooks back when leaktrace has ended
-        try:
-            caller.call(self._library_function(self.pid, "leaktrace_detach"), [])
-        except (RuntimeFailure, OSError):
-            pass  # gone meanwhile; or its watcher puts the hooks back when leaktrace has ended
+            try:
+                caller = RemoteCaller(self.pid, self._forbidden)
+            except (RuntimeFailure, OSError):
+                return  # gone; or never calm: its watcher puts the hooks back when the pipe hangs up
+            try:
+                base = library_base(self.pid, parse_maps(read_target(self.pid).maps))
+                if base is not None:
+                    caller.call(base + ElfFile(preload_library()).dynamic_functions["leaktrace_detach"], [])
+            except (RuntimeFailure, OSError):
+                pass  # gone meanwhile; or its watcher puts the hooks back when the pipe hangs up
+            finally:
+                caller.release()
         finally:
-            caller.release()
+            self._close_watch_end()

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import fcntl
 import functools
 import glob
 import os
+import stat
 import struct
 import time
 from collections import Counter
@@ -45,6 +47,9 @@ from leaktrace.sources.preload.layout import (  # from native/record.h
 )
 from leaktrace.sources.preload.python_codes import DamagedCodes, python_codes_in_place
 
+MEMFD_NAME = b"leaktrace-preload"  # an attach's sealed copy of the library (inject.py)
+F_GET_SEALS = 1034
+SEALED = 1 | 2 | 4 | 8  # F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_WRITE
 TABLE_TRIES = 100  # stops of the process to find its table unlocked (a lock is held for microseconds)
 SPAN_GAP, SPAN_MAX = 64 << 10, 64 << 20  # stacks closer than SPAN_GAP are read together, up to SPAN_MAX
 T = TypeVar("T")
@@ -59,15 +64,48 @@ def preload_library() -> str:
     return found[0]
 
 
-def library_base(maps: list[Mapping], library: str) -> int | None:
-    """Where the library is loaded in a process (its mapping at file offset 0), found by the
-    device and inode maps show, else by its path as text (no path the process names is looked up)."""
-    st = os.stat(library)
-    device, real = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", os.path.realpath(library)
+@functools.lru_cache(maxsize=1)
+def library_bytes() -> bytes:
+    with open(preload_library(), "rb") as f:
+        return f.read()
+
+
+@functools.lru_cache(maxsize=64)  # a sealed copy's bytes cannot change
+def sealed_copy_base(pid: int, mapping: Mapping) -> int | None:
+    """mapping's start if it is a sealed memfd holding exactly leaktrace's library (an earlier
+    attach's copy), read through the kernel's own link to the mapped file; else None."""
+    if mapping.offset != 0 or not mapping.path.startswith("/memfd:" + MEMFD_NAME.decode()):
+        return None
+    try:
+        fd = os.open(proc_path(pid, f"map_files/{mapping.start:x}-{mapping.end:x}"), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st, library = os.fstat(fd), library_bytes()
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_size != len(library)
+            or fcntl.fcntl(fd, F_GET_SEALS) & SEALED != SEALED
+            or os.pread(fd, len(library) + 1, 0) != library
+        ):
+            return None
+        return mapping.start
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def library_base(pid: int, maps: list[Mapping]) -> int | None:
+    """Where leaktrace's library is loaded in pid: the installed file's mapping at offset 0 (by
+    device and inode, never by the path the process names) or a sealed copy of it; None if
+    neither is mapped."""
+    st = os.stat(preload_library())
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
     for mapping in maps:
-        if mapping.offset == 0 and ((mapping.device, mapping.inode) == (device, st.st_ino) or mapping.path == real):
+        if mapping.offset == 0 and (mapping.device, mapping.inode) == (device, st.st_ino):
             return mapping.start
-    return None
+    return next((b for b in (sealed_copy_base(pid, m) for m in maps) if b is not None), None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,7 +117,7 @@ def _table_symbols() -> dict[str, int]:
 
 def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
     """Where the library's table variables are in a process."""
-    base = library_base(maps, preload_library())
+    base = library_base(pid, maps)
     if base is None:
         raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library")
     return {name: base + offset for name, offset in _table_symbols().items()}

@@ -38,7 +38,7 @@ from leaktrace.model.snapshot import (
 )
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process
-from leaktrace.platform.process import alive, catches, parse_maps, read_target, resolve_executable
+from leaktrace.platform.process import alive, catches, parse_maps, proc_path, read_target, resolve_executable
 from leaktrace.platform.target_files import (
     RefusedFile,
     credentials_of,
@@ -159,12 +159,12 @@ class PreloadTrace(PollingSource):
         say. Any other process has the library put into it, told options, until close()."""
         info = read_target(pid)
         try:
-            raw = read_regular(f"/proc/{pid}/environ", ENVIRON_READ_LIMIT)
+            raw = read_regular(proc_path(pid, "environ"), ENVIRON_READ_LIMIT)
             environ = dict(item.partition(b"=")[::2] for item in raw.split(b"\0") if b"=" in item)
             config = parse_malloc_debug_options(environ.get(b"LIBC_DEBUG_MALLOC_OPTIONS", b"").decode(errors="replace"))
         except (OSError, OptionError, RefusedFile) as e:
             raise RuntimeFailure(f"cannot read pid {pid}'s malloc debug options: {e}") from None
-        preloaded = library_base(parse_maps(info.maps), preload_library()) is not None
+        preloaded = library_base(pid, parse_maps(info.maps)) is not None
         if not preloaded or not config.options:
             injection = Injection(pid, options)
             trace = cls(

@@ -3,7 +3,9 @@
 // slots of the malloc family (JUMP_SLOT and GLOB_DAT) at the library's entry points, as a
 // preload would have bound them; modules loaded later are patched by a watcher thread within
 // WATCH_MS of their dlopen. leaktrace_detach puts every slot back. The watcher also detaches
-// when leaktrace itself goes (its pidfd becomes readable), however it ended.
+// when leaktrace itself goes, however it ended: leaktrace holds the only write end of a pipe
+// whose read end it hands in, which hangs up then (a pidfd could not name leaktrace from
+// inside another PID namespace).
 #include "malloc_debug.h"
 
 #include <elf.h>
@@ -12,7 +14,6 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define WATCH_MS 20
@@ -180,7 +181,7 @@ static void restore_every_slot(void)
 }
 
 struct watch {
-    int leaktrace;  // pidfd of the leaktrace that attached, or -1
+    int leaktrace;  // read end of the pipe the attaching leaktrace writes to, or -1
     unsigned generation;
 };
 
@@ -208,21 +209,24 @@ static void *watch_modules(void *argument)
     return NULL;
 }
 
-// 0 when attached; 1 bad options (or ones that change blocks); 2 already attached; 3 no watcher thread.
-EXPORT int leaktrace_attach(const char *options, int leaktrace_pid)
+// 0 when attached; 1 bad options (or ones that change blocks); 2 already attached; 3 no watcher
+// thread. The watch descriptor is the library's from here on, closed on every failure.
+EXPORT int leaktrace_attach(const char *options, int leaktrace_watch)
 {
-    if (__atomic_load_n(&attached, __ATOMIC_ACQUIRE))
-        return 2;
-    if (!start_attached(options))
-        return 1;
-    struct watch *watch = __libc_malloc(sizeof *watch);
+    struct watch *watch = NULL;
+    int refused = __atomic_load_n(&attached, __ATOMIC_ACQUIRE) ? 2 : !start_attached(options) ? 1 : 0;
+    if (!refused && !(watch = __libc_malloc(sizeof *watch)))
+        refused = 3;
+    if (refused) {
+        if (leaktrace_watch >= 0)
+            close(leaktrace_watch);
+        return refused;
+    }
     pthread_t thread;
     pthread_attr_t detached;
-    if (!watch)
-        return 3;
     pthread_mutex_lock(&patch_lock);
     attached = 1;
-    *watch = (struct watch){(int)syscall(SYS_pidfd_open, leaktrace_pid, 0), attach_generation};
+    *watch = (struct watch){leaktrace_watch, attach_generation};
     pthread_mutex_unlock(&patch_lock);
     patch_every_module();
     pthread_attr_init(&detached);
