@@ -496,3 +496,56 @@ def test_each_mode_runs_with_the_capabilities_the_readme_names(program):
         roots.kill()
         roots.wait()
         shutil.rmtree(programs)
+
+
+@pytest.fixture
+def sticky_dir():
+    """A directory like /tmp: everybody may write to it, sticky."""
+    top = Path(tempfile.mkdtemp(prefix="leaktrace-sticky-"))
+    os.chmod(top, 0o1777)
+    yield top
+    shutil.rmtree(top)
+
+
+def suppressions_refused(path: Path) -> str:
+    """leaktrace --suppressions PATH: refused before anything runs, in one line (exit 2)."""
+    result = subprocess.run(
+        leaktrace_command("-c", "/bin/true", "--leak-check", "--suppressions", str(path)),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_a_suppressions_link_another_user_planted_is_not_followed(sticky_dir, tmp_path):
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret-hash:19000:0:99999:7:::\n")
+    secret.chmod(0o600)
+    link = sticky_dir / "known-leaks.supp"
+    link.symlink_to(secret)
+    owned_by_nobody(link)
+    line = suppressions_refused(link)
+    assert "symbolic link that a user other than root could have made" in line and "secret" not in line
+    # Through a planted directory link too, and a file nobody owns in the sticky directory.
+    (sticky_dir / "dir").symlink_to(tmp_path)
+    owned_by_nobody(sticky_dir / "dir")
+    assert "symbolic link" in suppressions_refused(sticky_dir / "dir" / "shadow")
+    planted = sticky_dir / "planted.supp"
+    planted.write_text("leak:main\n")
+    owned_by_nobody(planted)
+    assert "owned by uid" in suppressions_refused(planted)
+
+
+def test_a_suppressions_fifo_and_an_oversized_file_are_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "fifo.supp"
+    os.mkfifo(fifo)
+    assert "not a regular file" in suppressions_refused(fifo)  # no writer: an open that waited would hang
+    large = tmp_path / "large.supp"
+    block = "{\n   known\n   Memcheck:Leak\n   fun:malloc\n   fun:main\n}\n"
+    with open(large, "w") as f:
+        f.write(block * ((100 << 20) // len(block)))
+    line = suppressions_refused(large)
+    assert "is larger than 4 MiB" in line and "closing" not in line, line

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from leaktrace.analysis.suppressions import leak_kinds, parse_suppressions, suppression_text
@@ -92,16 +94,72 @@ def test_leak_sanitizer_patterns():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("{\n name\n Memcheck:Leak\n fn:x\n}\n", "v:1: 'fn:x' is not fun:, obj:, src: or '...'"),
+        ("{\n name\n Memcheck:Leak\n fn:x\n}\n", "v:1: a frame line that is not fun:, obj:, src: or '...'"),
         ("{\n name\n Memcheck:Leak\n fun:x\n", "v:1: a suppression without its closing '}'"),
-        ("fun:x\n", "v:1: a suppression starts with '{', not 'fun:x'"),
+        ("fun:x\n", "v:1: not a suppression (one starts with a line of '{')"),
         ("{\n name\n}\n", "v:1: a suppression needs a name and a kind"),
-        ("{\n n\n Memcheck:Leak\n match-leak-kinds: lost\n}\n", "v:1: match-leak-kinds: 'lost' is not"),
+        ("{\n n\n Memcheck:Leak\n match-leak-kinds: lost\n}\n", "v:1: match-leak-kinds is not a list"),
     ],
 )
 def test_malformed_files_say_where(text, message):
     with pytest.raises(UsageError, match=f"^{message}".replace("(", r"\(").replace(")", r"\)").replace("{", r"\{")):
         parse_suppressions(text, "v")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Root$6$secret:19000:0:99999:7:::\n",
+        "{\n n\n Memcheck:Leak\n root:$6$secret\n}\n",
+        "{\n n\n Memcheck:Leak\n match-leak-kinds: $6$secret\n}\n",
+    ],
+)
+def test_an_error_names_the_line_by_its_position_never_by_what_it_says(text):
+    with pytest.raises(UsageError) as refused:
+        parse_suppressions(text, "v")
+    assert "secret" not in str(refused.value) and str(refused.value).startswith("v:1: ")
+
+
+def reference_match(lines, frames, line=0, at=0) -> bool:
+    """The backtracking definition the automaton must agree with (exponential in the `...`s)."""
+    if line == len(lines):
+        return True
+    if lines[line] == "...":
+        return any(reference_match(lines, frames, line + 1, start) for start in range(at, len(frames) + 1))
+    return at < len(frames) and lines[line] == frames[at] and reference_match(lines, frames, line + 1, at + 1)
+
+
+def test_matching_agrees_with_backtracking_on_seeded_patterns():
+    seed = random.randrange(1 << 32)
+    print(f"seed {seed}")
+    chosen = random.Random(seed)
+    names = ["a", "b", "c"]
+    for _ in range(3000):
+        stack = [chosen.choice(names) for _ in range(chosen.randrange(0, 8))]
+        lines = [chosen.choice([*names, "..."]) for _ in range(chosen.randrange(0, 7))]
+        text = (
+            "{\n s\n Memcheck:Leak\n fun:malloc\n"
+            + "".join(" ...\n" if line == "..." else f" fun:{line}\n" for line in lines)
+            + "}\n"
+        )
+        [suppression] = parse_suppressions(text, "r")
+        frames = [Frame(0x1000 + i, name, 0, "/srv/app") for i, name in enumerate(stack)]
+        assert suppression.matches(LeakKind.DEFINITE, frames) == reference_match(lines, stack), (seed, lines, stack)
+
+
+def test_matching_costs_frames_times_lines_however_many_dots(monkeypatch):
+    """Twelve `...` lines and a stack of 200 frames that almost match: the backtracking
+    matcher took 69 s; the automaton compares each line with each frame at most once."""
+    import leaktrace.analysis.suppressions as suppressions
+
+    compared = []
+    real = suppressions._frame_matches
+    monkeypatch.setattr(suppressions, "_frame_matches", lambda *a: compared.append(1) or real(*a))
+    lines = "".join(" ...\n fun:f\n" for _ in range(12)) + " fun:never\n"
+    [suppression] = parse_suppressions("{\n s\n Memcheck:Leak\n" + lines + "}\n", "d")
+    stack = [Frame(0x1000 + i, "f", 0, "/srv/app") for i in range(200)]
+    assert not suppression.matches(LeakKind.DEFINITE, stack)
+    assert len(compared) <= (len(stack) + 1) * len(suppression.frames)
 
 
 def test_kind_lists():

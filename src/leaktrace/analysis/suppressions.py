@@ -9,6 +9,11 @@ functions (an inlined calloc, libstdc++'s operator new) are left out.
 valgrind starts threads with clone (it refuses clone3): `fun:clone` matches clone3 too.
 LeakSanitizer's: `leak:PATTERN` lines, matched against every frame's function, module and
 source file (a substring; `*` any text; `^` and `$` anchor it).
+
+A file is opened as platform/named_files.py says (no link another user could have made, a
+regular file) and read up to SUPPRESSION_FILE_LIMIT; a larger one is refused, and an error
+names a line by its position, never by what it says. Matching a stack takes time in
+proportion to its frames times the suppression's lines, however many `...` lines it has.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from leaktrace.errors import UsageError
+from leaktrace.errors import RuntimeFailure, UsageError
 from leaktrace.model.snapshot import LeakCheck, LeakKind, SuppressionUse
+from leaktrace.platform.named_files import RefusedName, open_named_file
+from leaktrace.platform.target_files import read_bounded
 
 if TYPE_CHECKING:
     from leaktrace.analysis.symbolize import Frame, SymbolizedSnapshot
@@ -95,18 +102,36 @@ class Suppression:
                 for text in (frame.function, frame.module, frame.file)
                 if text
             )
-        return self._matches_from(0, _below_allocator(frames), 0)
+        return self._matches_stack(_below_allocator(frames))
 
-    def _matches_from(self, line: int, frames: list[Frame | None], at: int) -> bool:
-        """Whether self.frames[line:] match frames[at:] (None: the allocator's entry)."""
-        while line < len(self.frames):
-            what, pattern = self.frames[line]
-            if what == "...":
-                return any(self._matches_from(line + 1, frames, start) for start in range(at, len(frames) + 1))
-            if at >= len(frames) or not _frame_matches(what, pattern, frames[at]):
+    def _matches_stack(self, frames: list[Frame | None]) -> bool:
+        """Whether self.frames match the stack from its innermost frame on (None: the
+        allocator's entry), the stack's outer frames past the last line free: the set of
+        lines reached is carried one frame at a time, as an automaton without backtracking."""
+        lines = self.frames
+
+        def closure(reached: set[int]) -> set[int]:
+            for line in sorted(reached):  # a `...` also lets the line after it start here
+                while line < len(lines) and lines[line][0] == "...":
+                    line += 1
+                    reached.add(line)
+            return reached
+
+        reached = closure({0})
+        for frame in frames:
+            if len(lines) in reached:
+                return True
+            reached = closure(
+                {line for line in reached if line < len(lines) and lines[line][0] == "..."}
+                | {
+                    line + 1
+                    for line in reached
+                    if line < len(lines) and lines[line][0] != "..." and _frame_matches(*lines[line], frame)
+                }
+            )
+            if not reached:
                 return False
-            line, at = line + 1, at + 1
-        return True
+        return len(lines) in reached
 
 
 def _below_allocator(frames: list[Frame]) -> list[Frame | None]:
@@ -165,7 +190,7 @@ def parse_suppressions(text: str, path: str) -> list[Suppression]:
             i += 1
             continue
         if line != "{":
-            raise UsageError(f"{path}:{i + 1}: a suppression starts with '{{', not '{line[:40]}'")
+            raise UsageError(f"{path}:{i + 1}: not a suppression (one starts with a line of '{{')")
         start = i
         try:
             end = lines.index("}", i)
@@ -180,7 +205,12 @@ def parse_suppressions(text: str, path: str) -> list[Suppression]:
             continue
         kinds = frozenset(LeakKind)
         if rest and rest[0].startswith("match-leak-kinds:"):
-            kinds = leak_kinds(rest[0].split(":", 1)[1], f"{path}:{start + 1}: match-leak-kinds")
+            try:
+                kinds = leak_kinds(rest[0].split(":", 1)[1], "match-leak-kinds")
+            except UsageError:
+                raise UsageError(
+                    f"{path}:{start + 1}: match-leak-kinds is not a list of definite, indirect, possible, reachable"
+                ) from None
             rest = rest[1:]
         frames = []
         for entry in rest:
@@ -189,7 +219,7 @@ def parse_suppressions(text: str, path: str) -> list[Suppression]:
                 continue
             what, colon, pattern = entry.partition(":")
             if not colon or what not in ("fun", "obj", "src"):
-                raise UsageError(f"{path}:{start + 1}: '{entry[:60]}' is not fun:, obj:, src: or '...'")
+                raise UsageError(f"{path}:{start + 1}: a frame line that is not fun:, obj:, src: or '...'")
             frames.append((what, pattern.strip()))
         found.append(Suppression(name, f"{path}:{start + 1}", kinds, tuple(frames)))
     return found
@@ -200,11 +230,16 @@ def read_suppressions(paths: Iterable[str]) -> list[Suppression]:
     found = []
     for path in paths:
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read(SUPPRESSION_FILE_LIMIT)
+            fd = open_named_file(path)
+            try:
+                data = read_bounded(fd, SUPPRESSION_FILE_LIMIT, f"suppressions {path}")
+            finally:
+                os.close(fd)
         except OSError as e:
             raise UsageError(f"cannot read suppressions {path}: {e.strerror}") from None
-        found += parse_suppressions(text, path)
+        except RuntimeFailure as e:
+            raise UsageError(f"cannot read suppressions {e}" if isinstance(e, RefusedName) else str(e)) from None
+        found += parse_suppressions(data.decode("utf-8", errors="replace"), path)
     return found
 
 
