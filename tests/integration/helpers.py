@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -169,3 +170,29 @@ def wait_for_redis(port: int, running, timeout: float = 30) -> None:
     ):
         assert time.monotonic() < deadline and running(), "redis did not start"
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def prometheus_scraping(target: str, tmp_path, interval: str = "1s"):
+    """Debian's Prometheus on 127.0.0.1 scraping target (HOST:PORT); yields its query URL."""
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        f"global:\n  scrape_interval: {interval}\nscrape_configs:\n  - job_name: leaktrace\n"
+        f"    static_configs:\n      - targets: ['{target}']\n"
+    )
+    prometheus = subprocess.Popen(
+        [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/api/v1/query"
+    finally:
+        prometheus.terminate()
+        prometheus.wait()

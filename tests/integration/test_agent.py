@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from conftest import leaktrace_command
-from helpers import free_port, pprof_top, run_command, wait_for_line
+from helpers import free_port, pprof_top, prometheus_scraping, run_command, wait_for_line
 
 COUNT, SIZE = 100, 1000
 
@@ -79,24 +79,8 @@ def test_prometheus_scrapes_the_exact_live_bytes(agent_on_known_heap, tmp_path):
     metrics = get(f"{url}/metrics")
     checked = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    prometheus_port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: leaktrace\n"
-        f"    static_configs:\n      - targets: ['{url.removeprefix('http://')}']\n"
-    )
-    prometheus = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{prometheus_port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        query = f"http://127.0.0.1:{prometheus_port}/api/v1/query?query=leaktrace_live_bytes%7Bpid%3D%22{pid}%22%7D"
+    with prometheus_scraping(url.removeprefix("http://"), tmp_path) as prometheus:
+        query = f"{prometheus}?query=leaktrace_live_bytes%7Bpid%3D%22{pid}%22%7D"
         deadline, value = time.monotonic() + 60, None
         while value != COUNT * SIZE:
             assert time.monotonic() < deadline, f"Prometheus has {value!r}"
@@ -106,9 +90,6 @@ def test_prometheus_scrapes_the_exact_live_bytes(agent_on_known_heap, tmp_path):
             except (urllib.error.URLError, ConnectionError):
                 continue  # not up yet
             value = int(float(result[0]["value"][1])) if result else None
-    finally:
-        prometheus.terminate()
-        prometheus.wait()
 
 
 def test_go_tool_pprof_reads_the_heap_endpoint(agent_on_known_heap, tmp_path):

@@ -3,13 +3,25 @@ its filters, --engine), run until stopped, serving its latest snapshot over HTTP
 /metrics (Prometheus), /debug/pprof/heap[?pid=PID] (pprof, as a Go program serves it),
 /status (the JSON report) and / (an index). Loopback unless an address is named; GET only,
 a few seconds per request, and a scrape never waits for the trace (it reads the last
-snapshot taken)."""
+snapshot taken).
+
+Who sees what (platform/peers.py says who a peer is): /metrics carries what /proc shows
+every local user (pids, comm, the program's name, sizes) and is served to any peer;
+/status and /debug/pprof/heap carry stacks, module paths and code addresses, so a peer
+gets only the processes whose /proc/PID/maps it could read itself: all of them for root
+(a loopback peer whose socket is root's, the Unix socket's peer, or a peer --listen-allow
+names), its own processes for a loopback peer of another uid, none for anyone else. Each
+request has REQUEST_SECONDS in all to arrive, and one peer holds at most
+CONNECTIONS_PER_PEER threads (CONNECTIONS in all): a connection past either is closed at
+once."""
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
+import io
 import os
 import socket
 import sys
@@ -20,13 +32,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from leaktrace.errors import UsageError
+from leaktrace.platform.peers import Peer, Visibility, allowed_network, peer_of
 
 from . import ArgumentParser, Command
 from .engines import ENGINES
 from .trace import TraceCommand, _SignalFlags
 from .trace_arguments import add_trace_arguments, check_combinations, engine_settings, malloc_debug_config
 
-REQUEST_SECONDS = 5.0  # a client slower than this is dropped
+REQUEST_SECONDS = 5.0  # a request (its line and headers) that has not arrived by then is dropped
+CONNECTIONS, CONNECTIONS_PER_PEER = 64, 8
+PID_DIGITS = 10  # a pid of more ASCII digits is refused
 
 
 def listen_address(text: str) -> tuple[str, int] | str:
@@ -42,7 +57,71 @@ def listen_address(text: str) -> tuple[str, int] | str:
     return host.strip("[]"), int(port)
 
 
-class UnixHTTPServer(ThreadingHTTPServer):
+class _DeadlineReader(io.RawIOBase):
+    """The request's bytes from the socket while its deadline lasts: a client that drips a
+    byte at a time gets no longer in all than one that sends at once."""
+
+    def __init__(self, connection: socket.socket, deadline: float):
+        self._connection, self._deadline = connection, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request took too long")
+        self._connection.settimeout(left)
+        return self._connection.recv_into(buffer)
+
+
+class BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most CONNECTIONS of them and CONNECTIONS_PER_PEER for one
+    peer (a local user's, by its uid; a remote one's, by its address)."""
+
+    daemon_threads = True
+    request_queue_size = 128  # connections the kernel queues until they are taken (socketserver's default: 5)
+
+    def __init__(self, *arguments, **options):
+        self._open: collections.Counter = collections.Counter()
+        self._peers: dict[int, Peer] = {}  # id of an accepted connection -> its peer, while it is served
+        self._open_lock = threading.Lock()
+        self.refused_connections = 0
+        super().__init__(*arguments, **options)
+
+    def process_request(self, request, client_address) -> None:
+        peer = peer_of(request, client_address)
+        with self._open_lock:
+            crowded = sum(self._open.values()) >= CONNECTIONS or self._open[peer.key] >= CONNECTIONS_PER_PEER
+            if crowded:
+                self.refused_connections += 1
+            else:
+                self._open[peer.key] += 1
+                self._peers[id(request)] = peer
+        if crowded:
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def peer(self, request) -> Peer | None:
+        with self._open_lock:
+            return self._peers.get(id(request))
+
+    def shutdown_request(self, request) -> None:
+        with self._open_lock:
+            peer = self._peers.pop(id(request), None)
+            if peer is not None:
+                self._open[peer.key] -= 1
+                if self._open[peer.key] <= 0:
+                    del self._open[peer.key]
+        super().shutdown_request(request)
+
+
+class TcpServer(BoundedServer):
+    allowed: tuple = ()  # --listen-allow's networks
+
+
+class UnixHTTPServer(BoundedServer):
     """HTTP on a Unix socket made for it: nothing may be at the path already (it is never
     replaced), the socket is root's alone (mode 0600), and it is removed at the end if it is
     still the one made."""
@@ -71,12 +150,16 @@ class UnixHTTPServer(ThreadingHTTPServer):
                 os.unlink(self.path)
 
 
-def listening(address: tuple[str, int] | str, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+def listening(
+    address: tuple[str, int] | str, handler: type[BaseHTTPRequestHandler], allowed: tuple = ()
+) -> ThreadingHTTPServer:
     """The server, bound; UsageError (nothing attached yet) when the address cannot be had."""
     try:
         if isinstance(address, str):
             return UnixHTTPServer(address, handler)  # type: ignore[arg-type]
-        return ThreadingHTTPServer(address, handler)
+        server = TcpServer(address, handler)
+        server.allowed = allowed
+        return server
     except OSError as e:
         where = address if isinstance(address, str) else f"{address[0]}:{address[1]}"
         raise UsageError(f"cannot listen on {where}: {e.strerror}") from None
@@ -94,7 +177,7 @@ class AgentState:
         self._lock = threading.Lock()
         self.latest: tuple | None = None  # (SymbolizedSnapshot, Growth, seconds the report took), once there is one
         self.started_at = time.time()
-        self._bodies: dict[tuple[str, str], bytes] = {}  # (path, query) -> the body rendered from latest
+        self._bodies: dict[tuple, bytes] = {}  # (path, pid, who may see what) -> the body rendered from latest
         self._rendering = threading.Lock()  # one render at a time: a second scrape of the same URL waits for it
 
     def report(self, snapshot) -> None:
@@ -105,7 +188,7 @@ class AgentState:
             self.latest = (symbolized, growth, time.monotonic() - started)
             self._bodies = {}
 
-    def body(self, key: tuple[str, str], render: Callable[[tuple], bytes]) -> bytes:
+    def body(self, key: tuple, render: Callable[[tuple], bytes]) -> bytes:
         """What render makes of the latest snapshot, rendered once per snapshot and key."""
         with self._rendering:
             with self._lock:
@@ -123,17 +206,48 @@ class AgentState:
             return self.latest
 
 
-def _only_pid(symbolized, pid: int):
+def _only(symbolized, shown: Callable[[int], bool]):
+    """The snapshot with the processes shown() keeps, nothing of the others."""
     snapshot = symbolized.snapshot
-    groups = tuple(g for g in snapshot.groups if g.pid == pid)
-    processes = {p: info for p, info in snapshot.processes.items() if p == pid}
+    groups = tuple(g for g in snapshot.groups if shown(g.pid))
+    processes = {p: info for p, info in snapshot.processes.items() if shown(p)}
     return dataclasses.replace(symbolized, snapshot=dataclasses.replace(snapshot, groups=groups, processes=processes))
+
+
+def _parsed_pid(text: str) -> int | None:
+    """The pid of ?pid=, None when absent; ValueError for anything but up to PID_DIGITS ASCII digits."""
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= PID_DIGITS):
+        raise ValueError(text)
+    return int(text)
 
 
 def handler_for(state: AgentState, args: argparse.Namespace) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        timeout = REQUEST_SECONDS  # the socket's: a slow or silent client cannot hold a thread
+        timeout = REQUEST_SECONDS  # the socket's, for writes; reads have the request's deadline
         server_version = "leaktrace-agent"
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()
+            self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + REQUEST_SECONDS))
+
+        def handle(self) -> None:
+            with contextlib.suppress(TimeoutError, OSError):
+                super().handle()
+
+        def _visible(self) -> Visibility:
+            """Which processes' stacks this peer may see."""
+            server = self.server
+            peer = server.peer(self.request) if isinstance(server, BoundedServer) else None
+            if isinstance(server, UnixHTTPServer):
+                return Visibility.everything()  # the socket is root's alone
+            if peer is not None and (peer.uid == 0 or peer.allowed_by(getattr(server, "allowed", ()))):
+                return Visibility.everything()
+            if peer is not None and peer.uid is not None:
+                return Visibility.of_uid(peer.uid)
+            return Visibility.nothing()
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             url = urlparse(self.path)
@@ -151,19 +265,24 @@ def handler_for(state: AgentState, args: argparse.Namespace) -> type[BaseHTTPReq
             if url.path == "/debug/pprof/heap":
                 from leaktrace.outputs.pprof import render_pprof
 
-                pid = parse_qs(url.query).get("pid", [""])[0]
-                if pid and not pid.isdigit():
+                try:
+                    pid = _parsed_pid(parse_qs(url.query).get("pid", [""])[0])
+                except ValueError:
                     return self._send(400, "text/plain", b"pid must be a number\n")
+                visible = self._visible()
 
                 def render(latest: tuple) -> bytes:
-                    chosen = _only_pid(latest[0], int(pid)) if pid else latest[0]
+                    processes = latest[0].snapshot.processes
+                    chosen = _only(latest[0], lambda p: visible.shows(processes.get(p)) and pid in (None, p))
                     return render_pprof(chosen, time.time() - state.started_at)
 
-                return self._send(200, "application/octet-stream", state.body((url.path, pid), render))
+                return self._send(200, "application/octet-stream", state.body((url.path, pid, visible), render))
             if url.path == "/status":
                 from leaktrace.outputs.json_report import render_json
 
-                return self._send(200, "application/json", render_json(symbolized, growth).encode())
+                visible = self._visible()
+                shown = _only(symbolized, lambda p: visible.shows(symbolized.snapshot.processes.get(p)))
+                return self._send(200, "application/json", render_json(shown, growth).encode())
             return self._send(404, "text/plain", b"not found: see /\n")
 
         def _send(self, status: int, kind: str, body: bytes) -> None:
@@ -205,6 +324,16 @@ class AgentCommand(Command):
             help="where to serve (default 127.0.0.1:9464; only loopback unless an address is named); "
             "unix:PATH: a Unix socket made there (mode 0600), never one that exists",
         )
+        parser.add_argument(
+            "--listen-allow",
+            action="append",
+            default=[],
+            type=allowed_network,
+            metavar="CIDR",
+            help="peers (an address or network, repeatable) that may read every process's stacks from "
+            "/status and /debug/pprof/heap, as root may; others get only their own processes' (a local "
+            "user, by the uid of its socket) or none; /metrics is served to all",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         address = listen_address(args.listen)
@@ -213,8 +342,7 @@ class AgentCommand(Command):
         check_combinations(args, ENGINES[args.engine])
         flags = _SignalFlags()
         state = AgentState(args.growth_intervals)
-        server = listening(address, handler_for(state, args))  # before anything is attached
-        server.daemon_threads = True
+        server = listening(address, handler_for(state, args), tuple(args.listen_allow))  # before anything is attached
         url = f"unix:{address}" if isinstance(address, str) else f"http://{address[0]}:{address[1]}/"
         serving = threading.Thread(target=server.serve_forever, name="http", daemon=True)
         try:
