@@ -235,3 +235,32 @@ def test_a_stopped_target_is_refused_for_being_stopped(program):
         assert not hooked(target.pid) and target.poll() is None
     finally:
         stopped(target)
+
+
+def test_a_process_whose_main_thread_exited_is_attached_and_traced_exactly(program):
+    """main_exited's first thread called pthread_exit: /proc/PID/environ, fd and map_files
+    are gone with it, so leaktrace reads through a live thread (/proc/PID/task/TID)."""
+    target = started([str(program("main_exited"))])
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while Path(f"/proc/{target.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        tracer = subprocess.Popen(
+            leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json", "3600"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = wait_for_line(tracer.stderr)
+        assert "attached in-process" in line, line + tracer.stderr.read()
+        target.stdin.write("xx")
+        target.stdin.flush()
+        assert wait_for_line(target.stdout) == "done\n"
+        report = ended(tracer)
+        kept = {
+            g["size"]: (g["count"], g["frames"][0]["function"]) for g in report["groups"] if g["size"] in (300, 301)
+        }
+        assert kept == {300: (50, "keep"), 301: (50, "keep")}, kept
+    finally:
+        stopped(target)

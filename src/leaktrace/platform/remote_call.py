@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import RED_ZONE, USER_REGS_WORDS
-from leaktrace.platform.process import live_thread, proc_path, status_field
+from leaktrace.platform.process import live_thread, proc_path, status_field, zombie
 from leaktrace.platform.ptrace import (
     PTRACE_CONT,
     PTRACE_DETACH,
@@ -92,6 +92,8 @@ class RemoteCaller:
         deadline = time.monotonic() + timeout
         while True:
             for tid in _threads(pid):
+                if zombie(tid):  # a thread that has exited, as a main thread after pthread_exit
+                    continue
                 found = self._seize_if_safe(tid, forbidden, deadline)
                 if found is not None:
                     self.tid, self._saved = tid, found

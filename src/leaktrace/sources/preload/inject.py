@@ -4,7 +4,7 @@ hooks out again, through one of its threads held with ptrace (platform/remote_ca
 The process never opens the library by a path of its own: a path resolves in its mount
 namespace and root, where another user may own what stands at leaktrace's path. Instead
 it makes a memfd, leaktrace writes the library into it from its own side
-(/proc/PID/fd/N) and seals it, and the process dlopens /proc/self/fd/N, which only a
+(/proc/PID/fd/N) and seals it, and the process dlopens /proc/thread-self/fd/N, which only a
 procfs at its /proc can resolve (checked first). Before any call into the library, the
 mapping it loaded must be that sealed memfd (device and inode). A sealed copy loaded by an
 earlier attach, with the same bytes, is used again. The calls run on a stack leaktrace
@@ -28,7 +28,14 @@ from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, MapsFollower, alive, parse_maps, proc_path, read_target, status_field
 from leaktrace.platform.remote_call import RemoteCaller
-from leaktrace.sources.preload.table import MEMFD_NAME, SEALED, library_base, library_bytes, preload_library
+from leaktrace.sources.preload.table import (
+    MEMFD_NAME,
+    SEALED,
+    SEALED_COPIES,
+    library_base,
+    library_bytes,
+    preload_library,
+)
 
 RTLD_NOW = 2
 ERROR_READ_LIMIT = 512  # bytes of dlerror's message read from the target
@@ -78,7 +85,7 @@ def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | No
 
 def _proc_is_procfs(pid: int) -> bool:
     """Whether /proc in the process's own root and mount namespace is a procfs, not a link or
-    a directory someone else made (so that /proc/self/fd/N there is the process's descriptor)."""
+    a directory someone else made (so that /proc/thread-self/fd/N there is the process's descriptor)."""
     try:
         root = os.open(proc_path(pid, "root"), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -170,7 +177,7 @@ class Injection:
                     f"cannot attach in-process: /proc in pid {pid}'s mount namespace is not a procfs, "
                     "so the library cannot be loaded by its descriptor"
                 )
-            handle, _ = caller.call(functions["dlopen"], [-1, RTLD_NOW], f"/proc/self/fd/{fd}".encode() + b"\0")
+            handle, _ = caller.call(functions["dlopen"], [-1, RTLD_NOW], f"/proc/thread-self/fd/{fd}".encode() + b"\0")
             if not handle:
                 message, _ = caller.call(functions["dlerror"], [])
                 why = self._read_string(caller, message) if message else "no reason given"
@@ -181,6 +188,7 @@ class Injection:
         device = f"{os.major(identity[0]):02x}:{os.minor(identity[0]):02x}"
         for mapping in parse_maps(read_target(pid).maps):
             if mapping.offset == 0 and (mapping.device, mapping.inode) == (device, identity[1]):
+                SEALED_COPIES.add((device, identity[1]))
                 return mapping.start
         raise RuntimeFailure(
             f"cannot attach in-process: what pid {pid} loaded is not leaktrace's sealed copy; nothing was called in it"

@@ -70,12 +70,17 @@ def library_bytes() -> bytes:
         return f.read()
 
 
-@functools.lru_cache(maxsize=64)  # a sealed copy's bytes cannot change
+SEALED_COPIES: set[tuple[str, int]] = set()  # (device, inode) of memfds known to hold the library's bytes, sealed
+
+
 def sealed_copy_base(pid: int, mapping: Mapping) -> int | None:
-    """mapping's start if it is a sealed memfd holding exactly leaktrace's library (an earlier
-    attach's copy), read through the kernel's own link to the mapped file; else None."""
+    """mapping's start if it is a sealed memfd holding exactly leaktrace's library (one this
+    leaktrace wrote, or an earlier attach's, read through the kernel's own link to the mapped
+    file); else None."""
     if mapping.offset != 0 or not mapping.path.startswith("/memfd:" + MEMFD_NAME.decode()):
         return None
+    if (mapping.device, mapping.inode) in SEALED_COPIES:
+        return mapping.start
     try:
         fd = os.open(proc_path(pid, f"map_files/{mapping.start:x}-{mapping.end:x}"), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -84,11 +89,14 @@ def sealed_copy_base(pid: int, mapping: Mapping) -> int | None:
         st, library = os.fstat(fd), library_bytes()
         if (
             not stat.S_ISREG(st.st_mode)
+            or f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}" != mapping.device
+            or st.st_ino != mapping.inode
             or st.st_size != len(library)
             or fcntl.fcntl(fd, F_GET_SEALS) & SEALED != SEALED
             or os.pread(fd, len(library) + 1, 0) != library
         ):
             return None
+        SEALED_COPIES.add((mapping.device, mapping.inode))
         return mapping.start
     except OSError:
         return None
