@@ -201,7 +201,7 @@ def test_a_target_with_its_own_sigsegv_handler_and_a_small_stack_runs_on_unharme
 def test_a_target_in_its_own_pid_namespace_loses_its_hooks_when_leaktrace_is_killed(program):
     """The library cannot name leaktrace by a pid from inside another PID namespace: the pipe
     leaktrace holds hangs up when it is killed, the hooks come out, and a new attach works."""
-    launcher = started(["unshare", "--pid", "--fork", "--mount-proc", str(program("attach_target"))])
+    launcher = started(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", str(program("attach_target"))])
     try:
         target = innermost(launcher.pid)
         assert Path(f"/proc/{target}/ns/pid").resolve() != Path("/proc/self/ns/pid").resolve()

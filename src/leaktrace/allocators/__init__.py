@@ -24,6 +24,10 @@ class Function:
     name: str
     kind: str  # "allocates", "resizes" (realloc: frees its old block too) or "frees"
     arguments: tuple[str, ...]  # the registers its probe reads, at the call's entry
+    # Where an allocator may implement it as a check, then a tail call of this function (glibc's
+    # reallocarray: an overflow check, then realloc): there its calls are counted by that
+    # function's probe, and it is left unprobed where its own probe would be single-stepped.
+    tail_calls: str = ""
 
 
 # Every allocating function leaktrace probes (each with a return probe), then free.
@@ -31,7 +35,7 @@ ALLOCATING = (
     Function("malloc", "allocates", (RDI,)),
     Function("calloc", "allocates", (RDI, RSI)),
     Function("realloc", "resizes", (RDI, RSI)),
-    Function("reallocarray", "resizes", (RDI, RSI, RDX)),
+    Function("reallocarray", "resizes", (RDI, RSI, RDX), tail_calls="realloc"),
     Function("posix_memalign", "allocates", (RDI, RDX)),
     Function("aligned_alloc", "allocates", (RSI,)),
     Function("memalign", "allocates", (RSI,)),

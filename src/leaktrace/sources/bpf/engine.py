@@ -114,13 +114,27 @@ class AttachedProbe:
 def place_probes(elf: ElfFile, functions: dict[str, int]) -> dict[str, Placement]:
     """Where each allocator function's probe goes in a library, free's included."""
     # Imported here: capstone's 25 ms then overlap the compile (see BpfEngine.start).
-    from leaktrace.sources.bpf.probe_placement import place_probe
+    from leaktrace.sources.bpf.probe_placement import only_tail_calls, place_probe
 
     placements = {
         function: place_probe(elf, function, functions[function], arguments)
         for function, (_, arguments) in PROBES.items()
         if function in functions
     }
+    for described in ALLOCATING:
+        placement, forwarded = placements.get(described.name), placements.get(described.tail_calls)
+        if (
+            placement is not None
+            and forwarded is not None
+            and placement.single_stepped
+            and only_tail_calls(elf, functions[described.name])
+        ):
+            placements[described.name] = dataclasses.replace(
+                placement,
+                unprobed=True,
+                why=f"{described.name}: not probed: it only checks its arguments and tail-calls "
+                f"{described.tail_calls}, whose probe counts its calls (its own would be single-stepped)",
+            )
     placements["free"] = place_probe(elf, "free", functions["free"], FREE.arguments)
     return placements
 
@@ -159,6 +173,7 @@ class BpfEngine:
         self.loader = loader  # -c: the command's ld.so, whose _dl_debug_state says modules changed
         self.python_library = python_library  # -c: the command's CPython, stopped in its Py_FinalizeEx
         self.probes: list[AttachedProbe] = []
+        self.unprobed: list[Placement] = []  # functions left to the probe of the one they tail-call
         # The target's first thread had exited (pthread_exit) when it was attached to.
         self.leader_exited = bool(target) and live_thread(target) not in (target, None)
         self.kernel = KernelState()
@@ -231,6 +246,9 @@ class BpfEngine:
         for function, (cookie, _) in PROBES.items():
             address = functions.get(function)
             if address is None:
+                continue
+            if placements[function].unprobed:
+                self.unprobed.append(placements[function])
                 continue
             known = by_address.get(address)
             if known is not None:

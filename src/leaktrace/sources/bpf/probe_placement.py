@@ -39,6 +39,7 @@ class Placement:
     why: str  # one line for --verbose
     instruction: bytes = b""  # the probed instruction, when it could be decoded
     registers: tuple[str, ...] = ()  # where each argument asked for is at the probe (empty: where the ABI put it)
+    unprobed: bool = False  # a tail-call wrapper of a probed function: no probe of its own
 
     @property
     def moved(self) -> int:
@@ -132,6 +133,34 @@ def _branch_targets(instructions) -> set[int]:
                 if op.type == x86.X86_OP_IMM:
                     targets.add(op.imm)
     return targets
+
+
+def only_tail_calls(elf: ElfFile, entry: int) -> bool:
+    """Whether the function at entry calls nothing and leaves only by returning or by a direct
+    jump out of itself (a tail call): whatever it allocates, the jump's target does."""
+    symbol = elf.function_at(entry)
+    if symbol is None or symbol.value != entry or not symbol.size:
+        return False
+    md = Cs(CS_ARCH_X86, CS_MODE_64)
+    md.detail = True
+    try:
+        instructions = list(md.disasm(elf.read(entry, symbol.size), entry))
+    except (CsError, ElfError):
+        return False
+    if not instructions or instructions[-1].address + instructions[-1].size < entry + symbol.size:
+        return False
+    leaves = False
+    for insn in instructions:
+        if insn.group(x86.X86_GRP_CALL):
+            return False
+        if insn.group(x86.X86_GRP_JUMP):
+            if not insn.operands or insn.operands[0].type != x86.X86_OP_IMM:
+                return False  # an indirect jump: where it goes is not known
+            if not entry <= insn.operands[0].imm < entry + symbol.size:
+                if insn.id != x86.X86_INS_JMP:
+                    return False  # a conditional tail call
+                leaves = True
+    return leaves
 
 
 def place_probe(elf: ElfFile, function: str, entry: int, arguments: tuple[str, ...]) -> Placement:

@@ -378,7 +378,11 @@ class BpfTrace(PollingSource, ProcessTracking):
         return notices
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
-        placements = [probe.placement.why for probe in self.engine.probes] if verbose else []
+        placements = (
+            [probe.placement.why for probe in self.engine.probes] + [p.why for p in self.engine.unprobed]
+            if verbose
+            else []
+        )
         refused = self.engine.tables.cache_refused
         cache = [f"unwind table cache not used: {refused}"] if refused else []
         slow = sorted({probe.function for probe in self.engine.probes if probe.placement.single_stepped})
