@@ -10,6 +10,7 @@ same file and line for every frame at an address (inlined ones included).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import statistics
@@ -48,8 +49,8 @@ def parse_pairs(text: str, addresses: list[int]) -> dict[int, tuple]:
 def parse_llvm(text: str, addresses: list[int]) -> dict[int, tuple]:
     """llvm-symbolizer's answers, the same way."""
     return {
-        address: tuple(_place(place) for _, place in pairs)
-        for address, pairs in llvm_symbolizer_answers(text, addresses).items()
+        address: tuple((os.path.basename(file or "??"), str(line or "?")) for _, file, line in chain)
+        for address, chain in llvm_symbolizer_answers(text).items()
     }
 
 
@@ -71,7 +72,11 @@ def main() -> None:
     tools = {
         "addr2line -a -i -f": (["addr2line", "-a", "-i", "-f", "-e", path, *hexes], None, parse_pairs),
         "eu-addr2line -a -i -f": (["eu-addr2line", "-a", "-i", "-f", "-e", path, *hexes], None, parse_pairs),
-        "llvm-symbolizer --inlining": (["llvm-symbolizer", "--inlining", "--obj", path], "\n".join(hexes), parse_llvm),
+        "llvm-symbolizer --inlining": (
+            ["llvm-symbolizer", "--inlining", "--output-style=JSON", "--obj", path],
+            "\n".join(hexes),
+            parse_llvm,
+        ),
     }
     tools = {name: tool for name, tool in tools.items() if shutil.which(tool[0][0])}
     times: dict[str, list[float]] = {name: [] for name in tools}

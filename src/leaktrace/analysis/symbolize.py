@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -140,11 +141,31 @@ def addr2line_answers(out: str) -> dict[int, list[tuple[str, str]]]:
     return {address: list(zip(lines[::2], lines[1::2])) for address, lines in found.items()}
 
 
-def llvm_symbolizer_answers(out: str, vaddrs: list[int]) -> dict[int, list[tuple[str, str]]]:
-    """`llvm-symbolizer --inlining` output for vaddrs (a block per address, in order, of a function
-    and a file:line:column per function there): address -> its (function, place) pairs."""
-    blocks = [block.splitlines() for block in out.split("\n\n")]
-    return {v: list(zip(block[::2], block[1::2])) for v, block in zip(vaddrs, blocks)}
+def llvm_symbolizer_answers(out: str) -> dict[int, tuple[tuple[str | None, str | None, int | None], ...]]:
+    """`llvm-symbolizer --inlining --output-style=JSON` output (a JSON object per address, so no
+    name a module chooses, newlines and all, can shift an answer onto another address):
+    address -> (function, file, line) of each function there, inlined ones first."""
+    found = {}
+    for text in out.splitlines():
+        try:
+            answer = json.loads(text)
+            address = int(answer["Address"], 16)
+            symbols = answer.get("Symbol", [])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # not an answer: nothing of it is taken
+        chain = []
+        for symbol in symbols if isinstance(symbols, list) else []:
+            function, file, line = (symbol.get(key) for key in ("FunctionName", "FileName", "Line"))
+            known = isinstance(file, str) and file not in ("", "??") and isinstance(line, int) and line > 0
+            chain.append(
+                (
+                    function if isinstance(function, str) and function not in ("", "??") else None,
+                    file if known else None,
+                    line if known else None,
+                )
+            )
+        found[address] = tuple(chain)
+    return found
 
 
 def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> dict[int, tuple[tuple[str | None, str | None, int | None], ...]]:
@@ -154,16 +175,14 @@ def _inline_chains(elf: ElfFile, vaddrs: list[int]) -> dict[int, tuple[tuple[str
     addresses: bench/symbolizer_bench.py), else addr2line."""
     if shutil.which("llvm-symbolizer"):
         out = subprocess.run(
-            ["llvm-symbolizer", "--inlining", "--demangle", f"--obj={elf.descriptor}"],
+            ["llvm-symbolizer", "--inlining", "--demangle", "--output-style=JSON", f"--obj={elf.descriptor}"],
             input="".join(f"{v:#x}\n" for v in vaddrs),
             capture_output=True,
             text=True,
             check=False,
             pass_fds=(elf.fd,),
         ).stdout
-        answers = llvm_symbolizer_answers(out, vaddrs)
-        # Each place is file:line:column; the column goes.
-        return {v: tuple(_location(f, p.rsplit(":", 1)[0]) for f, p in pairs) for v, pairs in answers.items()}
+        return llvm_symbolizer_answers(out)
     out = subprocess.run(
         ["addr2line", "-a", "-i", "-f", "-e", elf.descriptor, *(f"{v:#x}" for v in vaddrs)],
         capture_output=True,
