@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -203,3 +204,18 @@ def test_outputs_name_python_frames(tmp_path):
     [trace] = [block for block in listing.split("-----------+") if f" outer {SCRIPT}:" in block]
     places = [line.split()[-1] for line in trace.splitlines() if str(SCRIPT) in line]
     assert places == [f"{SCRIPT}:{line}" for _, _, line in expected_python_frames()[100003]], trace
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_program_that_only_looks_like_cpython_is_never_faulted(program, tmp_path, engine):
+    """fake_python exports what both engines check for CPython 3.11, named python3.11, and its
+    thread state leads through unmapped memory and a page of garbage: the walk reads nothing
+    outside what the process maps readable, the program ends well, and its blocks are exact."""
+    fake = tmp_path / "python3.11"
+    shutil.copy(program("fake_python", "-rdynamic"), fake)
+    result = run_command(["-c", str(fake), "--engine", engine, "--json", "3600"])
+    assert result.returncode == 0 and "done" in result.stdout, result.stderr
+    report = final_report(result)
+    made = [g for g in report["groups"] if g["size"] == 4321]
+    assert sum(g["count"] for g in made) == 100, made
+    assert all(g["frames"][0]["function"] == "make" for g in made), made

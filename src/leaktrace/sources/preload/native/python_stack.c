@@ -4,6 +4,7 @@
 #include "malloc_debug.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <link.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,125 @@
 #include <unistd.h>
 
 #include "python_frames.h"
+
+// Readable memory of the process as /proc/self/maps listed it at the last look: every read of
+// the walk is checked against it first, so a program that only looks like CPython (its words
+// pointing anywhere) cannot make the walk fault. A miss looks again (a real interpreter misses
+// only after it has mapped more memory); a read still outside it ends the walk there (counted
+// as a cut stack).
+#define READABLE_MOST 8192
+#define MAPS_CHUNK 65536
+struct span {
+    uintptr_t start, end;
+};
+struct spans {
+    size_t count;
+    struct span span[READABLE_MOST];
+};
+static struct spans *spans_buffers;  // two, mmapped: one read while the other is filled
+static struct spans *current_spans;
+// The span the last check of each kind of object found: most reads of a kind fall in it again.
+enum span_hint { HINT_FRAME, HINT_CODE, HINT_OTHER, HINTS };
+static size_t span_hints[HINTS];
+static int looking;  // one look at a time
+
+static uintptr_t hex_field(const char **at, const char *end)
+{
+    uintptr_t value = 0;
+    for (; *at < end; (*at)++) {
+        char c = **at;
+        int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (digit < 0)
+            break;
+        value = value << 4 | (uintptr_t)digit;
+    }
+    return value;
+}
+
+// One line of maps ("start-end perms ..."): its span when readable.
+static void add_line(struct spans *into, const char *line, const char *end)
+{
+    uintptr_t start = hex_field(&line, end);
+    if (line >= end || *line++ != '-')
+        return;
+    uintptr_t stop = hex_field(&line, end);
+    if (line + 1 >= end || line[1] != 'r' || stop <= start)
+        return;
+    if (into->count && into->span[into->count - 1].end == start)
+        into->span[into->count - 1].end = stop;  // adjacent: one span
+    else if (into->count < READABLE_MOST)
+        into->span[into->count++] = (struct span){start, stop};
+}
+
+// Reads /proc/self/maps into the buffer not in use and makes it current (no allocation).
+static void look_at_maps(void)
+{
+    if (__atomic_exchange_n(&looking, 1, __ATOMIC_ACQUIRE)) {
+        while (__atomic_load_n(&looking, __ATOMIC_ACQUIRE))
+            ;  // another thread's look, as fresh as one of ours
+        return;
+    }
+    struct spans *into = current_spans == spans_buffers ? spans_buffers + 1 : spans_buffers;
+    char *chunk = (char *)(spans_buffers + 2);
+    into->count = 0;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    size_t kept = 0;
+    ssize_t got;
+    while (fd >= 0 && (got = read(fd, chunk + kept, MAPS_CHUNK - kept)) > 0) {
+        const char *line = chunk, *end = chunk + kept + got, *newline;
+        while ((newline = memchr(line, '\n', (size_t)(end - line)))) {
+            add_line(into, line, newline);
+            line = newline + 1;
+        }
+        kept = (size_t)(end - line);
+        memmove(chunk, line, kept);
+        if (kept == MAPS_CHUNK)
+            kept = 0;  // a line longer than the chunk: dropped
+    }
+    if (fd >= 0)
+        close(fd);
+    __atomic_store_n(&current_spans, into, __ATOMIC_RELEASE);
+    __atomic_store_n(&looking, 0, __ATOMIC_RELEASE);
+}
+
+static int in_spans(const struct spans *spans, uintptr_t start, uintptr_t end, size_t *hinted)
+{
+    size_t hint = __atomic_load_n(hinted, __ATOMIC_RELAXED);
+    if (hint < spans->count && spans->span[hint].start <= start && end <= spans->span[hint].end)
+        return 1;
+    size_t low = 0, high = spans->count;
+    while (low < high) {
+        size_t middle = (low + high) / 2;
+        if (spans->span[middle].end <= start)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    if (low < spans->count && spans->span[low].start <= start && end <= spans->span[low].end) {
+        __atomic_store_n(hinted, low, __ATOMIC_RELAXED);
+        return 1;
+    }
+    return 0;
+}
+
+// Whether [address, address + length) lies in one readable span (looked for again on a miss).
+static int readable_as(uintptr_t address, size_t length, enum span_hint kind)
+{
+    uintptr_t end = address + length;
+    if (end < address || !address)
+        return 0;
+    const struct spans *spans = __atomic_load_n(&current_spans, __ATOMIC_ACQUIRE);
+    if (spans && in_spans(spans, address, end, &span_hints[kind]))
+        return 1;
+    look_at_maps();
+    spans = __atomic_load_n(&current_spans, __ATOMIC_ACQUIRE);
+    return spans && in_spans(spans, address, end, &span_hints[kind]);
+}
+
+static int readable(uintptr_t address, size_t length)
+{
+    return readable_as(address, length, HINT_OTHER);
+}
 
 static uintptr_t (*this_thread_state)(void);  // PyGILState_GetThisThreadState; NULL: not CPython 3.11
 EXPORT struct python_code_table
@@ -37,6 +157,8 @@ static uint64_t code_fields(uintptr_t code)
 // Copies a str object's characters (PEP 393's compact forms) into the text; 0 if it is not one.
 static uint32_t copy_string(uintptr_t text, char *into, size_t room, uint16_t *kind)
 {
+    if (!readable(text, PY311_STR_COMPACT_DATA))
+        return 0;
     int64_t length = *(int64_t *)(text + PY311_STR_LENGTH);
     uint32_t state = *(uint32_t *)(text + PY311_STR_STATE);
     uint32_t width = state >> 2 & 7, compact = state >> 5 & 1, ascii = state >> 6 & 1;
@@ -44,7 +166,10 @@ static uint32_t copy_string(uintptr_t text, char *into, size_t room, uint16_t *k
         return 0;
     size_t bytes = (size_t)(length < PYTHON_NAME_MOST ? length : PYTHON_NAME_MOST) * width;
     bytes = bytes < room ? bytes : room / width * width;
-    memcpy(into, (const char *)text + (ascii ? PY311_STR_ASCII_DATA : PY311_STR_COMPACT_DATA), bytes);
+    uintptr_t data = text + (ascii ? PY311_STR_ASCII_DATA : PY311_STR_COMPACT_DATA);
+    if (!readable(data, bytes))
+        return 0;
+    memcpy(into, (const char *)data, bytes);
     *kind = (uint16_t)width;
     return (uint32_t)bytes;
 }
@@ -62,9 +187,13 @@ static void keep_code(struct python_code *slot, uintptr_t code, uint64_t fields)
     kept.file_length = copy_string(*(uintptr_t *)(code + PY311_CODE_FILENAME), text + kept.name_length,
                                    room - kept.name_length, &kept.file_kind);
     uintptr_t table = *(uintptr_t *)(code + PY311_CODE_LINETABLE);
-    size_t used = kept.name_length + kept.file_length, length = (size_t) * (int64_t *)(table + PY311_BYTES_SIZE);
-    length = length < PYTHON_TABLE_MOST ? length : PYTHON_TABLE_MOST;
-    length = length < room - used ? length : room - used;
+    size_t used = kept.name_length + kept.file_length, length = 0;
+    if (readable(table, PY311_BYTES_DATA)) {
+        length = (size_t) * (int64_t *)(table + PY311_BYTES_SIZE);
+        length = length < PYTHON_TABLE_MOST ? length : PYTHON_TABLE_MOST;
+        length = length < room - used ? length : room - used;
+        length = readable(table + PY311_BYTES_DATA, length) ? length : 0;
+    }
     memcpy(text + used, (const char *)table + PY311_BYTES_DATA, length);
     kept.table_length = (uint32_t)length;
     codes->text_used += used + length;
@@ -151,8 +280,17 @@ void find_python(void)
         sizes[0] == PY311_CODE_ADAPTIVE && sizes[1] == PY311_CODE_UNIT) {
         size_t size = sizeof(struct python_code_table) + PYTHON_CODES * sizeof(struct python_code) + PYTHON_TEXT;
         void *codes = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (codes == MAP_FAILED)
+        size_t spans_size = 2 * sizeof(struct spans) + MAPS_CHUNK;
+        void *spans = mmap(NULL, spans_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (codes == MAP_FAILED || spans == MAP_FAILED) {
+            if (codes != MAP_FAILED)
+                munmap(codes, size);
+            if (spans != MAP_FAILED)
+                munmap(spans, spans_size);
             return;
+        }
+        spans_buffers = spans;
+        look_at_maps();
         leaktrace_python_codes = codes;
         this_thread_state = (uintptr_t(*)(void))state;
     }
@@ -164,11 +302,18 @@ size_t python_stack(uintptr_t *words, size_t room)
         return 0;
     size_t max = room < PYTHON_MAX_FRAMES ? room : PYTHON_MAX_FRAMES;
     uintptr_t thread = this_thread_state();  // NULL before the interpreter is up, and in threads it never saw
-    uintptr_t cframe = thread ? *(uintptr_t *)(thread + PY311_TSTATE_CFRAME) : 0;
-    uintptr_t frame = cframe ? *(uintptr_t *)(cframe + PY311_CFRAME_CURRENT_FRAME) : 0;
+    uintptr_t cframe =
+        thread && readable(thread + PY311_TSTATE_CFRAME, 8) ? *(uintptr_t *)(thread + PY311_TSTATE_CFRAME) : 0;
+    uintptr_t frame = cframe && readable(cframe + PY311_CFRAME_CURRENT_FRAME, 8)
+                          ? *(uintptr_t *)(cframe + PY311_CFRAME_CURRENT_FRAME)
+                          : 0;
     size_t count = 0;
     for (; frame && count < max; frame = *(uintptr_t *)(frame + PY311_FRAME_PREVIOUS)) {
+        if (!readable_as(frame, PY311_FRAME_IS_ENTRY + 1, HINT_FRAME))
+            break;  // not a frame: counted as cut below
         uintptr_t code = *(uintptr_t *)(frame + PY311_FRAME_CODE);
+        if (!readable_as(code, PY311_CODE_ADAPTIVE, HINT_CODE))
+            break;
         see_code(code);
         uintptr_t last = *(uintptr_t *)(frame + PY311_FRAME_PREV_INSTR);
         words[count++] = python_frame_word(code, last, *(uint8_t *)(frame + PY311_FRAME_IS_ENTRY));
