@@ -2,10 +2,13 @@
 allocator call until their unwind tables are in (hold_for_tables), and with --leak-check
 any process whose blocks are all known in _exit to be judged (exit_stop): a thread of leaktrace's wakes at each one,
 does that and continues it; a process of its own (StopRelease) continues them should
-leaktrace die first."""
+leaktrace die first. The woken are served a user at a time, in turn (one process of each
+user that has any waiting, then again), so one user's flood of short programs delays
+another user's by one process, not by the flood."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes as ct
 import os
@@ -26,6 +29,14 @@ WAKE_MS = 100  # the longest wait between sweeps of the holds map, should a wake
 LAST_HOLDS_SECONDS = 0.02
 
 
+def _owner(pid: int) -> int:
+    """The uid that owns a process (-1 once it is gone)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return -1
+
+
 class ImageHolds:
     """serve(pid, gen) loads an image's tables; judge(pid, gen) judges the blocks of one held in
     _exit (whatever either raises, the process is continued)."""
@@ -40,6 +51,7 @@ class ImageHolds:
         self._release = StopRelease(holds_fd=self._holds.map_fd)
         self._stopping = threading.Event()
         self._woken: list[int] = []  # tgids the wakeups named since the last poll
+        self._waiting: dict[int, collections.deque[int]] = {}  # uid -> its woken tgids, in order
         bpf[b"hold_wakeups"].open_ring_buffer(self._wake)
         self._thread = threading.Thread(target=self._run, name="leaktrace-holds", daemon=True)
         self._thread.start()
@@ -51,9 +63,13 @@ class ImageHolds:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                self._bpf.ring_buffer_poll(WAKE_MS)
+                self._bpf.ring_buffer_poll(0 if self._waiting else WAKE_MS)
                 woken, self._woken = self._woken, []
-                self.release_waiting(serve=True, pids=woken or None)
+                for pid in woken:
+                    self._waiting.setdefault(_owner(pid), collections.deque()).append(pid)
+                turn = [queue.popleft() for queue in self._waiting.values()]
+                self._waiting = {uid: queue for uid, queue in self._waiting.items() if queue}
+                self.release_waiting(serve=True, pids=turn or None)
             except Exception as e:  # noqa: BLE001 - the thread must outlive any one failure
                 self.failures.append(f"image holds: {e}")
                 time.sleep(WAKE_MS / 1000)
