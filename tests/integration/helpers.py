@@ -196,3 +196,41 @@ def prometheus_scraping(target: str, tmp_path, interval: str = "1s"):
     finally:
         prometheus.terminate()
         prometheus.wait()
+
+
+def preload_tracing(pid: int, *extra: str) -> subprocess.Popen:
+    """leaktrace -p PID --engine preload --json (and extra options), just started."""
+    return subprocess.Popen(
+        leaktrace_command("-p", str(pid), "--engine", "preload", "--json", *extra, "3600"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def preload_attached(pid: int) -> subprocess.Popen:
+    """leaktrace -p PID --engine preload, once it says the library is in."""
+    tracer = preload_tracing(pid)
+    line = wait_for_line(tracer.stderr)
+    assert "attached in-process" in line, line + tracer.stderr.read()
+    return tracer
+
+
+def trace_ended(tracer: subprocess.Popen) -> dict:
+    """The last report of a trace ended with SIGINT, which must end it well."""
+    tracer.send_signal(signal.SIGINT)
+    out, err = tracer.communicate(timeout=TIMEOUT)
+    assert tracer.returncode == 0 and "Traceback" not in err, err
+    return reports(out)[-1]
+
+
+def library_hooked(pid: int) -> bool:
+    """The in-process library sees the program's calls: its counters move while it runs."""
+    from leaktrace.platform.process import parse_maps, read_target
+    from leaktrace.sources.preload.table import counters_in_place, library_base
+
+    if library_base(pid, parse_maps(read_target(pid).maps)) is None:
+        return False  # never put in
+    before = counters_in_place(pid).allocations
+    time.sleep(0.3)
+    return counters_in_place(pid).allocations != before

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from leaktrace.platform.process import parse_maps, read_target
-from leaktrace.sources.preload.table import counters_in_place, library_base, preload_library
+from leaktrace.sources.preload.table import preload_library
 
 from conftest import PROGRAMS, leaktrace_command
-from helpers import TIMEOUT, reports, wait_for_line
+from helpers import TIMEOUT, library_hooked, preload_attached, preload_tracing, trace_ended, wait_for_line
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
 
@@ -28,35 +27,9 @@ NOBODY = pwd.getpwnam("nobody")
 PLANTED_STATUS = 77  # planted_library.c's constructor ends the process with it
 
 
-def tracing(pid: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        leaktrace_command("-p", str(pid), "--engine", "preload", "--json", "3600"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def attached(pid: int) -> subprocess.Popen:
-    tracer = tracing(pid)
-    line = wait_for_line(tracer.stderr)
-    assert "attached in-process" in line, line + tracer.stderr.read()
-    return tracer
-
-
-def ended(tracer: subprocess.Popen) -> dict:
-    tracer.send_signal(signal.SIGINT)
-    out, err = tracer.communicate(timeout=TIMEOUT)
-    assert tracer.returncode == 0 and "Traceback" not in err, err
-    return reports(out)[-1]
-
-
-def hooked(pid: int) -> bool:
-    if library_base(pid, parse_maps(read_target(pid).maps)) is None:
-        return False
-    before = counters_in_place(pid).allocations
-    time.sleep(0.3)
-    return counters_in_place(pid).allocations != before
+def in_own_mount_namespace(script: str, *arguments: str) -> list[str]:
+    """sh -c script arguments... in a mount namespace of its own, private."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, *arguments]
 
 
 @pytest.fixture
@@ -103,29 +76,23 @@ def test_a_library_another_user_owns_at_leaktraces_path_in_the_targets_mount_nam
     attach loads leaktrace's own bytes, and the planted constructor never runs."""
     library_directory = os.path.dirname(preload_library())
     launcher = started(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
+        in_own_mount_namespace(
             'mount --bind "$0" "$1" && exec "$2"',
             str(planted_directory),
             library_directory,
             str(program("attach_target")),
-        ]
+        )
     )
     try:
         target = innermost(launcher.pid)
         assert Path(f"/proc/{target}/root{library_directory}").stat().st_uid == NOBODY.pw_uid
-        tracer = attached(target)
-        assert hooked(target)
+        tracer = preload_attached(target)
+        assert library_hooked(target)
         launcher.send_signal(signal.SIGUSR1)
         assert wait_for_line(launcher.stdout) == "done\n"
-        report = ended(tracer)
+        report = trace_ended(tracer)
         assert sum(g["count"] for g in report["groups"] if g["size"] in (100, 101, 102, 103)) == 200
-        assert launcher.poll() is None and not hooked(target)
+        assert launcher.poll() is None and not library_hooked(target)
     finally:
         stopped(launcher)
     assert launcher.returncode != PLANTED_STATUS
@@ -145,26 +112,15 @@ def test_a_chroot_without_procfs_is_refused_in_one_line_and_nothing_is_loaded(pr
     for name in ("lib", "lib64", "bin"):
         (root / name).symlink_to(f"usr/{name}")
     shutil.copy(program("attach_target"), root / "target")
-    launcher = started(
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            'mount --bind /usr "$0/usr" && exec chroot "$0" /target',
-            str(root),
-        ]
-    )
+    launcher = started(in_own_mount_namespace('mount --bind /usr "$0/usr" && exec chroot "$0" /target', str(root)))
     try:
         target = innermost(launcher.pid)
-        tracer = tracing(target)
+        tracer = preload_tracing(target)
         out, err = tracer.communicate(timeout=TIMEOUT)
         assert tracer.returncode == 1, err
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "is not a procfs" in lines[0] and "Traceback" not in err, err
-        assert launcher.poll() is None and not hooked(target)
+        assert launcher.poll() is None and not library_hooked(target)
     finally:
         stopped(launcher)
     assert launcher.returncode != PLANTED_STATUS
@@ -179,11 +135,11 @@ def test_a_target_with_its_own_sigsegv_handler_and_a_small_stack_runs_on_unharme
     target = started([str(program("guarded_target")), waits])
     try:
         for _ in range(2):
-            tracer = attached(target.pid)
-            assert hooked(target.pid)
-            report = ended(tracer)
+            tracer = preload_attached(target.pid)
+            assert library_hooked(target.pid)
+            report = trace_ended(tracer)
             assert report["counters"]["allocations"] > 0
-            assert not hooked(target.pid)
+            assert not library_hooked(target.pid)
         time.sleep(0.2)  # the worker faults a hundred times more
         if waits == "coroutine":
             target.stdin.write("x")
@@ -205,17 +161,17 @@ def test_a_target_in_its_own_pid_namespace_loses_its_hooks_when_leaktrace_is_kil
     try:
         target = innermost(launcher.pid)
         assert Path(f"/proc/{target}/ns/pid").resolve() != Path("/proc/self/ns/pid").resolve()
-        tracer = attached(target)
-        assert hooked(target)
+        tracer = preload_attached(target)
+        assert library_hooked(target)
         tracer.kill()
         tracer.wait()
         deadline = time.monotonic() + 2
-        while hooked(target):
+        while library_hooked(target):
             assert time.monotonic() < deadline, "the hooks stayed in after leaktrace was killed"
-        again = attached(target)
-        assert hooked(target)
-        assert ended(again)["counters"]["allocations"] > 0
-        assert not hooked(target) and launcher.poll() is None
+        again = preload_attached(target)
+        assert library_hooked(target)
+        assert trace_ended(again)["counters"]["allocations"] > 0
+        assert not library_hooked(target) and launcher.poll() is None
     finally:
         stopped(launcher)
 
@@ -224,7 +180,7 @@ def test_a_stopped_target_is_refused_for_being_stopped(program):
     target = started([str(program("attach_target"))])
     try:
         os.kill(target.pid, signal.SIGSTOP)
-        tracer = tracing(target.pid)
+        tracer = preload_tracing(target.pid)
         _, err = tracer.communicate(timeout=TIMEOUT)
         assert tracer.returncode == 1
         assert err.strip().splitlines() == [
@@ -232,7 +188,7 @@ def test_a_stopped_target_is_refused_for_being_stopped(program):
             "(SIGSTOP or a debugger): continue it first"
         ], err
         os.kill(target.pid, signal.SIGCONT)
-        assert not hooked(target.pid) and target.poll() is None
+        assert not library_hooked(target.pid) and target.poll() is None
     finally:
         stopped(target)
 
@@ -263,7 +219,7 @@ def test_a_process_whose_main_thread_exited_is_traced_exactly(program, engine):
         target.stdin.write("xx")
         target.stdin.flush()
         assert wait_for_line(target.stdout) == "done\n"
-        report = ended(tracer)
+        report = trace_ended(tracer)
         kept = {
             g["size"]: (g["count"], g["frames"][0]["function"]) for g in report["groups"] if g["size"] in (300, 301)
         }

@@ -13,11 +13,16 @@ import time
 
 import pytest
 
-from leaktrace.platform.process import parse_maps, read_target
-from leaktrace.sources.preload.table import counters_in_place, library_base
-
 from conftest import leaktrace_command
-from helpers import free_port, reports, wait_for_line, wait_for_redis
+from helpers import (
+    free_port,
+    library_hooked,
+    preload_attached,
+    preload_tracing,
+    trace_ended,
+    wait_for_line,
+    wait_for_redis,
+)
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
 
@@ -31,47 +36,12 @@ def target(program):
     process.wait()
 
 
-def tracing(pid: int, *extra: str) -> subprocess.Popen:
-    """leaktrace -p PID --engine preload (and extra options), just started."""
-    return subprocess.Popen(
-        leaktrace_command("-p", str(pid), "--engine", "preload", "--json", *extra, "3600"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def attached(pid: int) -> subprocess.Popen:
-    """leaktrace -p PID --engine preload, once it says the library is in."""
-    tracer = tracing(pid)
-    line = wait_for_line(tracer.stderr)
-    assert "attached in-process" in line, line + tracer.stderr.read()
-    return tracer
-
-
-def ended(tracer: subprocess.Popen) -> dict:
-    tracer.send_signal(signal.SIGINT)
-    out, err = tracer.communicate(timeout=60)
-    assert tracer.returncode == 0, err
-    assert "Traceback" not in err
-    return reports(out)[-1]
-
-
-def hooked(pid: int) -> bool:
-    """The library sees the program's calls: its counters move while the churn threads run."""
-    if library_base(pid, parse_maps(read_target(pid).maps)) is None:
-        return False  # never put in
-    before = counters_in_place(pid).allocations
-    time.sleep(0.3)
-    return counters_in_place(pid).allocations != before
-
-
 def test_counts_from_the_attach_on_are_exact_and_the_hooks_come_out_at_the_end(target):
-    tracer = attached(target.pid)
-    assert hooked(target.pid)
+    tracer = preload_attached(target.pid)
+    assert library_hooked(target.pid)
     target.send_signal(signal.SIGUSR1)
     assert wait_for_line(target.stdout) == "done\n"
-    report = ended(tracer)
+    report = trace_ended(tracer)
     by_size = {group["size"]: group for group in report["groups"] if group["size"] in (100, 101, 102, 103, 3000, 5000)}
     for i in range(4):
         group = by_size[100 + i]
@@ -83,26 +53,26 @@ def test_counts_from_the_attach_on_are_exact_and_the_hooks_come_out_at_the_end(t
     # The ten blocks from before the attach were freed after it: passed through, counted.
     assert report["counters"]["unknown_frees"] >= 10
     assert report["counters"]["live_map_full"] == 0 and report["counters"]["pending_lost"] == 0
-    assert not hooked(target.pid)
+    assert not library_hooked(target.pid)
     # What the library recorded goes back to the allocator without it.
     target.send_signal(signal.SIGUSR2)
     assert wait_for_line(target.stdout) == "freed\n"
-    again = attached(target.pid)
-    assert hooked(target.pid)
-    report = ended(again)
+    again = preload_attached(target.pid)
+    assert library_hooked(target.pid)
+    report = trace_ended(again)
     assert report["counters"]["allocations"] > 0
-    assert not hooked(target.pid) and target.poll() is None
+    assert not library_hooked(target.pid) and target.poll() is None
 
 
 def test_unreachable_blocks_from_before_and_after_the_attach_are_found(target):
     """--unreachable on a process the library was put into: the block lost before the attach
     comes from the heap walk (no stack), the one lost after it with its stack; the kept ones
     and the library's own arrays are not leaks."""
-    tracer = tracing(target.pid, "--unreachable")
+    tracer = preload_tracing(target.pid, "--unreachable")
     assert "attached in-process" in wait_for_line(tracer.stderr)
     target.send_signal(signal.SIGUSR1)
     assert wait_for_line(target.stdout) == "done\n"
-    unreachable = ended(tracer)["unreachable"]
+    unreachable = trace_ended(tracer)["unreachable"]
     assert unreachable["heap_walk"].startswith("heap walk (glibc")
     leaks = unreachable["leaks"]
     assert [leak["stack_status"] for leak in leaks if 777 <= leak["size"] <= 800] == ["before_trace"]
@@ -112,12 +82,12 @@ def test_unreachable_blocks_from_before_and_after_the_attach_are_found(target):
 
 
 def test_the_hooks_come_out_when_leaktrace_is_killed(target):
-    tracer = attached(target.pid)
-    assert hooked(target.pid)
+    tracer = preload_attached(target.pid)
+    assert library_hooked(target.pid)
     tracer.kill()
     tracer.wait()
     time.sleep(0.2)  # the library's watcher looks every 20 ms
-    assert not hooked(target.pid) and target.poll() is None
+    assert not library_hooked(target.pid) and target.poll() is None
 
 
 def test_a_static_program_and_a_traced_one_are_refused_in_one_line(program, build_dir):
@@ -167,10 +137,10 @@ def test_redis_with_jemalloc_attached_and_detached_keeps_serving(tmp_path):
     cli = ["redis-cli", "-p", str(port)]
     try:
         wait_for_redis(port, lambda: server.poll() is None, timeout=20)
-        tracer = attached(server.pid)
+        tracer = preload_attached(server.pid)
         for i in range(200):
             subprocess.run([*cli, "SET", f"key{i}", "v" * 1000], check=True, capture_output=True)
-        report = ended(tracer)
+        report = trace_ended(tracer)
         assert report["counters"]["allocations"] > 200
         thousand = [g for g in report["groups"] if 1000 <= g["size"] <= 1100]
         assert sum(g["count"] for g in thousand) >= 200, "each value's block is seen"
@@ -194,13 +164,13 @@ def test_leaktrace_stopped_at_any_moment_of_the_attach_leaves_the_process_unhook
     print(f"LEAKTRACE_FAULT_SEED={SEED}")
     chooser = random.Random(SEED)
     for _ in range(10):
-        tracer = tracing(target.pid)
+        tracer = preload_tracing(target.pid)
         time.sleep(chooser.uniform(0, 0.3))
         tracer.send_signal(signal.SIGTERM)
         _, err = tracer.communicate(timeout=30)
         assert "Traceback" not in err
         assert target.poll() is None
-        assert not hooked(target.pid)
+        assert not library_hooked(target.pid)
 
 
 def test_a_process_killed_at_any_moment_of_the_attach_ends_leaktrace_in_one_line(program):
@@ -209,7 +179,7 @@ def test_a_process_killed_at_any_moment_of_the_attach_ends_leaktrace_in_one_line
     for _ in range(10):
         process = subprocess.Popen([program("attach_target")], stdout=subprocess.PIPE, text=True)
         assert wait_for_line(process.stdout) == "ready\n"
-        tracer = tracing(process.pid)
+        tracer = preload_tracing(process.pid)
         time.sleep(chooser.uniform(0, 0.5))
         process.kill()
         process.wait()
