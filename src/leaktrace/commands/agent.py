@@ -188,13 +188,17 @@ class AgentState:
             self.latest = (symbolized, growth, time.monotonic() - started)
             self._bodies = {}
 
-    def body(self, key: tuple, render: Callable[[tuple], bytes]) -> bytes:
-        """What render makes of the latest snapshot, rendered once per snapshot and key."""
+    def body(self, key: tuple, render: Callable[[tuple], bytes], pid: int | None = None) -> bytes:
+        """What render makes of the latest snapshot, rendered once per snapshot and key; a
+        body for a pid the snapshot does not hold is rendered each time and never kept, so
+        requests for any number of pids keep at most one body per traced process."""
         with self._rendering:
             with self._lock:
                 latest, bodies = self.latest, self._bodies
+            assert latest is not None  # the handler answers 503 until the first snapshot
+            if pid is not None and pid not in latest[0].snapshot.processes:
+                return render(latest)
             if key not in bodies:
-                assert latest is not None  # the handler answers 503 until the first snapshot
                 bodies[key] = render(latest)
             return bodies[key]
 
@@ -276,7 +280,7 @@ def handler_for(state: AgentState, args: argparse.Namespace) -> type[BaseHTTPReq
                     chosen = _only(latest[0], lambda p: visible.shows(processes.get(p)) and pid in (None, p))
                     return render_pprof(chosen, time.time() - state.started_at)
 
-                return self._send(200, "application/octet-stream", state.body((url.path, pid, visible), render))
+                return self._send(200, "application/octet-stream", state.body((url.path, pid, visible), render, pid))
             if url.path == "/status":
                 from leaktrace.outputs.json_report import render_json
 
