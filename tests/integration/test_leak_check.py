@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_systemwide import SystemTrace
 
-from conftest import DEBUG_BUILD, PROGRAMS
+from conftest import DEBUG_BUILD, PROGRAMS, leaktrace_command
 from helpers import final_report, reports, run_command
 
 VALGRIND = ["valgrind", "--leak-check=full", "--show-leak-kinds=all", "--leak-check-heuristics=none"]
@@ -270,3 +270,31 @@ def test_follow_forks_judges_each_child_at_its_own_exit_as_valgrind_does(built, 
         ("definite", "lost_after_fork"): (1, 88),
     }
     assert f"leaks in pid {child['pid']} ({built['leak_fork']}): definitely lost: 88 bytes in 3 blocks" in result.stderr
+
+
+def test_a_gate_beside_another_leaktrace_never_passes_a_leaking_program(built, cpu_hogs):
+    """Another leaktrace traces every process (selecting none) while the gate runs a leaking
+    program ten times under CPU hogs: each run judges it and exits 7, or says in one line that
+    it could not and exits 7; never 0 (three runs of three passed silently before)."""
+    other = subprocess.Popen(
+        leaktrace_command("--all", "--comm", "^nomatch$", "3600"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while "probes live" not in (line := other.stderr.readline()):
+            assert line, "the other trace ended"
+        judged = unjudged = 0
+        for _ in range(10):
+            result = run_command(["-c", str(built["leak_kinds"]), "--leak-check=full", "--error-exitcode=7", "3600"])
+            assert result.returncode == 7 and "Traceback" not in result.stderr, result.stderr[-2000:]
+            if "exited without being judged" in result.stderr:
+                unjudged += 1
+            else:
+                assert "definitely lost" in result.stdout, result.stdout[-2000:]
+                judged += 1
+        print(f"beside another leaktrace: {judged} judged, {unjudged} failed loudly")
+    finally:
+        other.terminate()
+        other.wait(timeout=60)

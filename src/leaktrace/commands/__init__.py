@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 
 from leaktrace.errors import UsageError
 
@@ -36,15 +37,34 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._bare_values: dict[str, str] = {}  # such an option -> the value it has alone
+        # such an option -> the value it has alone, and the values it takes
+        self._bare_values: dict[str, tuple[str, tuple[str, ...]]] = {}
+        # The option that takes a command line: `-- PROGRAM ARGS` stands for it, as valgrind's
+        # `valgrind [options] PROGRAM ARGS` (automake's LOG_COMPILER, meson's --wrapper).
+        self.program_options: tuple[str, ...] = ()
 
     def add_valued_flag(self, flag: str, alone: str, **kwargs) -> None:
-        self._bare_values[flag] = alone
+        """An option valgrind spells alone, with =VALUE or with VALUE after a space (one of its
+        choices, so that a word that is not one stays a word of its own)."""
+        self._bare_values[flag] = (alone, tuple(kwargs.get("choices", ())))
         self.add_argument(flag, **kwargs)
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
-        args = [f"{arg}={self._bare_values[arg]}" if arg in self._bare_values else arg for arg in args or []]
-        return super().parse_args(args, namespace)
+        given, joined = list(args or []), []
+        while given:
+            arg = given.pop(0)
+            if arg in self._bare_values:
+                alone, choices = self._bare_values[arg]
+                arg = f"{arg}={given.pop(0) if given and given[0] in choices else alone}"
+            if arg == "--" and self.program_options:
+                if not given:
+                    self.error("-- needs the program to run after it")
+                if any(word.split("=")[0] in self.program_options for word in joined):
+                    self.error(f"the program goes after -- or in {self.program_options[0]}, not both")
+                joined += [self.program_options[0], shlex.join(given)]
+                break
+            joined.append(arg)
+        return super().parse_args(joined, namespace)
 
     def error(self, message: str):
         raise UsageError(message)

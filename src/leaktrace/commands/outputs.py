@@ -65,6 +65,7 @@ class Outputs:
         self.growth = GrowthTracker(self.growth_intervals)
         self.unwritten = 0  # output files that could not be written (exit status 3)
         self.leaking: list[LeakCheck] = []  # leak checks with errors left after the suppressions
+        self.judged: set[int] = set()  # pids whose leak check a report carried
         self._announced: set[str] = set()  # paths said once ("written to"), not at every report
         self.started_at = time.time()
 
@@ -103,6 +104,7 @@ class Outputs:
             snapshot = dataclasses.replace(snapshot, leak_checks=judged)
             symbolized = dataclasses.replace(symbolized, snapshot=snapshot)
             for check in judged:
+                self.judged.add(check.pid)
                 if check.errors(settings.errors_for):
                     self.leaking.append(check)
         growth = self.growth.observe(snapshot)

@@ -238,10 +238,31 @@ class TraceCommand(Command):
             if final:
                 outputs.report(final)
             self.say_leaking(outputs)
+            unjudged = self.unjudged_command(trace, args, outputs, what)
             if trace.exited:  # the last line: how the target ended
                 print(f"leaktrace: {what} {ending_of(trace.exit_status)}", file=sys.stderr, flush=True)
             self.leave_command(trace, args, what)
+        if unjudged:
+            return unjudged
         return outputs.exit_status() or command_status(trace.exit_status if trace.exited else None)
+
+    @staticmethod
+    def unjudged_command(trace: TraceSource, args: argparse.Namespace, outputs: Outputs, what: str) -> int:
+        """A gate never passes a command it did not judge: with --leak-check, a -c command that
+        exited (not killed by a signal) without a leak check is said in one line, and the run
+        ends with --error-exitcode's N (1 without one). 0 when there is nothing to say."""
+        settings = outputs.leak_check
+        if settings is None or not args.command or not trace.exited or (trace.exit_status or 0) < 0:
+            return 0
+        if trace.pid in outputs.judged:
+            return 0
+        print(
+            f"leaktrace: leak check: {what} exited without being judged (leaktrace did not see it stop in _exit; "
+            "another tracer's probes or holds on the machine can cause this): failing the run",
+            file=sys.stderr,
+            flush=True,
+        )
+        return settings.error_exitcode or 1
 
     @staticmethod
     def say_leaking(outputs: Outputs) -> None:

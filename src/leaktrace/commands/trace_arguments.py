@@ -74,7 +74,13 @@ def _add_target(parser: ArgumentParser) -> None:
     """What to trace, how often and how many times."""
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("-p", "--pid", type=bounded_int(1), help="trace this running process")
-    target.add_argument("-c", "--command", help="run this command line, traced from its first allocation")
+    target.add_argument(
+        "-c",
+        "--command",
+        help="run this command line, traced from its first allocation; or give the program and its "
+        "arguments last, after --, as to valgrind (leaktrace [options] -- PROGRAM ARGS)",
+    )
+    parser.program_options = ("-c", "--command")
     target.add_argument(
         "-a",
         "--all",
