@@ -1,6 +1,6 @@
 """The in-process engines against each other, in one run of interleaved rounds: leaktrace's
 preload library without stacks, with stacks by libgcc's _Unwind_Backtrace and by its own
-walk (CFI rules cached by pc), heaptrack and memray's native mode, on alloc_bench's mix
+walk (CFI rules cached by pc), sampled at 512 KiB (--sample), heaptrack and memray's native mode, on alloc_bench's mix
 called directly below the thread's start and 16 calls deeper, at 1 and 2 threads. Every
 tool takes whole stacks (leaktrace with --frames 64); the workload is built without frame
 pointers, as distributions build. Prints median ns per call and ratios; run from the repo:
@@ -58,6 +58,7 @@ def tools(program: Path, library: Path, workload: list[str], out: Path) -> dict[
         "preload without stacks": ([*preload, "--options", "backtrace_size=1", "3600"], None),
         "preload stacks (libgcc)": ([*preload, "3600"], {**os.environ, "LEAKTRACE_UNWINDER": "libgcc"}),
         "preload stacks (rules)": ([*preload, "3600"], None),
+        "preload --sample 512KiB": ([*preload, "--sample", "512KiB", "3600"], None),
     }
     heaptrack = shutil.which("heaptrack")
     if heaptrack:

@@ -125,6 +125,7 @@ def test_json_carries_every_group_and_frame():
         "bytes": 72,
         "stack_status": "captured",
         "inherited": False,
+        "samples": None,
         "likely_leak_bytes_per_s": None,
         "frames": [
             {

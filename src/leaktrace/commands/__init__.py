@@ -50,7 +50,7 @@ class ArgumentParser(argparse.ArgumentParser):
         self.add_argument(flag, **kwargs)
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
-        given, joined = list(args or []), []
+        given, joined = list(args or []), list[str]()
         while given:
             arg = given.pop(0)
             if arg in self._bare_values:

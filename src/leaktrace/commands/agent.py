@@ -42,6 +42,7 @@ from .trace_arguments import add_trace_arguments, check_combinations, engine_set
 REQUEST_SECONDS = 5.0  # a request (its line and headers) that has not arrived by then is dropped
 CONNECTIONS, CONNECTIONS_PER_PEER = 64, 8
 PID_DIGITS = 10  # a pid of more ASCII digits is refused
+DEFAULT_SAMPLE = 512 << 10  # -p's default: sampled in-process (Go's and jemalloc's rate)
 
 
 def listen_address(text: str) -> tuple[str, int] | str:
@@ -338,8 +339,13 @@ class AgentCommand(Command):
             "/status and /debug/pprof/heap, as root may; others get only their own processes' (a local "
             "user, by the uid of its socket) or none; /metrics is served to all",
         )
+        # -p alone samples in-process (DEFAULT_SAMPLE): whether --engine or --sample was given.
+        parser.set_defaults(engine=None, sample=None)
 
     def run(self, args: argparse.Namespace) -> int:
+        sampled_by_default = args.pid is not None and args.engine is None and args.sample is None
+        args.engine = args.engine or ("preload" if sampled_by_default else "bpf")
+        args.sample = DEFAULT_SAMPLE if sampled_by_default else (args.sample or 0)
         address = listen_address(args.listen)
         config = malloc_debug_config(args)
         settings = engine_settings(args, config)
@@ -352,6 +358,14 @@ class AgentCommand(Command):
         try:
             trace, what = ENGINES[args.engine].start(args, settings, config)
             with trace:
+                if sampled_by_default:
+                    print(
+                        f"leaktrace: agent: sampling pid {args.pid} in-process, a block every "
+                        f"{DEFAULT_SAMPLE >> 10} KiB on average (estimates; --sample 0 or --engine bpf "
+                        "records every call)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 for line in trace.startup_lines(what, args.verbose):
                     print(f"leaktrace: {line}", file=sys.stderr, flush=True)
                 state.report(trace.snapshot())  # a first scrape finds a heap, not a 503

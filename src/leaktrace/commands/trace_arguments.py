@@ -256,6 +256,21 @@ def _add_engine(parser: ArgumentParser) -> None:
         "library, which records in the process and dumps on request",
     )
     parser.add_argument(
+        "--sample",
+        type=_sample_rate,
+        default=0,
+        metavar="BYTES",
+        help="sample by bytes, a block every BYTES on average (512KiB, 2MiB, a number; 0: every call, "
+        "the default): estimates cheap enough for a service, in-process (--engine preload) only; "
+        "exact mode is for CI gates, --leak-check and Android's files",
+    )
+    parser.add_argument(
+        "--sample-seed",
+        type=bounded_int(0, (1 << 63) - 1),
+        metavar="N",
+        help="--sample: the sampler's seed (default: a random one; each report says it)",
+    )
+    parser.add_argument(
         "-f",
         "--follow-forks",
         action="store_true",
@@ -372,11 +387,47 @@ def check_output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> N
             raise UsageError(f"refusing {option} {path}: {why}")
 
 
+def _sample_rate(text: str) -> int:
+    from leaktrace.sources.sampling import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a number of bytes (such as 524288, 512KiB or 2MiB)"
+        ) from None
+
+
+# What a sampled trace cannot give: every block, or Android's files of every block.
+_EXACT_ONLY = (
+    ("--leak-check", "leak_check"),
+    ("--unreachable", "unreachable"),
+    ("--leak-info", "leak_info"),
+    ("--heap-dump", "heap_dump"),
+    ("--heap-dump-on-exit", "heap_dump_on_exit"),
+    ("--leak-track", "leak_track"),
+)
+
+
+def check_sampling(args: argparse.Namespace) -> None:
+    """--sample is the in-process engine's, and leaves out what needs every block."""
+    if args.sample_seed is not None and not args.sample:
+        raise UsageError("--sample-seed needs --sample")
+    if not args.sample:
+        return
+    if args.engine != "preload":
+        raise UsageError("--sample works with the in-process engine (--engine preload) only")
+    given = [flag for flag, name in _EXACT_ONLY if getattr(args, name) not in (None, False, "no")]
+    if given:
+        raise UsageError(f"{given[0]} needs every block: leave out --sample (exact mode)")
+
+
 def check_combinations(args: argparse.Namespace, engine: Engine) -> None:
     """Refuses options that do not go together, before anything starts."""
     if args.kill_on_exit and args.command is None:
         raise UsageError("--kill-on-exit ends a command leaktrace started: use it with -c")
     check_leak_check(args)
+    check_sampling(args)
     if args.all:
         if args.unreachable:
             raise UsageError("--unreachable checks one process: use -p or -c, not --all")

@@ -28,6 +28,7 @@ class AllocationGroup:
     stack: tuple[int, ...] = ()  # return addresses, innermost first
     stack_status: StackStatus = StackStatus.CAPTURED
     inherited: bool = False  # allocated by the parent before fork (see ProcessInfo.forked)
+    samples: int | None = None  # a sampled trace: the blocks kept, of which count is the estimate
 
     @property
     def bytes(self) -> int:
@@ -304,6 +305,9 @@ class Snapshot:
     leak_checks: tuple[LeakCheck, ...] = ()
     # (pid, code object address) -> the code, for the Python frames the stacks hold.
     python_code: dict[tuple[int, int], PythonCode] = field(default_factory=dict)
+    # A sampled trace (--sample): mean bytes between samples, and the generator's seed; 0: exact.
+    sample_rate: int = 0
+    sample_seed: int = 0
 
     def stacked_items(self) -> tuple[AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord, ...]:
         """Everything here that carries a stack."""

@@ -51,6 +51,7 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
                 "bytes": g.bytes,
                 "stack_status": g.stack_status.value,
                 "inherited": g.inherited,
+                "samples": g.samples,
                 # Set when the live bytes of this group's stack rose in each of the last intervals.
                 "likely_leak_bytes_per_s": growth.likely_leaks.get(stack_id(g)),
                 "frames": [frame_to_dict(f) for f in symbolized.stack_of(g)],
@@ -59,6 +60,8 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
         ],
         "unreachable": None if snap.unreachable is None else unreachable_to_dict(symbolized, snap.unreachable),
         "leak_checks": [leak_check_to_dict(symbolized, check) for check in snap.leak_checks],
+        "sample_rate": snap.sample_rate,
+        "sample_seed": snap.sample_seed,
     }
 
 

@@ -58,6 +58,11 @@ class _SnapshotCollector:
             drops.add_metric([name], value)
         yield drops
         yield GaugeMetricFamily(
+            "leaktrace_sample_rate_bytes",
+            "Mean bytes between samples (--sample): the live bytes and allocations are then estimates; 0: exact",
+            snapshot.sample_rate,
+        )
+        yield GaugeMetricFamily(
             "leaktrace_report_seconds",
             "Seconds the agent's last snapshot took to read and symbolize",
             self.report_seconds,

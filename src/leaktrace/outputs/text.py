@@ -44,10 +44,24 @@ def clock(snapshot: Snapshot) -> str:
 
 def totals_text(snapshot: Snapshot) -> str:
     counters = snapshot.counters
+    if snapshot.sample_rate:
+        samples = sum(group.samples or 0 for group in snapshot.groups)
+        rate = next(
+            (f"{snapshot.sample_rate // unit} {name}" for name, unit in UNITS if snapshot.sample_rate % unit == 0),
+            f"{snapshot.sample_rate} bytes",
+        )
+        return (
+            f"{snapshot.live_bytes} live bytes in {snapshot.live_allocations} allocations, estimated from "
+            f"{samples} samples at {rate} (seed {snapshot.sample_seed}; {counters.allocations} sampled "
+            f"allocations, {counters.frees} of them freed)"
+        )
     return (
         f"{snapshot.live_bytes} live bytes in {snapshot.live_allocations} allocations "
         f"({counters.allocations} allocated, {counters.frees} freed since the trace began)"
     )
+
+
+UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))  # a sampling rate as people say it
 
 
 def drops_text(counters: Counters) -> str:

@@ -36,6 +36,7 @@ from leaktrace.sources.preload.table import (
     library_bytes,
     preload_library,
 )
+from leaktrace.sources.sampling import EXACT, Sampling
 
 RTLD_NOW = 2
 ERROR_READ_LIMIT = 512  # bytes of dlerror's message read from the target
@@ -105,10 +106,10 @@ def _proc_is_procfs(pid: int) -> bool:
 class Injection:
     """The library loaded into pid and its hooks in place, until detach()."""
 
-    def __init__(self, pid: int, options: str):
+    def __init__(self, pid: int, options: str, sampling: Sampling = EXACT):
         self._watch_end: int | None = None  # the pipe's write end: the library's sign that leaktrace lives
         try:
-            self._put_in(pid, options)
+            self._put_in(pid, options, sampling)
         except OSError as e:  # the process (or the thread held) went, or the kernel refused a step
             self._close_watch_end()
             if not alive(pid):
@@ -118,7 +119,7 @@ class Injection:
             self._close_watch_end()
             raise
 
-    def _put_in(self, pid: int, options: str) -> None:
+    def _put_in(self, pid: int, options: str, sampling: Sampling) -> None:
         info = read_target(pid)
         maps = MapsFollower()
         maps.follow(info.maps)
@@ -152,9 +153,12 @@ class Injection:
             base = library_base(pid, parse_maps(read_target(pid).maps))
             if base is None:
                 base = self._load_sealed_copy(caller, functions)
+            exported = ElfFile(preload_library()).dynamic_functions
+            sampled, _ = caller.call(base + exported["leaktrace_sample"], [sampling.rate, sampling.seed])
+            if not sampled:
+                raise RuntimeFailure(f"cannot attach in-process: pid {pid} could not map the sampler's filter")
             watch = self._watch_pipe(caller, functions)
-            attach = base + ElfFile(preload_library()).dynamic_functions["leaktrace_attach"]
-            result, _ = caller.call(attach, [-1, watch], options.encode() + b"\0")
+            result, _ = caller.call(base + exported["leaktrace_attach"], [-1, watch], options.encode() + b"\0")
         finally:
             if stack and stack < MINUS_ONE - 4095:
                 with contextlib.suppress(OSError, RuntimeFailure):

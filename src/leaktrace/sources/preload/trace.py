@@ -59,6 +59,7 @@ from leaktrace.sources.preload.table import (
 )
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.python_code import PythonCodeCapture
+from leaktrace.sources.sampling import EXACT, Sampling, estimated
 from leaktrace.unwind.python_code import named_like_python
 from leaktrace.unwind.python_interpreter import interpreter_version, unknown_interpreter
 from leaktrace.unwind.python_layout import PY311_VERSION
@@ -119,12 +120,14 @@ class PreloadTrace(PollingSource):
         self.leak_check_at_exit = False  # not offered: its exit is the library's own
         self.logs_own_leaks = True  # the library writes its leak_track log itself
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
+        self.sampling = EXACT  # what the library samples (--sample); its blocks then stand for more
         self._python_code = PythonCodeCapture()  # what its stacks' Python frames name, read while it lives
         self._interpreters_checked = False  # whether its modules were looked at for a CPython not walked
 
     @classmethod
-    def launch(cls, argv: list[str], options: str) -> PreloadTrace:
-        """Runs argv with the library, told options (plus a dump at exit into a directory of ours)."""
+    def launch(cls, argv: list[str], options: str, sampling: Sampling = EXACT) -> PreloadTrace:
+        """Runs argv with the library, told options (plus a dump at exit into a directory of ours),
+        sampling as asked."""
         path = resolve_executable(argv[0])
         try:
             static = ElfFile(path).interpreter is None
@@ -142,9 +145,11 @@ class PreloadTrace(PollingSource):
             LEAKTRACE_PRELOAD_DIR=workdir,
             LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={prefix}",
         )
+        if sampling.rate:
+            env.update(LEAKTRACE_SAMPLE_BYTES=str(sampling.rate), LEAKTRACE_SAMPLE_SEED=str(sampling.seed))
         frames = parse_malloc_debug_options(options).backtrace_frames
         # The dump directory is ours (mode 0700): its files are read with our own rights.
-        return cls(
+        trace = cls(
             os.spawnve(os.P_NOWAIT, path, argv, env),
             prefix,
             os.path.basename(path)[:15],
@@ -152,9 +157,11 @@ class PreloadTrace(PollingSource):
             credentials_of(os.getpid()),
             workdir,
         )
+        trace.sampling = sampling
+        return trace
 
     @classmethod
-    def attach(cls, pid: int, options: str) -> PreloadTrace:
+    def attach(cls, pid: int, options: str, sampling: Sampling = EXACT) -> PreloadTrace:
         """A process already running with the library and its options: its dumps go where those
         say. Any other process has the library put into it, told options, until close()."""
         info = read_target(pid)
@@ -165,8 +172,13 @@ class PreloadTrace(PollingSource):
         except (OSError, OptionError, RefusedFile) as e:
             raise RuntimeFailure(f"cannot read pid {pid}'s malloc debug options: {e}") from None
         preloaded = library_base(pid, parse_maps(info.maps)) is not None
+        if preloaded and config.options and sampling.rate:
+            raise RuntimeFailure(
+                f"pid {pid} runs with leaktrace's library and options of its own: --sample needs the "
+                "library put in by leaktrace"
+            )
         if not preloaded or not config.options:
-            injection = Injection(pid, options)
+            injection = Injection(pid, options, sampling)
             trace = cls(
                 pid,
                 DEFAULT_DUMP_PREFIX,
@@ -175,6 +187,7 @@ class PreloadTrace(PollingSource):
                 credentials_of(pid),
             )
             trace.injection = injection
+            trace.sampling = sampling
             return trace
         return cls(
             pid,
@@ -249,7 +262,7 @@ class PreloadTrace(PollingSource):
         """The live blocks now, with the code objects their Python frames name (_blocks)."""
         found = self._python_code.attach(self._blocks(older_than_ms, with_allocations))
         self._say_unknown_interpreters(found.processes.get(self.pid))
-        return found
+        return estimated(found, self.sampling)
 
     def _say_unknown_interpreters(self, process: ProcessInfo | None) -> None:
         """Once: a module named python* or libpython* that is a CPython the library does not walk

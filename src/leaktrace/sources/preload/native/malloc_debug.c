@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define DUMP_SIGNAL (SIGRTMAX - 17)
@@ -33,6 +34,119 @@ struct pending_call {
 
 static volatile sig_atomic_t dump_requested, stacks_on;
 static __thread int depth __attribute__((tls_model("initial-exec")));
+
+// --- sampling (leaktrace --sample BYTES) -------------------------------------
+// Poisson sampling over bytes, per thread: each thread counts down the bytes to its next
+// sample point, drawn from an exponential distribution of mean sample_bytes, so a block of
+// size s is sampled with probability 1 - exp(-s / sample_bytes), whatever came before it.
+// An unsampled allocation costs the countdown and a branch. A free of an unsampled block
+// is told apart by a counting filter (a byte per hash of the block's page, raised for each
+// sampled block and lowered at its free) read without a lock on the common path: 64 KiB,
+// so it stays in cache, and by page, so neighbouring frees read one line. A byte that is
+// not zero sends the free through the table (a false positive is passed on there).
+#define FILTER_BYTES (1 << 16)
+static size_t sample_bytes;     // 0: every call recorded
+static uint64_t sample_seed;    // each thread's generator: this, then its ordinal
+static uint8_t *sample_filter;  // FILTER_BYTES counters, mmapped when sampling starts
+static unsigned threads_seeded;
+static __thread int64_t bytes_to_sample __attribute__((tls_model("initial-exec")));
+static __thread uint64_t sample_state __attribute__((tls_model("initial-exec")));
+
+// -ln(u) for u in (0, 1]: u = m * 2^e with m in [0.5, 1), ln m from its odd series in
+// (m - 1) / (m + 1) (five terms: a relative error under 1e-5 there); no libm.
+static double minus_log(double u)
+{
+    union {
+        double d;
+        uint64_t bits;
+    } v = {.d = u};
+    int exponent = (int)((v.bits >> 52) & 0x7ff) - 1022;
+    v.bits = (v.bits & ~(0x7ffULL << 52)) | (1022ULL << 52);
+    double t = (v.d - 1) / (v.d + 1), t2 = t * t;
+    double log_m = 2 * t * (1 + t2 * (1.0 / 3 + t2 * (1.0 / 5 + t2 * (1.0 / 7 + t2 / 9))));
+    return -(log_m + exponent * 0.6931471805599453);
+}
+
+// The bytes to the thread's next sample point (xorshift64* gives u).
+static int64_t next_sample_distance(void)
+{
+    if (!sample_state)
+        sample_state =
+            (sample_seed + __atomic_add_fetch(&threads_seeded, 1, __ATOMIC_RELAXED)) * 0x9e3779b97f4a7c15u | 1;
+    sample_state ^= sample_state >> 12, sample_state ^= sample_state << 25, sample_state ^= sample_state >> 27;
+    double u = (double)((sample_state * 0x2545f4914f6cdd1du) >> 11) / 9007199254740992.0;  // [0, 1)
+    return (int64_t)(minus_log(1 - u) * (double)sample_bytes) + 1;
+}
+
+// Whether this allocation of size bytes is sampled (always, when not sampling).
+static inline int take_sample(size_t size)
+{
+    if (!sample_bytes)
+        return 1;
+    if (!bytes_to_sample)
+        bytes_to_sample = next_sample_distance();  // the thread's first call
+    bytes_to_sample -= (int64_t)size;
+    if (bytes_to_sample > 0)
+        return 0;
+    bytes_to_sample = next_sample_distance();
+    return 1;
+}
+
+static uint8_t *filter_byte(const void *pointer)
+{
+    return &sample_filter[((uintptr_t)pointer >> 12) * 0x9e3779b97f4a7c15u >> 48 & (FILTER_BYTES - 1)];
+}
+
+// Whether pointer may be a sampled block (never wrong when it says no).
+static inline int maybe_sampled(const void *pointer)
+{
+    return !sample_bytes || __atomic_load_n(filter_byte(pointer), __ATOMIC_RELAXED);
+}
+
+static void filter_add(const void *pointer)
+{
+    uint8_t *at = filter_byte(pointer), seen = __atomic_load_n(at, __ATOMIC_RELAXED);
+    while (seen != 255 && !__atomic_compare_exchange_n(at, &seen, seen + 1, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;  // a full counter stays full: its addresses go through the table for good
+}
+
+static void filter_remove(const void *pointer)
+{
+    uint8_t *at = filter_byte(pointer), seen = __atomic_load_n(at, __ATOMIC_RELAXED);
+    while (seen && seen != 255 &&
+           !__atomic_compare_exchange_n(at, &seen, seen - 1, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        ;
+}
+
+// Sampling from here on, every sample_bytes bytes on average (0: every call), its generator
+// seeded with seed; 0 when the filter cannot be mapped (nothing changes then).
+static int start_sampling(size_t bytes, uint64_t seed)
+{
+    if (bytes && !sample_filter) {
+        void *filter = mmap(NULL, FILTER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (filter == MAP_FAILED)
+            return 0;
+        sample_filter = filter;
+    }
+    sample_seed = seed;
+    __atomic_store_n(&sample_bytes, bytes, __ATOMIC_RELEASE);
+    return 1;
+}
+
+// For an attach: called before leaktrace_attach. 1 when sampling is set.
+EXPORT int leaktrace_sample(size_t bytes, uint64_t seed)
+{
+    return start_sampling(bytes, seed);
+}
+
+// A launch: LEAKTRACE_SAMPLE_BYTES and LEAKTRACE_SAMPLE_SEED, as leaktrace sets them.
+static void sampling_from_environment(void)
+{
+    const char *bytes = getenv("LEAKTRACE_SAMPLE_BYTES"), *seed = getenv("LEAKTRACE_SAMPLE_SEED");
+    if (bytes && *bytes)
+        start_sampling(strtoull(bytes, NULL, 10), seed ? strtoull(seed, NULL, 10) : 0);
+}
+
 static __thread unsigned pending_count __attribute__((tls_model("initial-exec")));
 static __thread struct pending_call pending[PENDING_SLOTS] __attribute__((tls_model("initial-exec")));
 
@@ -104,6 +218,7 @@ static void read_config(void)
     signal(DUMP_SIGNAL, on_dump_signal);
     if (config.enable_on_signal)
         signal(TOGGLE_SIGNAL, on_toggle_signal);
+    sampling_from_environment();
     switch_on();
 }
 
@@ -181,7 +296,13 @@ static void release(void *pointer, const char *function)
         return;
     if (table_take((uintptr_t)pointer, &gone)) {
         __libc_free(gone.frames);
+        if (sample_bytes)
+            filter_remove(pointer);
     } else {
+        if (sample_bytes) {  // a false positive of the filter: not a block of ours
+            block_release(pointer);
+            return;
+        }
         count_event(C_UNKNOWN_FREE);
         if (config.track_allocs) {
             unknown_pointer(pointer, function);
@@ -246,13 +367,21 @@ static void note_allocation(void *pointer, size_t size)
     table_insert((uintptr_t)pointer, size, flags, kept, kept ? (uint32_t)count : 0);
 }
 
-static void *allocate(size_t size, size_t alignment, int zeroed)
+// A new block that is recorded (sampled, or every block when not sampling).
+static void *allocate_recorded(size_t size, size_t alignment, int zeroed)
 {
     library_enter();
     void *pointer = block_alloc(size, alignment, zeroed);
+    if (pointer && sample_bytes)
+        filter_add(pointer);  // before the block is anyone else's to free
     note_allocation(pointer, size);
     library_leave();
     return pointer;
+}
+
+static void *allocate(size_t size, size_t alignment, int zeroed)
+{
+    return take_sample(size) ? allocate_recorded(size, alignment, zeroed) : block_alloc(size, alignment, zeroed);
 }
 
 // A program that never allocates still hears about bad options.
@@ -296,6 +425,12 @@ __attribute__((destructor)) static void at_exit(void)
 
 EXPORT void *malloc(size_t size)
 {
+    // Sampling's common case first: a call that is not sampled goes straight on, decided once.
+    if (__builtin_expect(sample_bytes != 0, 0) && __atomic_load_n(&config.state, __ATOMIC_RELAXED) == 1) {
+        if (!take_sample(size))
+            return next_malloc(size);
+        return ready() ? allocate_recorded(size, 0, 0) : next_malloc(size);
+    }
     return ready() ? allocate(size, 0, 0) : next_malloc(size);
 }
 
@@ -315,6 +450,10 @@ EXPORT void free(void *pointer)
 {
     if (!pointer)
         return;
+    if (__builtin_expect(sample_bytes != 0, 0) && !maybe_sampled(pointer)) {
+        next_free(pointer);  // not a block of the table's, whatever the library's state
+        return;
+    }
     if (!ready()) {
         next_free(pointer);
         return;
@@ -337,6 +476,16 @@ EXPORT void *realloc(void *pointer, size_t size)
         return malloc(size);
     if (!ready())
         return next_realloc(pointer, size);
+    if (!maybe_sampled(pointer)) {  // sampling: an unsampled block, whose new one may be sampled
+        void *result = next_realloc(pointer, size);
+        if (result && size && take_sample(size)) {
+            library_enter();
+            filter_add(result);
+            note_allocation(result, size);
+            library_leave();
+        }
+        return result;
+    }
     library_enter();
     int outer = depth == 1;
     void *result = NULL;
@@ -349,17 +498,26 @@ EXPORT void *realloc(void *pointer, size_t size)
         // Out of the table before glibc may hand the address to another thread.
         // Counted as the BPF engine counts it: a free here, and a failed realloc's block recorded again.
         int had = table_take((uintptr_t)pointer, &old);
-        if (!had)
+        if (!had && !sample_bytes)
             count_event(C_UNKNOWN_FREE);
         if (!had && config.track_allocs) {
             unknown_pointer(pointer, "realloc");
         } else {
+            if (had && sample_bytes)
+                filter_remove(pointer);
             result = next_realloc(pointer, size);
-            if (had && !result)  // failed: the block stays
+            if (had && !result) {  // failed: the block stays
                 table_insert(old.pointer, old.size, old.flags, old.frames, old.frame_count);
-            else if (had)
+                if (sample_bytes)
+                    filter_add(pointer);
+            } else if (had) {
                 __libc_free(old.frames);
-            note_allocation(result, size);
+            }
+            if (result && take_sample(size)) {
+                if (sample_bytes)
+                    filter_add(result);
+                note_allocation(result, size);
+            }
         }
     } else if (outer && config.track_allocs && !table_contains((uintptr_t)pointer)) {
         count_event(C_UNKNOWN_FREE);
@@ -367,7 +525,11 @@ EXPORT void *realloc(void *pointer, size_t size)
     } else if ((result = block_alloc(size, 0, 0))) {
         size_t old_size = block_usable_size(pointer);
         memcpy(result, pointer, old_size < size ? old_size : size);
-        note_allocation(result, size);
+        if (take_sample(size)) {
+            if (sample_bytes)
+                filter_add(result);
+            note_allocation(result, size);
+        }
         free_block(pointer, "realloc");
     }
     library_leave();

@@ -1,0 +1,171 @@
+"""--sample BYTES in the in-process engine: Poisson sampling by bytes, each kept block
+standing for 1/p(s) blocks and s/p(s) bytes. Held to the exact mode on the same workload
+(sampled_sites.c: 128 MiB held at each of three sites, 64-byte, page and MiB blocks, and
+2 GiB allocated and freed between them), launched and attached, under CPU hogs."""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import subprocess
+
+import pytest
+
+from helpers import final_report, preload_attached, run_command, trace_ended, wait_for_line
+
+pytestmark = pytest.mark.usefixtures("cpu_hogs")
+
+MIB = 128
+SITES = {"small_site": 64, "page_site": 4096, "big_site": 1 << 20}
+
+
+def held(report: dict) -> dict[str, tuple[int, int]]:
+    """site -> (estimated bytes, samples), churn's too."""
+    found: dict[str, list[int]] = {}
+    for group in report["groups"]:
+        names = [frame["function"] for frame in group["frames"]]
+        site = next((name for name in names if name in (*SITES, "churn")), None)
+        if site:
+            totals = found.setdefault(site, [0, 0])
+            totals[0] += group["bytes"]
+            totals[1] += group["samples"] if group["samples"] is not None else group["count"]
+    return {site: (size, samples) for site, (size, samples) in found.items()}
+
+
+def test_estimates_hold_to_the_exact_mode_at_64_kib(program):
+    seed = random.randrange(1 << 63)
+    print(f"seed {seed}")
+    target = program("sampled_sites")
+    exact = held(final_report(run_command(["-c", f"{target} {MIB}", "--engine", "preload", "--json", "3600"])))
+    assert exact == {site: (MIB << 20, (MIB << 20) // size) for site, size in SITES.items()}, exact
+    result = run_command(
+        [
+            "-c",
+            f"{target} {MIB}",
+            "--engine",
+            "preload",
+            "--json",
+            "--sample",
+            "64KiB",
+            "--sample-seed",
+            str(seed),
+            "3600",
+        ]
+    )
+    report = final_report(result)
+    assert (report["sample_rate"], report["sample_seed"]) == (64 << 10, seed)
+    sampled = held(report)
+    for site in SITES:
+        estimate, samples = sampled[site]
+        assert abs(estimate - (MIB << 20)) <= (MIB << 20) // 10, (site, estimate, samples, seed)
+    assert sampled.get("churn", (0, 0))[0] < 2 << 20, sampled
+    # Far fewer blocks kept than made: the point of sampling.
+    assert sampled["small_site"][1] < exact["small_site"][1] // 500
+
+
+def test_each_site_stays_within_three_standard_deviations_at_the_default_rate(program):
+    """At 512 KiB a site of B bytes in blocks of s bytes keeps about B p(s) / s samples; the
+    estimate's standard deviation is s sqrt(n (1 - p) / p^2) for n blocks, sqrt(B R) for
+    blocks much smaller than R, nothing for blocks much larger."""
+    seed = random.randrange(1 << 63)
+    print(f"seed {seed}")
+    rate = 512 << 10
+    report = final_report(
+        run_command(
+            ["-c", f"{program('sampled_sites')} {MIB}", "--engine", "preload", "--json"]
+            + ["--sample", "512KiB", "--sample-seed", str(seed), "3600"]
+        )
+    )
+    sampled = held(report)
+    for site, size in SITES.items():
+        blocks = (MIB << 20) // size
+        chance = -math.expm1(-size / rate)
+        deviation = size * math.sqrt(blocks * (1 - chance)) / chance
+        estimate = sampled.get(site, (0, 0))[0]
+        assert abs(estimate - (MIB << 20)) <= 3 * deviation + size, (site, estimate, deviation, seed)
+
+
+def test_an_attached_process_is_sampled_and_the_library_goes_back_to_exact(program):
+    """Sampling put into a running process with the library: an unsampled block's free goes
+    straight to the allocator; a later exact attach of the same copy records every block."""
+    target = subprocess.Popen([program("attach_target")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert wait_for_line(target.stdout) == "ready\n"
+        sampled = subprocess.Popen(
+            [*__import__("conftest").leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json")]
+            + ["--sample", "4KiB", "--sample-seed", "7", "3600"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert "attached in-process" in wait_for_line(sampled.stderr)
+        target.send_signal(signal.SIGUSR1)
+        assert wait_for_line(target.stdout) == "done\n"
+        report = trace_ended(sampled)
+        assert report["sample_rate"] == 4096 and report["counters"]["unknown_frees"] == 0
+        assert all(group["samples"] is not None for group in report["groups"])
+        target.send_signal(signal.SIGUSR2)
+        assert wait_for_line(target.stdout) == "freed\n"
+        exact = trace_ended(preload_attached(target.pid))
+        assert exact["sample_rate"] == 0 and all(group["samples"] is None for group in exact["groups"])
+        assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
+
+
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["--sample", "512KiB"], "--sample works with the in-process engine (--engine preload) only"),
+        (["--sample", "lots", "--engine", "preload"], "'lots' is not a number of bytes"),
+        (["--sample-seed", "3", "--engine", "preload"], "--sample-seed needs --sample"),
+        (["--sample", "1MiB", "--engine", "preload", "--leak-track"], "--leak-track needs every block"),
+    ],
+)
+def test_sampling_options_are_refused_in_one_line(words, message):
+    result = run_command(["-c", "/bin/true", *words])
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_the_agent_samples_a_process_in_process_by_default(program):
+    """leaktrace agent -p PID: attached in-process, sampling at 512 KiB, said in its first line,
+    in /status and in /metrics."""
+    import json
+    import threading
+    import urllib.request
+
+    from conftest import leaktrace_command
+    from helpers import free_port
+
+    target = subprocess.Popen([program("attach_target")], stdout=subprocess.PIPE, text=True)
+    port = free_port()
+    agent = None
+    try:
+        assert wait_for_line(target.stdout) == "ready\n"
+        agent = subprocess.Popen(
+            leaktrace_command("agent", "-p", str(target.pid), "--listen", f"127.0.0.1:{port}", "0.3"),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        watchdog = threading.Timer(60, agent.kill)
+        watchdog.start()
+        first = agent.stderr.readline()
+        while "serving http://" not in (line := agent.stderr.readline()):
+            assert line, "the agent ended"
+        watchdog.cancel()
+        assert "sampling pid" in first and "512 KiB" in first, first
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=30) as response:
+            assert json.loads(response.read())["sample_rate"] == 512 << 10
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            assert "leaktrace_sample_rate_bytes 524288.0" in response.read().decode()
+        agent.send_signal(signal.SIGINT)
+        _, err = agent.communicate(timeout=60)
+        assert agent.returncode == 0 and "Traceback" not in err, err
+        assert target.poll() is None
+    finally:
+        if agent is not None and agent.poll() is None:
+            agent.kill()
+        target.kill()
+        target.wait()
