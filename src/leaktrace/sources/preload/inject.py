@@ -44,6 +44,7 @@ ATTACH_ERRORS = {
     1: "the options are bad, or change how blocks are laid out (guards, expand_alloc, free_track)",
     2: "another leaktrace is attached to it",
     3: "the library could not start its watcher thread",
+    4: "the library could not map its sampler's filter",
 }
 MFD_CLOEXEC, MFD_ALLOW_SEALING = 1, 2
 F_ADD_SEALS = 1033
@@ -153,12 +154,9 @@ class Injection:
             base = library_base(pid, parse_maps(read_target(pid).maps))
             if base is None:
                 base = self._load_sealed_copy(caller, functions)
-            exported = ElfFile(preload_library()).dynamic_functions
-            sampled, _ = caller.call(base + exported["leaktrace_sample"], [sampling.rate, sampling.seed])
-            if not sampled:
-                raise RuntimeFailure(f"cannot attach in-process: pid {pid} could not map the sampler's filter")
             watch = self._watch_pipe(caller, functions)
-            result, _ = caller.call(base + exported["leaktrace_attach"], [-1, watch], options.encode() + b"\0")
+            attach = base + ElfFile(preload_library()).dynamic_functions["leaktrace_attach"]
+            result, _ = caller.call(attach, [-1, watch, sampling.rate, sampling.seed], options.encode() + b"\0")
         finally:
             if stack and stack < MINUS_ONE - 4095:
                 with contextlib.suppress(OSError, RuntimeFailure):

@@ -210,11 +210,15 @@ static void *watch_modules(void *argument)
 }
 
 // 0 when attached; 1 bad options (or ones that change blocks); 2 already attached; 3 no watcher
-// thread. The watch descriptor is the library's from here on, closed on every failure.
-EXPORT int leaktrace_attach(const char *options, int leaktrace_watch)
+// thread; 4 no room for the sampler. The watch descriptor is the library's from here on, closed
+// on every failure. sample_bytes: --sample's rate (0: every call), seed its generator's.
+EXPORT int leaktrace_attach(const char *options, int leaktrace_watch, size_t sample_bytes, uint64_t seed)
 {
     struct watch *watch = NULL;
-    int refused = __atomic_load_n(&attached, __ATOMIC_ACQUIRE) ? 2 : !start_attached(options) ? 1 : 0;
+    int refused = __atomic_load_n(&attached, __ATOMIC_ACQUIRE) ? 2
+                  : !start_sampling(sample_bytes, seed)        ? 4
+                  : !start_attached(options)                   ? 1
+                                                               : 0;
     if (!refused && !(watch = __libc_malloc(sizeof *watch)))
         refused = 3;
     if (refused) {

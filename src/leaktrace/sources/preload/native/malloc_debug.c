@@ -120,7 +120,7 @@ static void filter_remove(const void *pointer)
 
 // Sampling from here on, every sample_bytes bytes on average (0: every call), its generator
 // seeded with seed; 0 when the filter cannot be mapped (nothing changes then).
-static int start_sampling(size_t bytes, uint64_t seed)
+int start_sampling(size_t bytes, uint64_t seed)
 {
     if (bytes && !sample_filter) {
         void *filter = mmap(NULL, FILTER_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -131,12 +131,6 @@ static int start_sampling(size_t bytes, uint64_t seed)
     sample_seed = seed;
     __atomic_store_n(&sample_bytes, bytes, __ATOMIC_RELEASE);
     return 1;
-}
-
-// For an attach: called before leaktrace_attach. 1 when sampling is set.
-EXPORT int leaktrace_sample(size_t bytes, uint64_t seed)
-{
-    return start_sampling(bytes, seed);
 }
 
 // A launch: LEAKTRACE_SAMPLE_BYTES and LEAKTRACE_SAMPLE_SEED, as leaktrace sets them.

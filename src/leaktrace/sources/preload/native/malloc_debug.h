@@ -73,6 +73,7 @@ uintptr_t *copy_frames(const uintptr_t *frames, size_t count);
 // --- Python frames (python_stack.c) ------------------------------------------
 
 extern struct python_code_table *leaktrace_python_codes;  // the code objects Python frames named (record.h)
+int start_sampling(size_t bytes, uint64_t seed);          // --sample: every bytes on average (0: every call)
 void find_python(void);                                   // whether the program is CPython 3.11
 size_t python_stack(uintptr_t *words, size_t room);       // the thread's Python frames (up to 32), innermost first
 // One line per frame, as malloc_debug's backtrace_string; names NULL: looked up for this call alone.
