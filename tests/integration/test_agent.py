@@ -46,7 +46,7 @@ def agent_on_known_heap(program):
     assert wait_for_line(target.stdout) == "ready\n"
     port = free_port()
     agent = subprocess.Popen(
-        leaktrace_command("agent", "-p", str(target.pid), "--listen", f"127.0.0.1:{port}", "0.3"),
+        leaktrace_command("agent", "-p", str(target.pid), "--engine", "bpf", "--listen", f"127.0.0.1:{port}", "0.3"),
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -137,7 +137,7 @@ def test_the_agent_serves_on_a_unix_socket_of_its_own(program, tmp_path):
     assert wait_for_line(target.stdout) == "ready\n"
     path = str(tmp_path / "agent.sock")
     agent = subprocess.Popen(
-        leaktrace_command("agent", "-p", str(target.pid), "--listen", f"unix:{path}", "0.3"),
+        leaktrace_command("agent", "-p", str(target.pid), "--engine", "bpf", "--listen", f"unix:{path}", "0.3"),
         stderr=subprocess.PIPE,
         text=True,
     )
