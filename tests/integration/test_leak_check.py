@@ -298,3 +298,25 @@ def test_a_gate_beside_another_leaktrace_never_passes_a_leaking_program(built, c
     finally:
         other.terminate()
         other.wait(timeout=60)
+
+
+def test_a_trace_whose_probes_trap_everywhere_names_valgrinds_programs():
+    """With -f (or --all, or a target whose first thread exited) the probes sit in every
+    process that maps the library, and a program under valgrind that reaches one dies of
+    SIGTRAP: such a trace says which valgrind programs run, in one line; a -c trace of its
+    command alone has its probes filtered and says nothing."""
+    from leaktrace.platform.process import valgrind_guests
+
+    guest = subprocess.Popen(["valgrind", "-q", "--leak-check=no", "sleep", "60"], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while guest.pid not in valgrind_guests():
+            assert time.monotonic() < deadline and guest.poll() is None, "valgrind did not start"
+            time.sleep(0.1)
+        followed = run_command(["-c", "/bin/true", "-f", "--json", "1", "1"])
+        assert f"valgrind runs here (pid {guest.pid}" in followed.stderr, followed.stderr
+        alone = run_command(["-c", "/bin/true", "--json", "1", "1"])
+        assert "valgrind runs here" not in alone.stderr, alone.stderr
+    finally:
+        guest.kill()
+        guest.wait()

@@ -145,6 +145,25 @@ def command_line(pid: int) -> str:
     return printable(" ".join(a.decode(errors="replace") for a in arguments))[:COMMAND_LINE_LIMIT]
 
 
+VALGRIND_TOOL = re.compile(r"^[a-z]+-amd64-")  # valgrind's tool process, as comm cuts it: memcheck-amd64-
+
+
+def valgrind_guests() -> list[int]:
+    """The processes running under valgrind now (its tool's process is the program's)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/comm") as f:
+                comm = f.read(64)
+        except OSError:
+            continue
+        if VALGRIND_TOOL.match(comm):
+            found.append(int(name))
+    return sorted(found)
+
+
 def read_process(pid: int) -> ProcessInfo | None:
     """Reads a process's name and maps; None when it is gone."""
     try:

@@ -26,6 +26,7 @@ from leaktrace.platform.process import (
     read_process,
     read_target,
     resolve_executable,
+    valgrind_guests,
 )
 from leaktrace.platform.system import check_system
 from leaktrace.sources.bpf.engine import BpfEngine, EngineSettings
@@ -393,6 +394,14 @@ class BpfTrace(PollingSource, ProcessTracking):
             if self.engine.leader_exited
             else []
         )
+        unfiltered = self.pid == 0 or self.engine.settings.follow_forks or self.engine.leader_exited
+        guests = valgrind_guests() if unfiltered else []
+        if guests:
+            everywhere.append(
+                f"valgrind runs here (pid {', '.join(map(str, guests[:3]))}{', ...' if len(guests) > 3 else ''}): "
+                "while this trace's probes are in the libraries it traces, a program under valgrind that "
+                "reaches one stops with SIGTRAP (docs/ci.md)"
+            )
         return placements + cache + everywhere + self.take_notices() + [live + trapped]
 
     @property
