@@ -103,8 +103,11 @@ static inline int maybe_sampled(const void *pointer)
     return !sample_bytes || __atomic_load_n(filter_byte(pointer), __ATOMIC_RELAXED);
 }
 
+// A kept block's address into the filter (nothing when not sampling).
 static void filter_add(const void *pointer)
 {
+    if (!sample_bytes || !pointer)
+        return;
     uint8_t *at = filter_byte(pointer), seen = __atomic_load_n(at, __ATOMIC_RELAXED);
     while (seen != 255 && !__atomic_compare_exchange_n(at, &seen, seen + 1, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
         ;  // a full counter stays full: its addresses go through the table for good
@@ -112,6 +115,8 @@ static void filter_add(const void *pointer)
 
 static void filter_remove(const void *pointer)
 {
+    if (!sample_bytes)
+        return;
     uint8_t *at = filter_byte(pointer), seen = __atomic_load_n(at, __ATOMIC_RELAXED);
     while (seen && seen != 255 &&
            !__atomic_compare_exchange_n(at, &seen, seen - 1, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
@@ -290,8 +295,7 @@ static void release(void *pointer, const char *function)
         return;
     if (table_take((uintptr_t)pointer, &gone)) {
         __libc_free(gone.frames);
-        if (sample_bytes)
-            filter_remove(pointer);
+        filter_remove(pointer);
     } else {
         if (sample_bytes) {  // a false positive of the filter: not a block of ours
             block_release(pointer);
@@ -361,14 +365,19 @@ static void note_allocation(void *pointer, size_t size)
     table_insert((uintptr_t)pointer, size, flags, kept, kept ? (uint32_t)count : 0);
 }
 
+// A new block kept: in the filter before it is anyone else's to free, then recorded.
+static void record_block(void *pointer, size_t size)
+{
+    filter_add(pointer);
+    note_allocation(pointer, size);
+}
+
 // A new block that is recorded (sampled, or every block when not sampling).
 static void *allocate_recorded(size_t size, size_t alignment, int zeroed)
 {
     library_enter();
     void *pointer = block_alloc(size, alignment, zeroed);
-    if (pointer && sample_bytes)
-        filter_add(pointer);  // before the block is anyone else's to free
-    note_allocation(pointer, size);
+    record_block(pointer, size);
     library_leave();
     return pointer;
 }
@@ -474,8 +483,7 @@ EXPORT void *realloc(void *pointer, size_t size)
         void *result = next_realloc(pointer, size);
         if (result && size && take_sample(size)) {
             library_enter();
-            filter_add(result);
-            note_allocation(result, size);
+            record_block(result, size);
             library_leave();
         }
         return result;
@@ -497,21 +505,17 @@ EXPORT void *realloc(void *pointer, size_t size)
         if (!had && config.track_allocs) {
             unknown_pointer(pointer, "realloc");
         } else {
-            if (had && sample_bytes)
+            if (had)
                 filter_remove(pointer);
             result = next_realloc(pointer, size);
             if (had && !result) {  // failed: the block stays
                 table_insert(old.pointer, old.size, old.flags, old.frames, old.frame_count);
-                if (sample_bytes)
-                    filter_add(pointer);
+                filter_add(pointer);
             } else if (had) {
                 __libc_free(old.frames);
             }
-            if (result && take_sample(size)) {
-                if (sample_bytes)
-                    filter_add(result);
-                note_allocation(result, size);
-            }
+            if (result && take_sample(size))
+                record_block(result, size);
         }
     } else if (outer && config.track_allocs && !table_contains((uintptr_t)pointer)) {
         count_event(C_UNKNOWN_FREE);
@@ -519,11 +523,8 @@ EXPORT void *realloc(void *pointer, size_t size)
     } else if ((result = block_alloc(size, 0, 0))) {
         size_t old_size = block_usable_size(pointer);
         memcpy(result, pointer, old_size < size ? old_size : size);
-        if (take_sample(size)) {
-            if (sample_bytes)
-                filter_add(result);
-            note_allocation(result, size);
-        }
+        if (take_sample(size))
+            record_block(result, size);
         free_block(pointer, "realloc");
     }
     library_leave();
