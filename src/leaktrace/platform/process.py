@@ -24,7 +24,12 @@ class Mapping:
     offset: int
     inode: int
     path: str
-    device: str = ""  # major:minor, hexadecimal, as maps prints it
+    device: str = ""  # major:minor, hexadecimal, as maps prints it (maps_device)
+
+
+def maps_device(st_dev: int) -> str:
+    """A stat's device as /proc/PID/maps prints it: major:minor in hexadecimal."""
+    return f"{os.major(st_dev):02x}:{os.minor(st_dev):02x}"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

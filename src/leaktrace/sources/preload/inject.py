@@ -26,7 +26,16 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import Mapping, MapsFollower, alive, parse_maps, proc_path, read_target, status_field
+from leaktrace.platform.process import (
+    Mapping,
+    MapsFollower,
+    alive,
+    maps_device,
+    parse_maps,
+    proc_path,
+    read_target,
+    status_field,
+)
 from leaktrace.platform.remote_call import RemoteCaller
 from leaktrace.sources.preload.table import (
     MEMFD_NAME,
@@ -187,7 +196,7 @@ class Injection:
         finally:
             with contextlib.suppress(OSError, RuntimeFailure):
                 caller.call(functions["close"], [fd])
-        device = f"{os.major(identity[0]):02x}:{os.minor(identity[0]):02x}"
+        device = maps_device(identity[0])
         for mapping in parse_maps(read_target(pid).maps):
             if mapping.offset == 0 and (mapping.device, mapping.inode) == (device, identity[1]):
                 SEALED_COPIES.add((device, identity[1]))

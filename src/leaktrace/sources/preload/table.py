@@ -36,7 +36,7 @@ from leaktrace.model.snapshot import (
 )
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
-from leaktrace.platform.process import Mapping, parse_maps, proc_path, read_target
+from leaktrace.platform.process import Mapping, maps_device, parse_maps, proc_path, read_target
 from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import (  # from native/record.h
     MAX_FRAMES,
@@ -89,7 +89,7 @@ def sealed_copy_base(pid: int, mapping: Mapping) -> int | None:
         st, library = os.fstat(fd), library_bytes()
         if (
             not stat.S_ISREG(st.st_mode)
-            or f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}" != mapping.device
+            or maps_device(st.st_dev) != mapping.device
             or st.st_ino != mapping.inode
             or st.st_size != len(library)
             or fcntl.fcntl(fd, F_GET_SEALS) & SEALED != SEALED
@@ -109,7 +109,7 @@ def library_base(pid: int, maps: list[Mapping]) -> int | None:
     device and inode, never by the path the process names) or a sealed copy of it; None if
     neither is mapped."""
     st = os.stat(preload_library())
-    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    device = maps_device(st.st_dev)
     for mapping in maps:
         if mapping.offset == 0 and (mapping.device, mapping.inode) == (device, st.st_ino):
             return mapping.start
