@@ -6,13 +6,14 @@ standing for 1/p(s) blocks and s/p(s) bytes. Held to the exact mode on the same 
 from __future__ import annotations
 
 import math
+import os
 import random
 import signal
 import subprocess
 
 import pytest
 
-from helpers import final_report, preload_attached, run_command, trace_ended, wait_for_line
+from helpers import GO, final_report, pprof_top, preload_attached, run_command, trace_ended, wait_for_line
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
 
@@ -33,7 +34,9 @@ def held(report: dict) -> dict[str, tuple[int, int]]:
     return {site: (size, samples) for site, (size, samples) in found.items()}
 
 
-def test_estimates_hold_to_the_exact_mode_at_64_kib(program):
+def test_estimates_hold_to_the_exact_mode_at_64_kib(program, tmp_path):
+    """And go tool pprof reads the estimates from --pprof, with the rate as the profile's period
+    (as Go's sampled heap profiles carry MemProfileRate)."""
     seed = random.randrange(1 << 63)
     print(f"seed {seed}")
     target = program("sampled_sites")
@@ -50,10 +53,23 @@ def test_estimates_hold_to_the_exact_mode_at_64_kib(program):
             "64KiB",
             "--sample-seed",
             str(seed),
+            "--pprof",
+            str(tmp_path / "sampled.pb.gz"),
             "3600",
         ]
     )
     report = final_report(result)
+    assert sum(pprof_top(tmp_path / "sampled.pb.gz", "inuse_space", tmp_path).values()) == sum(
+        group["bytes"] for group in report["groups"]
+    )
+    raw = subprocess.run(
+        [GO, "tool", "pprof", "-raw", str(tmp_path / "sampled.pb.gz")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path)},
+    ).stdout
+    assert "PeriodType: space bytes" in raw and "Period: 65536" in raw, raw[:400]
     assert (report["sample_rate"], report["sample_seed"]) == (64 << 10, seed)
     sampled = held(report)
     for site in SITES:

@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from leaktrace.model.snapshot import AllocationGroup, Counters, Snapshot
-from leaktrace.sources.sampling import EXACT, Sampling, estimated, keep_probability, parse_size
+from leaktrace.model.snapshot import AllocationGroup, Counters, Snapshot, keep_probability
+from leaktrace.sources.sampling import EXACT, Sampling, estimated, parse_size
 
 
 def simulated(blocks: int, size: int, rate: int, chosen: random.Random) -> int:

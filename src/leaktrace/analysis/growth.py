@@ -7,10 +7,21 @@ growth is its change in live bytes since the previous snapshot, and its rate
 that change per second. Caches that fill and then stay flat stop being flagged
 one interval after they stop growing; a leak that grows slower than once per
 interval is not flagged (lengthen the interval).
+
+Sampled snapshots (--sample) hold estimates, which move when a steady stack's blocks are
+replaced by others sampled anew. There a stack is a likely leak when its estimate never
+fell over the intervals and rose by more than LEAK_DEVIATIONS standard deviations of the
+two estimates' difference (the Poisson variance of each: AllocationGroup.bytes_variance).
+A leak's kept blocks stay kept, so its estimate never falls; a steady stack's rises and
+falls, and passes the test about once in 20,000 intervals when all its blocks are replaced
+each interval (the worst case). The variance bounds the noise of the whole estimate, so a
+leak slow beside what its stack already holds is flagged only while young: lengthen
+--growth-intervals, or trace it exactly.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +32,7 @@ from leaktrace.model.snapshot import AllocationGroup, Snapshot, StackStatus
 # One stack of one process: what the text report and the top view list as a row.
 StackId = tuple[int, tuple[int, ...], StackStatus, bool]  # pid, stack, status, inherited
 K = TypeVar("K")
+LEAK_DEVIATIONS = 4.0  # a sampled stack's rise, in standard deviations, that flags it
 
 
 def stack_id(group: AllocationGroup) -> StackId:
@@ -58,18 +70,43 @@ class Growth:
         return self.processes.get(pid, ProcessGrowth(0, 0.0))
 
 
+def variance_by_stack(snapshot: Snapshot) -> dict[StackId, float]:
+    """The variance of each stack's live bytes as estimated from samples (none when exact)."""
+    totals: dict[StackId, float] = defaultdict(float)
+    if snapshot.sample_rate:
+        for group in snapshot.groups:
+            totals[stack_id(group)] += group.bytes_variance(snapshot.sample_rate)
+    return dict(totals)
+
+
+def grows(series: list[int], variances: list[float]) -> bool:
+    """Whether a stack's live bytes over the window grew: each interval when exact, beyond
+    sampling's noise when estimated."""
+    if not any(variances):
+        return all(b > a for a, b in zip(series, series[1:]))
+    rise = series[-1] - series[0]
+    return all(b >= a for a, b in zip(series, series[1:])) and rise > LEAK_DEVIATIONS * math.sqrt(
+        variances[0] + variances[-1]
+    )
+
+
 class GrowthTracker:
-    """Fed every snapshot in turn; keeps the last `intervals` + 1 of them (as byte totals)."""
+    """Fed every snapshot in turn; keeps the last `intervals` + 1 of them (as byte totals, and
+    their variances when sampled)."""
 
     def __init__(self, intervals: int = 3):
         self.intervals = intervals
-        self._history: deque[tuple[float, dict[StackId, int], dict[int, int]]] = deque(maxlen=intervals + 1)
+        self._history: deque[tuple[float, dict[StackId, int], dict[int, int], dict[StackId, float]]] = deque(
+            maxlen=intervals + 1
+        )
 
     def observe(self, snapshot: Snapshot) -> Growth:
-        self._history.append((snapshot.taken_at, bytes_by(snapshot, stack_id), bytes_by_process(snapshot)))
+        self._history.append(
+            (snapshot.taken_at, bytes_by(snapshot, stack_id), bytes_by_process(snapshot), variance_by_stack(snapshot))
+        )
         if len(self._history) < 2:
             return Growth(intervals=self.intervals)
-        (before, _, processes_before), (now, stacks_now, processes_now) = self._history[-2], self._history[-1]
+        (before, _, processes_before, _), (now, stacks_now, processes_now, _) = self._history[-2], self._history[-1]
         elapsed = max(now - before, 1e-9)
         processes = {}
         for pid in processes_now.keys() | processes_before.keys():
@@ -79,7 +116,7 @@ class GrowthTracker:
         if len(self._history) == self.intervals + 1:
             start = self._history[0][0]
             for key, now_bytes in stacks_now.items():
-                series = [stacks.get(key, 0) for _, stacks, _ in self._history]
-                if all(b > a for a, b in zip(series, series[1:])):
+                series = [stacks.get(key, 0) for _, stacks, _, _ in self._history]
+                if grows(series, [variances.get(key, 0.0) for _, _, _, variances in self._history]):
                     leaks[key] = (now_bytes - series[0]) / max(now - start, 1e-9)
         return Growth(elapsed, processes, leaks, self.intervals)

@@ -8,6 +8,7 @@ process's maps as read at snapshot time). Nothing here knows which source made i
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field, fields
 
 
@@ -33,6 +34,19 @@ class AllocationGroup:
     @property
     def bytes(self) -> int:
         return self.size * self.count
+
+    def bytes_variance(self, sample_rate: int) -> float:
+        """The variance of bytes as an estimate from samples kept at sample_rate (0: exact, none):
+        each kept block of chance p stands for size / p bytes, with variance (1 - p) (size / p)^2."""
+        if not sample_rate or self.samples is None:
+            return 0.0
+        chance = keep_probability(self.size, sample_rate)
+        return self.samples * (1 - chance) * (self.size / chance) ** 2 if chance else 0.0
+
+
+def keep_probability(size: int, rate: int) -> float:
+    """The chance that a block of size bytes is sampled at rate (Poisson sampling over bytes)."""
+    return -math.expm1(-size / rate) if size else 0.0
 
 
 @dataclass(frozen=True)

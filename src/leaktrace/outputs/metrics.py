@@ -24,14 +24,19 @@ class _SnapshotCollector:
 
     def collect(self):
         snapshot = self.symbolized.snapshot
-        live = GaugeMetricFamily("leaktrace_live_bytes", "Bytes the process holds in live allocations", labels=LABELS)
-        blocks = GaugeMetricFamily("leaktrace_live_allocations", "Live allocations of the process", labels=LABELS)
+        estimate = " (estimated from samples: leaktrace_sample_rate_bytes)" if snapshot.sample_rate else ""
+        live = GaugeMetricFamily(
+            "leaktrace_live_bytes", f"Bytes the process holds in live allocations{estimate}", labels=LABELS
+        )
+        blocks = GaugeMetricFamily(
+            "leaktrace_live_allocations", f"Live allocations of the process{estimate}", labels=LABELS
+        )
         rate = GaugeMetricFamily(
             "leaktrace_growth_bytes_per_second", "Change of live bytes over the last interval", labels=LABELS
         )
         leaking = GaugeMetricFamily(
             "leaktrace_likely_leak",
-            "1 when a stack of the process grew in each of the last intervals (a likely leak)",
+            "1 when a stack of the process grew in each of the last intervals, beyond sampling's noise when sampled",
             labels=LABELS,
         )
         leaking_pids = {key[0] for key in self.growth.likely_leaks}

@@ -18,7 +18,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from leaktrace.analysis.symbolize import AddressSpace, Frame, SymbolizedSnapshot
 from leaktrace.model.snapshot import StackStatus
 from leaktrace.outputs.files import FileContext
-from leaktrace.outputs.text import drops_text
+from leaktrace.outputs.text import drops_text, totals_text
 
 _T = descriptor_pb2.FieldDescriptorProto
 _INT64, _UINT64, _STRING, _BOOL = _T.TYPE_INT64, _T.TYPE_UINT64, _T.TYPE_STRING, _T.TYPE_BOOL
@@ -125,10 +125,13 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
     for kind, unit in (("inuse_objects", "count"), ("inuse_space", "bytes")):
         profile.sample_type.add(type=string(kind), unit=string(unit))
     profile.default_sample_type = string("inuse_space")
-    profile.period_type.type, profile.period_type.unit, profile.period = string("space"), string("bytes"), 1
+    # Go's sampled heap profiles: the values are the estimates, the period the mean bytes between samples.
+    profile.period_type.type, profile.period_type.unit = string("space"), string("bytes")
+    profile.period = snapshot.sample_rate or 1
     profile.time_nanos = int(snapshot.taken_at * 1e9)
     profile.duration_nanos = int(duration_s * 1e9)
-    for comment in drops_text(snapshot.counters).splitlines():  # the text report's lines
+    sampled = [totals_text(snapshot)] if snapshot.sample_rate else []
+    for comment in (*drops_text(snapshot.counters).splitlines(), *sampled):  # the text report's lines
         profile.comment.append(string(comment))
 
     spaces: dict[int, AddressSpace | None] = {}  # parsed for the processes whose maps are read only
@@ -220,6 +223,8 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
         sample.label.add(key=string("bytes"), num=group.size, num_unit=string("bytes"))
         if group.inherited:
             sample.label.add(key=string("inherited"), str=string("true"))
+        if group.samples is not None:
+            sample.label.add(key=string("samples"), num=group.samples, num_unit=string("count"))
         if group.stack_status != StackStatus.CAPTURED:
             sample.label.add(key=string("stack"), str=string(group.stack_status.value))
     return gzip.compress(profile.SerializeToString(), compresslevel=GZIP_LEVEL, mtime=0)

@@ -12,11 +12,10 @@ much smaller than R, and falls to nothing for blocks much larger than R (each is
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 
-from leaktrace.model.snapshot import Snapshot
+from leaktrace.model.snapshot import Snapshot, keep_probability
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
 SEED_BITS = 63
@@ -32,11 +31,6 @@ class Sampling:
 
 
 EXACT = Sampling()  # every block kept
-
-
-def keep_probability(size: int, rate: int) -> float:
-    """The chance that a block of size bytes is sampled at rate."""
-    return -math.expm1(-size / rate) if size else 0.0
 
 
 def estimated(snapshot: Snapshot, sampling: Sampling) -> Snapshot:
