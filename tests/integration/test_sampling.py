@@ -34,20 +34,25 @@ def held(report: dict) -> dict[str, tuple[int, int]]:
     return {site: (size, samples) for site, (size, samples) in found.items()}
 
 
-def test_estimates_hold_to_the_exact_mode_at_64_kib(program, tmp_path):
-    """And go tool pprof reads the estimates from --pprof, with the rate as the profile's period
-    (as Go's sampled heap profiles carry MemProfileRate)."""
+@pytest.mark.parametrize("engine", ["preload", "bpf"])
+def test_estimates_hold_to_the_exact_mode_at_64_kib(program, tmp_path, engine):
+    """Either engine (the BPF one decides in the kernel). And go tool pprof reads the estimates
+    from --pprof, with the rate as the profile's period (as Go's sampled heap profiles carry
+    MemProfileRate)."""
     seed = random.randrange(1 << 63)
     print(f"seed {seed}")
     target = program("sampled_sites")
-    exact = held(final_report(run_command(["-c", f"{target} {MIB}", "--engine", "preload", "--json", "3600"])))
-    assert exact == {site: (MIB << 20, (MIB << 20) // size) for site, size in SITES.items()}, exact
+    exact = {site: (MIB << 20, (MIB << 20) // size) for site, size in SITES.items()}
+    if engine == "preload":  # the exact mode of the same workload (BPF's live map holds 1.2M blocks)
+        assert (
+            held(final_report(run_command(["-c", f"{target} {MIB}", "--engine", "preload", "--json", "3600"]))) == exact
+        )
     result = run_command(
         [
             "-c",
             f"{target} {MIB}",
             "--engine",
-            "preload",
+            engine,
             "--json",
             "--sample",
             "64KiB",
@@ -80,7 +85,8 @@ def test_estimates_hold_to_the_exact_mode_at_64_kib(program, tmp_path):
     assert sampled["small_site"][1] < exact["small_site"][1] // 500
 
 
-def test_each_site_stays_within_three_standard_deviations_at_the_default_rate(program):
+@pytest.mark.parametrize("engine", ["preload", "bpf"])
+def test_each_site_stays_within_three_standard_deviations_at_the_default_rate(program, engine):
     """At 512 KiB a site of B bytes in blocks of s bytes keeps about B p(s) / s samples; the
     estimate's standard deviation is s sqrt(n (1 - p) / p^2) for n blocks, sqrt(B R) for
     blocks much smaller than R, nothing for blocks much larger."""
@@ -89,7 +95,7 @@ def test_each_site_stays_within_three_standard_deviations_at_the_default_rate(pr
     rate = 512 << 10
     report = final_report(
         run_command(
-            ["-c", f"{program('sampled_sites')} {MIB}", "--engine", "preload", "--json"]
+            ["-c", f"{program('sampled_sites')} {MIB}", "--engine", engine, "--json"]
             + ["--sample", "512KiB", "--sample-seed", str(seed), "3600"]
         )
     )
@@ -134,7 +140,7 @@ def test_an_attached_process_is_sampled_and_the_library_goes_back_to_exact(progr
 @pytest.mark.parametrize(
     "words, message",
     [
-        (["--sample", "512KiB"], "--sample works with the in-process engine (--engine preload) only"),
+        (["--sample", "2GiB"], "'2GiB' is more than 1 GiB between samples"),
         (["--sample", "lots", "--engine", "preload"], "'lots' is not a number of bytes"),
         (["--sample-seed", "3", "--engine", "preload"], "--sample-seed needs --sample"),
         (["--sample", "1MiB", "--engine", "preload", "--leak-track"], "--leak-track needs every block"),

@@ -32,7 +32,6 @@ def start_preload(
     process: one started with the library elsewhere is asked for dumps, any other has the
     library put into it (and taken out at the end)."""
     from leaktrace.sources.preload.trace import PreloadTrace
-    from leaktrace.sources.sampling import Sampling, random_seed
 
     # The user's string (allocator-side options included), then what the flags decided: last wins.
     stacks = (
@@ -45,10 +44,9 @@ def start_preload(
     options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != SIZE_MAX else []
     options += ["leak_track"] if args.leak_track else []
     told = " ".join(option for option in options if option)
-    sampling = Sampling(args.sample, args.sample_seed if args.sample_seed is not None else random_seed())
     if args.pid is not None:
-        return PreloadTrace.attach(args.pid, told, sampling), f"pid {args.pid}"
-    trace = PreloadTrace.launch(command_argv(args), told, sampling)
+        return PreloadTrace.attach(args.pid, told, settings.sampling), f"pid {args.pid}"
+    trace = PreloadTrace.launch(command_argv(args), told, settings.sampling)
     return trace, f"command '{args.command}' {trace.pid}"
 
 

@@ -24,6 +24,7 @@ from leaktrace.outputs.files import FILE_FORMATS
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.platform.process import program_behind, resolve_executable
 from leaktrace.sources.bpf.compile import EngineSettings
+from leaktrace.sources.sampling import EXACT, Sampling, parse_size, random_seed
 from leaktrace.unwind.python_code import named_like_python
 
 from . import ArgumentParser, bounded_int
@@ -261,8 +262,9 @@ def _add_engine(parser: ArgumentParser) -> None:
         default=0,
         metavar="BYTES",
         help="sample by bytes, a block every BYTES on average (512KiB, 2MiB, a number; 0: every call, "
-        "the default): estimates cheap enough for a service, in-process (--engine preload) only; "
-        "exact mode is for CI gates, --leak-check and Android's files",
+        "the default): estimates cheap enough for a service (cheapest with --engine preload; "
+        "the BPF engine decides in the kernel, its traps stay); exact mode is for CI gates, "
+        "--leak-check and Android's files",
     )
     parser.add_argument(
         "--sample-seed",
@@ -339,7 +341,17 @@ def engine_settings(args: argparse.Namespace, config: MallocDebugConfig) -> Engi
         follow_forks=args.follow_forks,
         unwind=args.unwind,
         python_frames=_may_run_python(args),
+        sampling=_sampling(args),
     )
+
+
+def _sampling(args: argparse.Namespace) -> Sampling:
+    """--sample and its seed (a random one when not given, then kept in args: one per run)."""
+    if not args.sample:
+        return EXACT
+    if args.sample_seed is None:
+        args.sample_seed = random_seed()
+    return Sampling(args.sample, args.sample_seed)
 
 
 def _may_run_python(args: argparse.Namespace) -> bool:
@@ -388,14 +400,18 @@ def check_output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> N
 
 
 def _sample_rate(text: str) -> int:
-    from leaktrace.sources.sampling import parse_size
-
     try:
-        return parse_size(text)
+        rate = parse_size(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"'{text}' is not a number of bytes (such as 524288, 512KiB or 2MiB)"
         ) from None
+    if rate > MAX_SAMPLE_RATE:
+        raise argparse.ArgumentTypeError(f"'{text}' is more than 1 GiB between samples")
+    return rate
+
+
+MAX_SAMPLE_RATE = 1 << 30  # a sample every 1 GiB at most: the kernel's draw multiplies it in 64 bits
 
 
 # What a sampled trace cannot give: every block, or Android's files of every block.
@@ -410,13 +426,11 @@ _EXACT_ONLY = (
 
 
 def check_sampling(args: argparse.Namespace) -> None:
-    """--sample is the in-process engine's, and leaves out what needs every block."""
+    """--sample leaves out what needs every block."""
     if args.sample_seed is not None and not args.sample:
         raise UsageError("--sample-seed needs --sample")
     if not args.sample:
         return
-    if args.engine != "preload":
-        raise UsageError("--sample works with the in-process engine (--engine preload) only")
     given = [flag for flag, name in _EXACT_ONLY if getattr(args, name) not in (None, False, "no")]
     if given:
         raise UsageError(f"{given[0]} needs every block: leave out --sample (exact mode)")

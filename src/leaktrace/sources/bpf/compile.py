@@ -22,6 +22,7 @@ from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI
+from leaktrace.sources.sampling import EXACT, Sampling
 from leaktrace.unwind.python_layout import PYTHON_MAX_FRAMES
 
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
@@ -55,6 +56,7 @@ class EngineSettings:
     leak_check_at_exit: bool = False
     python_frames: bool = False  # walk the Python frames of CPython 3.11 processes (their stacks get 32 words more)
     unwind: str = "dwarf"  # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
+    sampling: Sampling = EXACT  # --sample: decided in the kernel, before any walk or map update
     max_unwind_rows: int = 1 << 20  # CFI rows of every module traced (12 bytes each, preallocated)
     max_unwind_pages: int = 1 << 18  # their page index: 512 bytes of code each (8 bytes each, preallocated)
     # Compiled unwind tables kept across starts (None: none kept); LEAKTRACE_CACHE_DIR overrides.
@@ -126,6 +128,8 @@ def program_cflags(settings: EngineSettings, target: int) -> list[str]:
             f"-DUNWIND_DWARF={int(s.unwind == 'dwarf')}",
             f"-DMAX_ROWS={s.max_unwind_rows}",
             f"-DMAX_PAGES={s.max_unwind_pages}",
+            f"-DSAMPLE_BYTES={s.sampling.rate}ULL",
+            f"-DSAMPLE_SEED={s.sampling.seed}ULL",
         ]
         + _tracepoint_cflags(follow_forks)
         + _hold_cflags(follow_forks)

@@ -85,8 +85,10 @@ struct pending_call {
     u64 arg;  // realloc: old pointer; posix_memalign: memptr
     u32 kind;
     u32 gen;      // the caller's image generation
-    u32 has_old;  // realloc removed a recorded block at entry
-    u32 pad;
+    u32 has_old;    // realloc removed a recorded block at entry
+    u32 unsampled;  // --sample: the block this call makes is not kept
+    u64 sample_state;     // --sample: the thread's xorshift64* generator (0: not seeded yet)
+    s64 bytes_to_sample;  // --sample: bytes to the thread's next sample point (0: none drawn yet)
     struct live_val old;
     struct stack_capture stack;
     struct walk_state walk;
@@ -473,6 +475,56 @@ static __always_inline void hold_for_tables(u32 tgid, u32 gen)
 }
 #endif
 
+#if SAMPLE_BYTES
+// The bytes to the thread's next sample point: an exponential draw of mean SAMPLE_BYTES,
+// -ln(x / 2^32) for a uniform x from the thread's generator (seeded with SAMPLE_SEED and the
+// thread's id), computed in Q16 fixed point: log2 x's integer part by halving, its fraction
+// by squaring the mantissa, a bit a step.
+static __always_inline s64 sample_distance(struct pending_call *call)
+{
+    u64 state = call->sample_state;
+    if (!state)
+        state = ((u64)SAMPLE_SEED + (u32)bpf_get_current_pid_tgid()) * 0x9e3779b97f4a7c15ULL | 1;
+    state ^= state >> 12, state ^= state << 25, state ^= state >> 27;
+    call->sample_state = state;
+    u64 x = (state * 0x2545f4914f6cdd1dULL) >> 32 | 1, rest = x;  // in [1, 2^32)
+    u64 whole = 0;
+    if (rest >> 16)
+        rest >>= 16, whole += 16;
+    if (rest >> 8)
+        rest >>= 8, whole += 8;
+    if (rest >> 4)
+        rest >>= 4, whole += 4;
+    if (rest >> 2)
+        rest >>= 2, whole += 2;
+    if (rest >> 1)
+        whole += 1;
+    u64 mantissa = x << (31 - whole), fraction = 0;  // [1, 2) in Q31
+#pragma clang loop unroll(disable)
+    for (int bit = 0; bit < 16; bit++) {
+        mantissa = mantissa * mantissa >> 31;  // [1, 4) in Q31
+        u64 carry = mantissa >> 32;            // no branch: each would double the verifier's paths
+        mantissa >>= carry, fraction = fraction << 1 | carry;
+    }
+    u64 log2_x = whole << 16 | fraction;
+    u64 exponential = ((32ULL << 16) - log2_x) * 45426 >> 16;  // ln 2 = 45426 / 2^16
+    return (s64)((u64)SAMPLE_BYTES * exponential >> 16) + 1;
+}
+
+// Whether the block of size bytes this call makes is sampled: the thread's countdown passed
+// a sample point within it (chance 1 - exp(-size / SAMPLE_BYTES)).
+static __always_inline int take_sample(struct pending_call *call, u64 size)
+{
+    if (!call->bytes_to_sample)
+        call->bytes_to_sample = sample_distance(call);  // the thread's first call
+    call->bytes_to_sample -= (s64)size;
+    if (call->bytes_to_sample > 0)
+        return 0;
+    call->bytes_to_sample = sample_distance(call);  // memoryless: the next point, from the block's end
+    return 1;
+}
+#endif
+
 static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u64 arg)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -514,12 +566,15 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
     call->arg = arg;
     call->kind = kind;
     call->gen = gen;
+#if SAMPLE_BYTES
+    call->unsampled = !take_sample(call, size);
+#endif
     // realloc releases the old block before it returns; forget it now so that
     // another thread can be handed the same address without a clash.
     call->has_old = 0;
     if (kind == K_REALLOC && arg) {
         call->has_old = live_remove(tgid, gen, arg, &call->old);
-        if (!call->has_old)
+        if (!call->has_old && !SAMPLE_BYTES)  // sampled, most blocks are not kept
             count(C_UNKNOWN_FREE);
     }
     return 0;
@@ -549,6 +604,8 @@ static __always_inline int exit_call(struct pt_regs *ctx)
     }
     if (!addr)
         return 0;  // a failed call takes no stack
+    if (made && call->unsampled)
+        return 0;  // --sample: not kept, no walk
     if (made && wants_stack(call->size)) {
         // The walk starts at the return address, where the kernel has put the instruction
         // pointer back (no user read), with the caller's sp and rbp (callee-saved).
@@ -800,8 +857,8 @@ int free_enter(struct pt_regs *ctx)
     if (!gen)
         return 0;
     struct live_val gone;
-    if (live_remove(tgid, gen, addr, &gone))
-        return 0;
+    if (live_remove(tgid, gen, addr, &gone) || SAMPLE_BYTES)
+        return 0;  // sampled, most frees are of blocks not kept
     // Only a miss asks whether a call is in flight: most frees are not nested.
     struct pending_call *outer = thread_call(0);
     if (outer && PT_REGS_SP(ctx) <= outer->entry_sp) {

@@ -36,6 +36,7 @@ from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.python_code import PythonCodeCapture
+from leaktrace.sources.sampling import estimated
 
 MAPS_REFRESH = 0.2  # seconds between reads of traced processes' maps (dlopen'ed modules get tables)
 UNJUDGED_SHOWN = 5  # pids a notice names of the processes that exited without their leak check
@@ -203,6 +204,7 @@ class BpfTrace(PollingSource, ProcessTracking):
             None if allocations is None else tuple(allocations),
             leak_checks=tuple(judged),
         )
+        snapshot = estimated(snapshot, self.engine.settings.sampling)
         return self._python_code.attach(snapshot)  # the code its Python frames name, read while they live
 
     def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
