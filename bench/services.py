@@ -13,7 +13,9 @@ any uprobe tracer, bench/empty_probes.py); leaktrace --engine preload (-c, and -
 put into the running server); memleak-bpfcc -p
 (it cannot probe jemalloc, which lacks the mmap it also probes: a run where a tool died is
 reported as failed, never as a figure; `memleak -c` attaches after its command starts, so
-it is left out of the defaults); heaptrack. Rounds are interleaved (each round runs every
+it is left out of the defaults); heaptrack. Sampled at 512 KiB: `preload -p --sample` and
+`leaktrace -p --sample` (BPF), beside jemalloc's own profiler restarted with
+`prof:true,lg_prof_sample:19` (`jemalloc prof`) and `empty probes`. Rounds are interleaved (each round runs every
 tool once) and medians printed.
 """
 
@@ -38,6 +40,7 @@ HERE = Path(__file__).parent
 PYTHON = sys.executable
 LEAKTRACE = [PYTHON, "-m", "leaktrace.cli"]
 REDIS_TESTS = ("SET", "GET", "LPUSH", "LPOP")
+redis_tests = list(REDIS_TESTS)  # --redis-tests
 LXML_SCRIPT = """
 import sys, time
 from lxml import etree
@@ -79,6 +82,8 @@ def stop(process: subprocess.Popen, sig: int = signal.SIGINT) -> None:
         process.wait()
 
 
+SETTLE_SECONDS = 2  # after a tool says it is attached, before the workload is timed
+
 # Tools attached to a running process: argv (PID filled in) and the line that says it is live.
 ATTACH = {
     "leaktrace -p": (LEAKTRACE + ["-p", "{pid}", "3600"], "stderr", "probes live"),
@@ -90,6 +95,13 @@ ATTACH = {
         "stderr",
         "attached in-process",
     ),
+    # Sampled by bytes at 512 KiB (Go's and jemalloc's rate): in-process, and decided in the kernel.
+    "preload -p --sample": (
+        LEAKTRACE + ["--engine", "preload", "-p", "{pid}", "--sample", "512KiB", "3600"],
+        "stderr",
+        "attached in-process",
+    ),
+    "leaktrace -p --sample": (LEAKTRACE + ["-p", "{pid}", "--sample", "512KiB", "3600"], "stderr", "probes live"),
     "empty probes": ([PYTHON, str(HERE / "empty_probes.py"), "-p", "{pid}"], "stdout", "attached"),
     "memleak -p": (["memleak-bpfcc", "-O", "{library}", "-p", "{pid}", "3600"], "stdout", "Attaching to pid"),
 }
@@ -100,6 +112,10 @@ LAUNCH = {
     "empty probes": [PYTHON, str(HERE / "empty_probes.py")],
     "memleak -c": ["memleak-bpfcc", "-O", "{library}", "3600", "-c"],
     "heaptrack": ["heaptrack", "-o", "{out}/heaptrack"],
+    # A fresh untraced service, as the launching tools start one: their baseline beside "untraced".
+    "restarted": ["env"],
+    # jemalloc's own sampling profiler (Debian's has prof compiled in), restarted with it: the anchor.
+    "jemalloc prof": ["env", "MALLOC_CONF=prof:true,lg_prof_sample:19"],
 }
 ONE_STRING = {"leaktrace -c", "preload -c", "memleak -c"}  # they take the command as one string
 
@@ -121,8 +137,9 @@ def attached(tool: str, pid: int) -> subprocess.Popen:
         text=True,
     )
     wait_for(process.stdout if stream == "stdout" else process.stderr, ready)
-    if tool == "memleak -p":
-        time.sleep(1)  # its probes go in after the line
+    # The steady state, not the attach: memleak's probes go in after its line, and the first
+    # second after an in-process attach pays for the library's first pages and threads.
+    time.sleep(SETTLE_SECONDS)
     return process
 
 
@@ -138,7 +155,7 @@ def launched(tool: str | None, argv: list[str], out: str, **popen) -> subprocess
 def redis_benchmark(port: int, requests: int) -> dict[str, float]:
     result = subprocess.run(
         ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-q", "-P", "16", "-n", str(requests)]
-        + ["-t", ",".join(test.lower() for test in REDIS_TESTS), "--csv"],
+        + ["-t", ",".join(test.lower() for test in redis_tests), "--csv"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -261,11 +278,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200_000, help="redis-benchmark requests per test")
     parser.add_argument("--scale", type=int, default=1, help="db_bench and lxml work, in units")
     parser.add_argument("--only", default="redis,db_bench,lxml")
+    parser.add_argument("--redis-tests", default=",".join(REDIS_TESTS), help="redis-benchmark's tests, by name")
     parser.add_argument(
         "--tools",
         default="untraced,leaktrace -p,preload -p,empty probes,memleak -p,leaktrace -c,preload -c,heaptrack",
     )
     args = parser.parse_args()
+    redis_tests[:] = args.redis_tests.upper().split(",")
     tools = args.tools.split(",")
     only = set(args.only.split(","))
     results: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))

@@ -9,14 +9,14 @@ one interval after they stop growing; a leak that grows slower than once per
 interval is not flagged (lengthen the interval).
 
 Sampled snapshots (--sample) hold estimates, which move when a steady stack's blocks are
-replaced by others sampled anew. There a stack is a likely leak when its estimate never
-fell over the intervals and rose by more than LEAK_DEVIATIONS standard deviations of the
-two estimates' difference (the Poisson variance of each: AllocationGroup.bytes_variance).
-A leak's kept blocks stay kept, so its estimate never falls; a steady stack's rises and
-falls, and passes the test about once in 20,000 intervals when all its blocks are replaced
-each interval (the worst case). The variance bounds the noise of the whole estimate, so a
-leak slow beside what its stack already holds is flagged only while young: lengthen
---growth-intervals, or trace it exactly.
+replaced by others sampled anew. There a stack is a likely leak when its estimate never fell
+over the intervals, rose in at least half of them, and rose by more than LEAK_DEVIATIONS
+standard deviations of what noise could give: the Poisson variance of the samples it gained
+(AllocationGroup.bytes_variance of the newest estimate less the oldest's), plus its churn,
+the variance per interval its falls over the last CHURN_STEPS intervals show. A leak's kept
+blocks stay kept, so it never falls and stays flagged while it grows by some 16 samples a
+window; a steady stack falls as it rises, and its falls measure its noise. A sampled stack is
+judged once the tracker has seen twice the window, so that its falls are known.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from leaktrace.model.snapshot import AllocationGroup, Snapshot, StackStatus
 StackId = tuple[int, tuple[int, ...], StackStatus, bool]  # pid, stack, status, inherited
 K = TypeVar("K")
 LEAK_DEVIATIONS = 4.0  # a sampled stack's rise, in standard deviations, that flags it
+CHURN_STEPS = 20  # intervals whose falls measure a sampled stack's churn
 
 
 def stack_id(group: AllocationGroup) -> StackId:
@@ -79,25 +80,30 @@ def variance_by_stack(snapshot: Snapshot) -> dict[StackId, float]:
     return dict(totals)
 
 
-def grows(series: list[int], variances: list[float]) -> bool:
-    """Whether a stack's live bytes over the window grew: each interval when exact, beyond
-    sampling's noise when estimated."""
+def grows(history: list[int], variances: list[float], intervals: int) -> bool:
+    """Whether a stack's live bytes grew over the last `intervals` of its history: in each of
+    them when exact, beyond sampling's noise when estimated (variances: the window's, oldest
+    first)."""
+    window = history[-(intervals + 1) :]
+    steps = list(zip(window, window[1:]))
     if not any(variances):
-        return all(b > a for a, b in zip(series, series[1:]))
-    rise = series[-1] - series[0]
-    return all(b >= a for a, b in zip(series, series[1:])) and rise > LEAK_DEVIATIONS * math.sqrt(
-        variances[0] + variances[-1]
-    )
+        return all(b > a for a, b in steps)
+    if any(b < a for a, b in steps) or 2 * sum(b > a for a, b in steps) < len(steps):
+        return False
+    falls = [min(b - a, 0) for a, b in zip(history, history[1:])]
+    churn = 2 * sum(fall * fall for fall in falls) / len(falls) * len(steps)
+    gained = max(variances[-1] - variances[0], 0.0)
+    return window[-1] - window[0] > LEAK_DEVIATIONS * math.sqrt(gained + churn)
 
 
 class GrowthTracker:
     """Fed every snapshot in turn; keeps the last `intervals` + 1 of them (as byte totals, and
-    their variances when sampled)."""
+    their variances when sampled), and CHURN_STEPS more for sampled stacks' churn."""
 
     def __init__(self, intervals: int = 3):
         self.intervals = intervals
         self._history: deque[tuple[float, dict[StackId, int], dict[int, int], dict[StackId, float]]] = deque(
-            maxlen=intervals + 1
+            maxlen=intervals + 1 + CHURN_STEPS
         )
 
     def observe(self, snapshot: Snapshot) -> Growth:
@@ -113,10 +119,12 @@ class GrowthTracker:
             delta = processes_now.get(pid, 0) - processes_before.get(pid, 0)
             processes[pid] = ProcessGrowth(delta, delta / elapsed)
         leaks = {}
-        if len(self._history) == self.intervals + 1:
-            start = self._history[0][0]
+        window = list(self._history)[-(self.intervals + 1) :]
+        judged = 2 * self.intervals + 1 if snapshot.sample_rate else self.intervals + 1
+        if len(self._history) >= judged:
+            start = window[0][0]
             for key, now_bytes in stacks_now.items():
-                series = [stacks.get(key, 0) for _, stacks, _, _ in self._history]
-                if grows(series, [variances.get(key, 0.0) for _, _, _, variances in self._history]):
-                    leaks[key] = (now_bytes - series[0]) / max(now - start, 1e-9)
+                history = [stacks.get(key, 0) for _, stacks, _, _ in self._history]
+                if grows(history, [variances.get(key, 0.0) for _, _, _, variances in window], self.intervals):
+                    leaks[key] = (now_bytes - history[-self.intervals - 1]) / max(now - start, 1e-9)
         return Growth(elapsed, processes, leaks, self.intervals)

@@ -586,6 +586,9 @@ EXPORT size_t malloc_usable_size(void *pointer)
 {
     if (!pointer)
         return 0;
+    // Sampling: a block not kept is the allocator's alone (redis asks for every block's size).
+    if (__builtin_expect(sample_bytes != 0, 0) && !maybe_sampled(pointer))
+        return block_usable_size(pointer);
     if (!ready())
         return block_usable_size(pointer);
     library_enter();
