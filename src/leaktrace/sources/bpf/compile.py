@@ -21,21 +21,33 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
-from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI
+from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION
 from leaktrace.sources.sampling import EXACT, Sampling
 from leaktrace.unwind.python_layout import PYTHON_MAX_FRAMES
 
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
-# alloc_return tail-calls, which must be loaded as its caller is.
-LINKED_PROGRAMS = (
-    b"alloc_enter",
-    b"alloc_return",
-    b"free_enter",
-    b"exit_stop",
-    b"python_stop",
-    b"modules_changed",
-    b"unwind_frames",
-)
+# the allocating calls' return tail-calls, which must be loaded as its caller is.
+LINKED_PROGRAMS = (b"free_enter", b"exit_stop", b"python_stop", b"modules_changed")
+SESSION_KERNEL = (6, 13)  # the first with uprobe sessions
+
+
+def returns_by_session(settings: EngineSettings) -> bool:
+    """Whether the allocating calls are probed by one uprobe session program, whose entry run
+    skips the return of a call not sampled (a trap saved), rather than an entry and a return
+    program: when sampling, on a kernel that has sessions."""
+    release = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return bool(settings.sampling.rate) and bool(release) and tuple(map(int, release.groups())) >= SESSION_KERNEL
+
+
+def linked_programs(settings: EngineSettings) -> dict[bytes, int]:
+    """Each program loaded for a link, with the attach type it is loaded for."""
+    if returns_by_session(settings):
+        calls = {b"alloc_session": BPF_TRACE_UPROBE_SESSION, b"unwind_frames": BPF_TRACE_UPROBE_SESSION}
+    else:
+        calls = {p: BPF_TRACE_UPROBE_MULTI for p in (b"alloc_enter", b"alloc_return", b"unwind_frames")}
+    return calls | {program: BPF_TRACE_UPROBE_MULTI for program in LINKED_PROGRAMS}
+
+
 TERMINAL_MEMBERS = {("task_struct", "signal"): "TASK_SIGNAL", ("signal_struct", "tty"): "SIGNAL_TTY"}
 FSBASE_MEMBERS = (("task_struct", "thread"), ("thread_struct", "fsbase"))  # a task's TLS base: their sum
 VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
@@ -130,6 +142,7 @@ def program_cflags(settings: EngineSettings, target: int) -> list[str]:
             f"-DMAX_PAGES={s.max_unwind_pages}",
             f"-DSAMPLE_BYTES={s.sampling.rate}ULL",
             f"-DSAMPLE_SEED={s.sampling.seed}ULL",
+            f"-DRETURN_SESSION={int(returns_by_session(s))}",
         ]
         + _tracepoint_cflags(follow_forks)
         + _hold_cflags(follow_forks)
@@ -183,9 +196,9 @@ def first_error_line(text: str) -> str:
 class Compiling(threading.Thread):
     """The compile for cflags and the load of the linked programs, under way in a thread."""
 
-    def __init__(self, cflags: list[str]):
+    def __init__(self, cflags: list[str], programs: dict[bytes, int]):
         super().__init__(name="bcc compile", daemon=True)
-        self.cflags, self._source = cflags, bpf_source().encode()
+        self.cflags, self.programs, self._source = cflags, programs, bpf_source().encode()
         self._value: tuple[BPF, dict[bytes, int]] | None = None
         self._error: RuntimeFailure | None = None
         self.start()
@@ -195,8 +208,8 @@ class Compiling(threading.Thread):
             try:
                 bpf = BPF(text=self._source, cflags=self.cflags)
                 programs = {
-                    program: bpf.load_func(program, BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
-                    for program in LINKED_PROGRAMS
+                    program: bpf.load_func(program, BPF.KPROBE, attach_type=attach_type).fd
+                    for program, attach_type in self.programs.items()
                 }
                 self._value = bpf, programs
                 return
@@ -228,7 +241,7 @@ def compile_ahead(settings: EngineSettings, target: int) -> Compiling:
     """Starts the compile an engine for (settings, target) will ask for."""
     global _ahead
     discard_compile_ahead()
-    _ahead = Compiling(program_cflags(settings, target))
+    _ahead = Compiling(program_cflags(settings, target), linked_programs(settings))
     return _ahead
 
 
@@ -244,8 +257,9 @@ def claim_or_start_compile(settings: EngineSettings, target: int) -> Compiling:
     """The compile started ahead for these flags, or a new one."""
     global _ahead
     cflags = program_cflags(settings, target)
-    if _ahead is not None and _ahead.cflags == cflags:
+    programs = linked_programs(settings)
+    if _ahead is not None and (_ahead.cflags, _ahead.programs) == (cflags, programs):
         ahead, _ahead = _ahead, None
         return ahead
     discard_compile_ahead()  # two compiles would both redirect fds 1 and 2
-    return Compiling(cflags)
+    return Compiling(cflags, programs)

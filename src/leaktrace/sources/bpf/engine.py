@@ -15,8 +15,8 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import ARGUMENT_REGISTERS
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import MapsFollower, live_thread, read_process
-from leaktrace.sources.bpf.compile import EngineSettings, bcc_output, claim_or_start_compile
+from leaktrace.platform.process import MapsFollower, live_thread, maps_device, read_process
+from leaktrace.sources.bpf.compile import EngineSettings, bcc_output, claim_or_start_compile, returns_by_session
 from leaktrace.sources.bpf.inheritance import ForkInheritance
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
@@ -39,7 +39,12 @@ from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: gener
     F_VALLOC,
     NO_TABLES_STOP,
 )
-from leaktrace.sources.bpf.links import attach_uprobes, reference_counter_conflicts
+from leaktrace.sources.bpf.links import (
+    BPF_TRACE_UPROBE_MULTI,
+    BPF_TRACE_UPROBE_SESSION,
+    attach_uprobes,
+    reference_counter_conflicts,
+)
 from leaktrace.sources.bpf.map_reading import MapReader
 from leaktrace.sources.bpf.process_registry import ProcessRegistry
 from leaktrace.sources.bpf.unwind_upload import UnwindUpload
@@ -173,6 +178,7 @@ class BpfEngine:
         self.loader = loader  # -c: the command's ld.so, whose _dl_debug_state says modules changed
         self.python_library = python_library  # -c: the command's CPython, stopped in its Py_FinalizeEx
         self.probes: list[AttachedProbe] = []
+        self.exit_hold_spots: tuple[tuple[str, int, int], ...] = ()  # (device, inode, file offset) of _exit's probes
         self.unprobed: list[Placement] = []  # functions left to the probe of the one they tail-call
         # The target's first thread had exited (pthread_exit) when it was attached to.
         self.leader_exited = bool(target) and live_thread(target) not in (target, None)
@@ -205,14 +211,20 @@ class BpfEngine:
         return named
 
     def _link(
-        self, program: bytes, library: ElfFile, offsets: list[int], cookies: list[int], returns: bool = False
+        self,
+        program: bytes,
+        library: ElfFile,
+        offsets: list[int],
+        cookies: list[int],
+        returns: bool = False,
+        attach_type: int = BPF_TRACE_UPROBE_MULTI,
     ) -> None:
         # Children are only seen by probes that fire in every process (pid 0); so is a process whose
         # first thread has exited (the kernel's pid filter matches its address space, gone with it).
         pid = 0 if self.settings.follow_forks or self.leader_exited else self.target
         try:  # by descriptor: the very file that was read (a target's, with its rights)
             self._links.append(
-                attach_uprobes(self._programs[program], library.descriptor, offsets, cookies, pid, returns)
+                attach_uprobes(self._programs[program], library.descriptor, offsets, cookies, pid, returns, attach_type)
             )
         except OSError as e:
             if self.target and not os.path.exists(f"/proc/{self.target}"):
@@ -262,9 +274,12 @@ class BpfEngine:
         free = AttachedProbe(elf.path, "free", functions["free"], placements["free"])
         offsets = file_offsets(elf, [probe.placement.address for probe in allocating + [free]])
         cookies = [probe_cookie(*PROBES[probe.function], probe.placement) for probe in allocating]
-        self._link(b"alloc_enter", elf, offsets[:-1], cookies)
         # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
-        self._link(b"alloc_return", elf, offsets[:-1], cookies, returns=True)
+        if returns_by_session(self.settings):
+            self._link(b"alloc_session", elf, offsets[:-1], cookies, attach_type=BPF_TRACE_UPROBE_SESSION)
+        else:
+            self._link(b"alloc_enter", elf, offsets[:-1], cookies)
+            self._link(b"alloc_return", elf, offsets[:-1], cookies, returns=True)
         self._link(b"free_enter", elf, offsets[-1:], [probe_cookie(0, FREE.arguments, free.placement)])
         self.probes += allocating + [free]
 
@@ -278,6 +293,10 @@ class BpfEngine:
         try:
             layouts = [(library, *self._placements(library)) for library in self.libraries]
             stops = self._exit_stops()
+            # Where a process held at its exit stands: below its stack pointer lies nothing live.
+            self.exit_hold_spots = tuple(
+                (maps_device(elf.identity[0]), elf.identity[1], offset) for elf, offsets in stops for offset in offsets
+            )
             target_follower = MapsFollower()
             if target_maps is not None:
                 target_follower.follow(target_maps.maps)

@@ -48,6 +48,9 @@
 // up in /proc/kallsyms, which took 40% of the compile here.
 static long (*read_user)(void *dst, u32 size, const void *unsafe_ptr) = (void *)BPF_FUNC_probe_read_user;
 
+// An entry run's answer in a uprobe session: skip this call's return run (other entries ignore it).
+#define NO_RETURN_RUN 1
+
 enum call_kind {
     K_ALLOC,    // malloc, calloc, aligned_alloc, memalign, valloc, pvalloc
     K_REALLOC,  // realloc, reallocarray
@@ -89,6 +92,7 @@ struct pending_call {
     u32 unsampled;  // --sample: the block this call makes is not kept
     u64 sample_state;     // --sample: the thread's xorshift64* generator (0: not seeded yet)
     s64 bytes_to_sample;  // --sample: bytes to the thread's next sample point (0: none drawn yet)
+    u64 return_ip;        // a uprobe session: where the call returns, which tells its return run
     struct live_val old;
     struct stack_capture stack;
     struct walk_state walk;
@@ -530,7 +534,7 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u32 gen = calling_gen(tgid);
     if (!gen)
-        return 0;
+        return NO_RETURN_RUN;
 #if HOLD_IMAGES
     if (TRACE_ALL || tgid != TARGET_TGID)
         hold_for_tables(tgid, gen);
@@ -538,7 +542,7 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
     struct pending_call *call = thread_call(1);
     if (!call) {
         count(C_PENDING_LOST);
-        return 0;
+        return NO_RETURN_RUN;
     }
 #if !TRACE_ALL
     if (tgid == TARGET_TGID) {
@@ -557,18 +561,32 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
         // Equal sp: a tail call (glibc's reallocarray jumps to realloc).
         if (sp <= call->entry_sp) {
             count(C_NESTED);
-            return 0;
+            return NO_RETURN_RUN;
         }
         count(C_STALE_CALL);
     }
+#if SAMPLE_BYTES
+    u32 unsampled = !take_sample(call, size);
+#if RETURN_SESSION
+    // Not kept: neither a record nor a return run. realloc keeps its return run: the old block
+    // it removes below comes back if the call fails, and the malloc it may make inside is nested.
+    if (unsampled && kind != K_REALLOC) {
+        call->entry_sp = 0;
+        return NO_RETURN_RUN;
+    }
+    if (read_user(&call->return_ip, sizeof(call->return_ip), (void *)sp)) {
+        call->entry_sp = 0;
+        count(C_PENDING_LOST);
+        return NO_RETURN_RUN;
+    }
+#endif
+    call->unsampled = unsampled;
+#endif
     call->entry_sp = sp;
     call->size = size;
     call->arg = arg;
     call->kind = kind;
     call->gen = gen;
-#if SAMPLE_BYTES
-    call->unsampled = !take_sample(call, size);
-#endif
     // realloc releases the old block before it returns; forget it now so that
     // another thread can be handed the same address without a clash.
     call->has_old = 0;
@@ -802,7 +820,7 @@ static __always_inline u64 argument(struct pt_regs *ctx, u64 cookie, u32 index, 
 // One program for every allocating entry point; the cookie of the probe's
 // link says which function it sits on (F_*, as engine.py numbers them) and
 // where its arguments are.
-int alloc_enter(struct pt_regs *ctx)
+static __always_inline int alloc_entry(struct pt_regs *ctx)
 {
     u64 cookie = bpf_get_attach_cookie(ctx);
     u64 a = argument(ctx, cookie, 0, PT_REGS_PARM1(ctx));
@@ -816,7 +834,7 @@ int alloc_enter(struct pt_regs *ctx)
         break;
     case F_CALLOC:
         if (product_overflows(a, b))
-            return 0;  // calloc fails without allocating
+            return NO_RETURN_RUN;  // calloc fails without allocating
         size = a * b;
         break;
     case F_REALLOC:
@@ -824,7 +842,7 @@ int alloc_enter(struct pt_regs *ctx)
         break;
     case F_REALLOCARRAY:
         if (product_overflows(b, c))
-            return 0;  // fails with ENOMEM, the old block stays
+            return NO_RETURN_RUN;  // fails with ENOMEM, the old block stays
         kind = K_REALLOC, size = b * c, arg = a;
         break;
     case F_POSIX_MEMALIGN:
@@ -837,16 +855,34 @@ int alloc_enter(struct pt_regs *ctx)
         size = (a + PAGE_BYTES - 1) & ~((u64)PAGE_BYTES - 1);
         break;
     default:
-        return 0;
+        return NO_RETURN_RUN;
     }
     // One call site: each inlined copy of enter_call lengthens bcc's compile.
     return enter_call(ctx, kind, size, arg);
+}
+
+#if RETURN_SESSION
+// A uprobe session (Linux 6.13+): one program runs at the entry and, unless the entry run
+// returned NO_RETURN_RUN, at the return. The return run is the one of the call this thread
+// has in flight, back at its return address with the stack pointer just above its own.
+int alloc_session(struct pt_regs *ctx)
+{
+    struct pending_call *call = thread_call(0);
+    if (call && call->entry_sp && PT_REGS_SP(ctx) == call->entry_sp + 8 && PT_REGS_IP(ctx) == call->return_ip)
+        return exit_call(ctx);
+    return alloc_entry(ctx);
+}
+#else
+int alloc_enter(struct pt_regs *ctx)
+{
+    return alloc_entry(ctx);
 }
 
 int alloc_return(struct pt_regs *ctx)
 {
     return exit_call(ctx);
 }
+#endif
 
 int free_enter(struct pt_regs *ctx)
 {

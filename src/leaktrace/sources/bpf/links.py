@@ -16,6 +16,7 @@ from leaktrace.platform.system import bpf
 
 BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48  # the program's expected attach type, and the link's
+BPF_TRACE_UPROBE_SESSION = 57  # Linux 6.13+: one program at the entry and, if it asks, the return
 BPF_F_UPROBE_MULTI_RETURN = 1
 
 
@@ -39,17 +40,24 @@ class _LinkCreateAttr(ct.Structure):
 
 
 def attach_uprobes(
-    prog_fd: int, path: str, offsets: list[int], cookies: list[int], pid: int, returns: bool = False
+    prog_fd: int,
+    path: str,
+    offsets: list[int],
+    cookies: list[int],
+    pid: int,
+    returns: bool = False,
+    attach_type: int = BPF_TRACE_UPROBE_MULTI,
 ) -> int:
     """Attaches prog_fd at these file offsets of path (on return from the functions there when
-    `returns`), in process pid only unless pid is 0; returns the link's fd (close it to detach)."""
+    `returns`; at both in a session, the attach type the program was loaded with), in process
+    pid only unless pid is 0; returns the link's fd (close it to detach)."""
     count = len(offsets)
     offset_array = (ct.c_uint64 * count)(*offsets)
     cookie_array = (ct.c_uint64 * count)(*cookies)
     path_buffer = ct.create_string_buffer(os.fsencode(path))
     attr = _LinkCreateAttr(
         prog_fd=prog_fd,
-        attach_type=BPF_TRACE_UPROBE_MULTI,
+        attach_type=attach_type,
         path=ct.addressof(path_buffer),
         offsets=ct.addressof(offset_array),
         cookies=ct.addressof(cookie_array),
