@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import RSP_INDEX, USER_REGS_WORDS
+from leaktrace.platform.arch import FS_BASE_INDEX, ORIG_RAX_INDEX, RED_ZONE, RIP_INDEX, RSP_INDEX, USER_REGS_WORDS
 from leaktrace.platform.process import (
     Mapping,
     alive,
@@ -40,6 +40,17 @@ from leaktrace.platform.ptrace import (
     resume_interrupted_wait,
 )
 
+HOLD_SPAN = 16  # a thread stopped at a probe stands past the instruction probed: one is at most 15 bytes
+# At a hold (_exit's entry): r15, r14, r13, r12, rbp, rbx; rdi (the status); rsp; fs_base, gs_base.
+LIVE_AT_CALL = frozenset((0, 1, 2, 3, 4, 5, 14, RSP_INDEX, FS_BASE_INDEX, FS_BASE_INDEX + 1))
+
+
+def at_hold(regs: tuple[int, ...], holds: frozenset[int]) -> bool:
+    """Whether a thread stands at one of the holds (the addresses of probes that stopped it at
+    a function's entry, such as _exit's, for a leak check at exit)."""
+    return any(0 <= regs[RIP_INDEX] - hold < HOLD_SPAN for hold in holds)
+
+
 FREEZE_TIMEOUT = 5.0  # seconds for every thread to stop (one in uninterruptible sleep may not)
 READ_CHUNK = 16 << 20
 COPY_SHARE = 0.8  # of the memory available, the most a copy of a target's writable memory may take
@@ -56,8 +67,28 @@ class FrozenImage:
     unreadable_pages: int = 0
     pause_seconds: float = 0.0
 
-    def stack_pointers(self) -> list[int]:
-        return [regs[RSP_INDEX] for regs in self.registers.values()]
+    def stack_scan_starts(self, holds: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
+        """Each thread's stack pointer, and where its stack holds live data from: its red zone
+        too (RED_ZONE bytes below the stack pointer, which a leaf function may use), unless it
+        stands in a system call or at a hold (see at_hold), where what lies below is dead,
+        left by calls that have returned."""
+        starts = []
+        for regs in self.registers.values():
+            in_system_call = regs[ORIG_RAX_INDEX] < 1 << 63  # -1 (as unsigned) when not in one
+            dead = in_system_call or at_hold(regs, holds)
+            starts.append((regs[RSP_INDEX], regs[RSP_INDEX] - (0 if dead else RED_ZONE)))
+        return starts
+
+    def root_registers(self, holds: frozenset[int] = frozenset()) -> list[int]:
+        """The register values that may point to live data: every register of a thread, but of
+        one at a hold only those its call keeps (the callee-saved ones, its argument, the stack
+        and thread pointers): the others hold what earlier calls left."""
+        return [
+            value
+            for regs in self.registers.values()
+            for index, value in enumerate(regs)
+            if not at_hold(regs, holds) or index in LIVE_AT_CALL
+        ]
 
     def read(self, address: int, size: int) -> bytes:
         """Bytes of the copy at address (fewer where the copy ends; none outside it)."""

@@ -10,7 +10,8 @@ registers and writable memory are copied; the copy is then swept offline
 
 Roots: every writable mapping that holds no known allocation (.data and .bss of
 each ELF file, anonymous memory, TLS), each thread's stack from its stack
-pointer (less the 128-byte red zone) up, and every thread's registers. A mapping
+pointer (less the 128-byte red zone, unless it stands in a system call or at an exit hold)
+up, and every thread's registers. A mapping
 that holds known allocations (the heap) is scanned only inside them, unless the
 set of allocations is incomplete (a trace attached to a running process does
 not know the blocks made before it, and no heap walk found them): then the rest of
@@ -38,13 +39,14 @@ from leaktrace.model.snapshot import (
     UnreachableLeak,
     UnreachableReport,
 )
-from leaktrace.platform.arch import RED_ZONE
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import Mapping, read_target
 from leaktrace.reachability.glibc_heap import HeapWalkRefused, allocator_state, walk_heap
 from leaktrace.reachability.heap_graph import HeapGraph, MemoryRegion, build_graph
 from leaktrace.reachability.leak_folding import fold_leaks, lost_leaders
+
+HoldSpot = tuple[str, int, int]  # a hold's probe: its file's device (as maps prints it), inode, file offset
 
 
 def scanned_mapping(mapping: Mapping) -> bool:
@@ -65,9 +67,13 @@ def _without(ranges: tuple[tuple[int, int], ...], excluded: tuple[tuple[int, int
 
 
 def _regions(
-    image: FrozenImage, begins: np.ndarray, complete: bool, excluded: tuple[tuple[int, int], ...]
+    image: FrozenImage,
+    begins: np.ndarray,
+    complete: bool,
+    excluded: tuple[tuple[int, int], ...],
+    holds: frozenset[int] = frozenset(),
 ) -> list[MemoryRegion]:
-    stack_pointers = image.stack_pointers()
+    scan_starts = image.stack_scan_starts(holds)
     regions = []
     for mapping in image.maps:
         data = image.memory.get(mapping.start)
@@ -75,11 +81,11 @@ def _regions(
             continue
         first = np.searchsorted(begins, np.uint64(mapping.start))
         holds_allocations = first < len(begins) and int(begins[first]) < mapping.end
-        pointers = [sp for sp in stack_pointers if mapping.start <= sp < mapping.end]
+        starts = [start for sp, start in scan_starts if mapping.start <= sp < mapping.end]
         if holds_allocations:
             roots = () if complete else ((mapping.start, mapping.end),)
-        elif pointers:
-            roots = ((max(mapping.start, min(pointers) - RED_ZONE), mapping.end),)
+        elif starts:
+            roots = ((max(mapping.start, min(starts)), mapping.end),)
         else:
             roots = ((mapping.start, mapping.end),)
         regions.append(MemoryRegion(mapping.start, data, _without(roots, excluded)))
@@ -252,11 +258,16 @@ def _known_blocks(
 
 
 def _graph(
-    image: FrozenImage, begins: np.ndarray, sizes: np.ndarray, complete: bool, excluded: tuple[tuple[int, int], ...]
+    image: FrozenImage,
+    begins: np.ndarray,
+    sizes: np.ndarray,
+    complete: bool,
+    excluded: tuple[tuple[int, int], ...],
+    holds: frozenset[int] = frozenset(),
 ) -> HeapGraph:
     """The references among the blocks, and from the roots, in the frozen copy."""
-    registers = [value for regs in image.registers.values() for value in regs]
-    return build_graph(begins, sizes, _regions(image, begins, complete, excluded), registers)
+    registers = image.root_registers(holds)
+    return build_graph(begins, sizes, _regions(image, begins, complete, excluded, holds), registers)
 
 
 def _sweep_blocks(
@@ -309,11 +320,26 @@ def _sweep_blocks(
     )
 
 
-def judge_leak_kinds(process: ProcessInfo, allocations: list[LiveAllocation]) -> LeakCheck:
+def judge_leak_kinds(
+    process: ProcessInfo, allocations: list[LiveAllocation], holds: tuple[HoldSpot, ...] = ()
+) -> LeakCheck:
     """valgrind's verdict on every block of a process whose blocks are all known (traced from
-    its start; standing in _exit), frozen a moment for its copy."""
+    its start; standing in _exit, at one of the holds), frozen a moment for its copy."""
     image = freeze_and_copy(process.pid, scanned_mapping)
-    return _judge_blocks(image, *_known_blocks(image, allocations), True, allocator_state(process, image))
+    return _judge_blocks(
+        image, *_known_blocks(image, allocations), True, allocator_state(process, image), hold_addresses(image, holds)
+    )
+
+
+def hold_addresses(image: FrozenImage, holds: tuple[HoldSpot, ...]) -> frozenset[int]:
+    """Where in the image's memory each hold's probe is: its file (device, inode) mapped there."""
+    found = set()
+    for device, inode, offset in holds:
+        for mapping in image.maps:
+            if (mapping.device, mapping.inode) == (device, inode) and "x" in mapping.perms:
+                if mapping.offset <= offset < mapping.offset + mapping.end - mapping.start:
+                    found.add(mapping.start + offset - mapping.offset)
+    return frozenset(found)
 
 
 def judge_leak_kinds_walked(process: ProcessInfo, allocations: list[LiveAllocation], allocator: str) -> LeakCheck:
@@ -334,12 +360,13 @@ def _judge_blocks(
     allocation_at: Callable[[int], LiveAllocation],
     complete: bool,
     excluded: tuple[tuple[int, int], ...],
+    holds: frozenset[int] = frozenset(),
 ) -> LeakCheck:
     """valgrind's kinds: still reachable through pointers to block starts from the roots,
     possibly lost when only a pointer into a block's middle leads there, else lost:
     definitely for the lowest block of each group of lost blocks no other lost block points
     into, indirectly for the rest. Blocks given as in _sweep_blocks."""
-    graph = _graph(image, begins, sizes, complete, excluded)
+    graph = _graph(image, begins, sizes, complete, excluded, holds)
     reachable = graph.reachable(graph.rooted_at_start, graph.at_start)
     possible = graph.reachable(graph.rooted | reachable) & ~reachable
     lost = ~(reachable | possible)

@@ -308,7 +308,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         self._infos[pid] = info  # its frames are named from these maps
         if self.engine.settings.follow_forks:
             self.engine.inheritance.copy_inherited()  # a child that exits at once may not have its copies yet
-        check = judge_leak_kinds(info, self.engine.reader.allocations(images={pid: gen}))
+        check = judge_leak_kinds(info, self.engine.reader.allocations(images={pid: gen}), self.engine.exit_hold_spots)
         self._exit_checks.append(dataclasses.replace(check, command=command_line(pid) or info.name))
 
     def check_leak_kinds(self) -> LeakCheck:
@@ -328,7 +328,11 @@ class BpfTrace(PollingSource, ProcessTracking):
 
         assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
         try:
-            check = judge_leak_kinds(self.final_snapshot.processes[self.pid], list(self.final_snapshot.allocations))
+            check = judge_leak_kinds(
+                self.final_snapshot.processes[self.pid],
+                list(self.final_snapshot.allocations),
+                self.engine.exit_hold_spots,
+            )
             return (dataclasses.replace(check, command=command_line(self.pid) or check.command),)
         except RuntimeFailure as e:
             self.engine.notices.append(f"leak check skipped: {e}")
