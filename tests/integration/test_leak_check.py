@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from test_systemwide import SystemTrace
@@ -15,6 +17,7 @@ from test_systemwide import SystemTrace
 from conftest import DEBUG_BUILD, PROGRAMS, leaktrace_command
 from helpers import final_report, reports, run_command
 
+VALGRIND_CI = str(Path(sys.executable).parent / "valgrind-ci")  # ValgrindCI, from the test extras
 VALGRIND = ["valgrind", "--leak-check=full", "--show-leak-kinds=all", "--leak-check-heuristics=none"]
 KINDS = {
     "definitely lost": "definite",
@@ -102,6 +105,55 @@ def test_dead_words_below_the_stack_pointer_at_exit_are_no_reference(built):
     assert totals(ours) | {"suppressed": theirs["suppressed"]} == theirs, (totals(ours), log)
 
 
+def xml_errors(path: Path) -> list[tuple[str, int, int, tuple[str, ...]]]:
+    """Each <error> of a valgrind XML file: its kind, its blocks' own bytes (a definitely lost
+    record's direct ones), its blocks, and the functions of its frames in the test programs."""
+    errors = []
+    for error in ElementTree.parse(path).getroot().iter("error"):
+        text = error.findtext("xwhat/text")
+        found = re.match(r"([\d,]+) (?:\(([\d,]+) direct)?", text)
+        direct = int((found.group(2) or found.group(1)).replace(",", ""))
+        functions = tuple(
+            frame.findtext("fn")
+            for frame in error.iter("frame")
+            if frame.findtext("dir") == str(PROGRAMS) and frame.findtext("fn")
+        )
+        errors.append((error.findtext("kind"), direct, int(error.findtext("xwhat/leakedblocks")), functions))
+    return sorted(errors)
+
+
+def test_xml_file_is_read_by_valgrind_ci_as_valgrinds_own(built, tmp_path):
+    """--xml=yes --xml-file: ValgrindCI (from PyPI, as a CI job runs it) counts and places the
+    errors as in valgrind's own XML of the same program; each error's kind, blocks, own bytes
+    and functions are valgrind's."""
+    theirs, ours = tmp_path / "valgrind.xml", tmp_path / "leaktrace.%p.xml"
+    subprocess.run(
+        [*VALGRIND, "--xml=yes", f"--xml-file={theirs}", str(built["leak_kinds"])], capture_output=True, timeout=300
+    )
+    result = run_command(
+        [
+            "--leak-check=full",
+            "--show-leak-kinds=all",
+            "--xml=yes",
+            f"--xml-file={ours}",
+            "--",
+            str(built["leak_kinds"]),
+        ]
+    )
+    assert result.returncode == 0 and "valgrind XML written to" in result.stderr, result.stderr
+    [written] = tmp_path.glob("leaktrace.*.xml")
+
+    def valgrind_ci(path: Path, *options: str) -> list[str]:
+        shown = subprocess.run(
+            [VALGRIND_CI, str(path), *options], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        return sorted(line.strip() for line in shown.splitlines() if line.strip())
+
+    assert valgrind_ci(written, "--number-of-errors") == valgrind_ci(theirs, "--number-of-errors") == ["10 errors."]
+    assert valgrind_ci(written, "--summary") == valgrind_ci(theirs, "--summary")
+    assert xml_errors(written) == xml_errors(theirs)
+
+
 def test_each_call_site_has_its_kind(built):
     ours, _, _ = leaktrace(built["leak_kinds"], "--show-leak-kinds", "all")
     assert by_site(ours) == {
@@ -177,6 +229,10 @@ def test_leak_sanitizer_suppressions(built, tmp_path):
         (["--leak-check", "--suppressions", "/nonexistent/x.supp"], "cannot read suppressions /nonexistent/x.supp"),
         (["--leak-check", "--show-leak-kinds", "lost"], "--show-leak-kinds: 'lost' is not a list of"),
         (["--leak-check", "--engine", "preload"], "--leak-check works with the BPF engine only"),
+        (["--leak-check", "--xml=yes"], "--xml=yes writes to --xml-file FILE: give both"),
+        (["--leak-check", "--xml-file", "/tmp/x.xml"], "--xml-file needs --xml=yes"),
+        (["--xml=yes", "--xml-file", "/tmp/x.xml"], "--xml needs --leak-check"),
+        (["--leak-check", "-f", "--xml=yes", "--xml-file=/tmp/x.xml"], "--xml-file needs %p with -f or --all"),
     ],
 )
 def test_bad_leak_check_options_are_one_line(built, args, message):

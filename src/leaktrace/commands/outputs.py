@@ -23,6 +23,7 @@ from leaktrace.outputs.json_report import render_json
 from leaktrace.outputs.leak_check import render_leak_check
 from leaktrace.outputs.process_report import render_process_report
 from leaktrace.outputs.text import render_text
+from leaktrace.outputs.valgrind_xml import render_valgrind_xml
 from leaktrace.platform.atomic_write import write_atomically
 
 UNWRITTEN_OUTPUT = 3  # exit status: the trace ran to its end, but an output file could not be written
@@ -59,6 +60,8 @@ class Outputs:
     contents: bool = False  # unreachable leaks with their first bytes
     files: dict[str, str] = field(default_factory=dict)  # FileFormat.option -> path, rewritten each report
     leak_check: LeakCheckSettings | None = None  # --leak-check: valgrind's kinds (-c and --all at exit, -p at the end)
+    xml_file: str | None = None  # --xml-file: each leak check in valgrind's XML (%p: its pid)
+    tool_argv: tuple[str, ...] = ()  # leaktrace's own, for the XML's <vargv>
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
@@ -107,6 +110,9 @@ class Outputs:
                 self.judged.add(check.pid)
                 if check.errors(settings.errors_for):
                     self.leaking.append(check)
+                if self.xml_file:
+                    xml = render_valgrind_xml(symbolized, check, settings, list(self.tool_argv))
+                    self._write(self.xml_file.replace("%p", str(check.pid)), xml, "valgrind XML")
         growth = self.growth.observe(snapshot)
         if self.json:
             text = render_json(symbolized, growth)

@@ -138,6 +138,8 @@ class TraceCommand(Command):
             min_bytes=args.min_bytes or 0,
             growth_intervals=args.growth_intervals,
             contents=args.contents,
+            xml_file=args.xml_file,
+            tool_argv=tuple(sys.argv),
             leak_check=leak_check,
         )
 

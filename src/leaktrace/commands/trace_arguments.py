@@ -245,6 +245,17 @@ def _add_checks(parser: ArgumentParser) -> None:
         choices=("no", "yes", "all"),
         help="--leak-check: print a valgrind suppression for each leak listed",
     )
+    parser.add_valued_flag(
+        "--xml",
+        "yes",
+        choices=("no", "yes"),
+        help="--leak-check: write it in valgrind's XML (protocol 4) to --xml-file, as valgrind --xml=yes does",
+    )
+    parser.add_argument(
+        "--xml-file",
+        metavar="FILE",
+        help="--xml: the file (%%p: the pid, as valgrind's; needed with -f and --all, one file a process)",
+    )
 
 
 def _add_engine(parser: ArgumentParser) -> None:
@@ -377,6 +388,8 @@ def _output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> list[t
     """(option, path) of each file the trace will write; for heap dumps, PREFIX.PID.txt's directory."""
     names = ["leak_info"] + [output.option for output in FILE_FORMATS]
     paths = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in names]
+    if args.xml_file:  # each pid's file lies where the first would: one check covers them
+        paths.append(("--xml-file", args.xml_file.replace("%p", str(os.getpid()))))
     prefix = args.heap_dump or config.values.get("backtrace_dump_prefix")
     dumps = args.heap_dump is not None or args.heap_dump_on_exit or "backtrace_dump_on_exit" in config.options
     if dumps:
@@ -468,6 +481,8 @@ _LEAK_CHECK_OPTIONS = (
     ("--error-exitcode", "error_exitcode"),
     ("--suppressions", "suppressions"),
     ("--gen-suppressions", "gen_suppressions"),
+    ("--xml", "xml"),
+    ("--xml-file", "xml_file"),
 )
 
 
@@ -482,6 +497,12 @@ def check_leak_check(args: argparse.Namespace) -> None:
         return
     if args.engine != "bpf":
         raise UsageError("--leak-check works with the BPF engine only")
+    if (args.xml == "yes") != bool(args.xml_file):
+        raise UsageError(
+            "--xml=yes writes to --xml-file FILE: give both" if args.xml_file is None else "--xml-file needs --xml=yes"
+        )
+    if args.xml_file and (args.all or args.follow_forks) and "%p" not in args.xml_file:
+        raise UsageError("--xml-file needs %p with -f or --all: one file a process, as valgrind writes them")
     from leaktrace.analysis.suppressions import leak_kinds
 
     for flag, name in (("--show-leak-kinds", "show_leak_kinds"), ("--errors-for-leak-kinds", "errors_for_leak_kinds")):
