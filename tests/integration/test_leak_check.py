@@ -339,6 +339,34 @@ def test_follow_forks_judges_each_child_at_its_own_exit_as_valgrind_does(built, 
     assert f"leaks in pid {child['pid']} ({built['leak_fork']}): definitely lost: 88 bytes in 3 blocks" in result.stderr
 
 
+@pytest.mark.parametrize("chosen", [[], ["--comm", "^leak_kinds$"], ["--exe", "*/leak_kinds"]])
+def test_follow_forks_judges_only_the_programs_chosen(built, cpu_hogs, chosen):
+    """-f over a shell that runs the test program twice, then /bin/true in its own image: with
+    --comm or --exe only the two test programs are judged (valgrind's figures, the gate's
+    status), the shell and true are left out and do not fail the gate unjudged; without,
+    true is judged too."""
+    theirs, _, _ = valgrind(built["leak_kinds"])
+    program = built["leak_kinds"]
+    result = run_command(
+        ["-f", "--json", "--leak-check", "--error-exitcode", "7", *chosen]
+        + ["-c", f"sh -c '{program}; {program}; exec /bin/true'", "3600"]
+    )
+    assert result.returncode == 7, result.stderr
+    checks = [check for report in reports(result.stdout) for check in report["leak_checks"]]
+    judged = sorted(check["command"] for check in checks)
+    assert judged == sorted([str(program)] * 2 + ([] if chosen else ["/bin/true"])), (judged, result.stderr)
+    for check in checks:
+        if check["command"] == str(program):
+            assert totals(check) | {"suppressed": theirs["suppressed"]} == theirs
+    assert "without being judged" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("words", [["--comm", "x"], ["--exe", "*/x"], ["--uid", "0"]])
+def test_a_choice_of_processes_needs_all_or_follow_forks(words):
+    result = run_command(["-c", "/bin/true", *words])
+    assert result.returncode == 2 and f"{words[0]} needs --all or -f" in result.stderr, result.stderr
+
+
 def test_a_gate_beside_another_leaktrace_never_passes_a_leaking_program(built, cpu_hogs):
     """Another leaktrace traces every process (selecting none) while the gate runs a leaking
     program ten times under CPU hogs: each run judges it and exits 7, or says in one line that

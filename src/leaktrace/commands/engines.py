@@ -61,13 +61,13 @@ def start_bpf(args: argparse.Namespace, settings: EngineSettings, config: Malloc
         from leaktrace.sources.bpf.process_tracking import Selection
         from leaktrace.sources.bpf.trace import BpfTrace
 
+        selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid, args.exe)
         if args.all:
-            selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid)
             return BpfTrace.everything(settings, tuple(args.lib or ()), selection), "every process"
         library = args.lib[0] if args.lib else None
         if args.command is None:
-            return BpfTrace.attach(args.pid, settings, library), f"pid {args.pid}"
-        trace = BpfTrace.launch(command_argv(args), settings, library)
+            return BpfTrace.attach(args.pid, settings, library, selection), f"pid {args.pid}"
+        trace = BpfTrace.launch(command_argv(args), settings, library, selection)
         return trace, f"command '{args.command}' {trace.pid}"
     except BaseException:
         discard_compile_ahead()  # fds 1 and 2 are the compile's log until it ends: the error waits for it

@@ -256,7 +256,7 @@ class TraceCommand(Command):
         settings = outputs.leak_check
         if settings is None or not args.command or not trace.exited or (trace.exit_status or 0) < 0:
             return 0
-        if trace.pid in outputs.judged:
+        if trace.pid in outputs.judged or not trace.target_selected:
             return 0
         print(
             f"leaktrace: leak check: {what} exited without being judged (leaktrace did not see it stop in _exit; "

@@ -57,8 +57,9 @@ def _uid(text: str) -> int:
 
 
 MAP_CAPACITY_LIMIT = 1 << 26  # entries in one BPF map: more is refused as a usage error, not by the kernel
-# Options that only a systemwide trace (--all) takes.
-_SYSTEMWIDE_ONLY = ("pid_filter", "comm", "uid", "min_bytes", "top_processes")
+# Options that only a systemwide trace (--all) takes; and the choice of processes, which -f takes too.
+_SYSTEMWIDE_ONLY = ("pid_filter", "min_bytes", "top_processes")
+_SELECTION = ("comm", "exe", "uid")
 
 
 def _interval(text: str) -> float:
@@ -123,9 +124,14 @@ def _add_process_selection(parser: ArgumentParser) -> None:
         "--comm",
         type=_regex,
         metavar="REGEX",
-        help="--all: only processes whose comm (15 characters) matches REGEX",
+        help="--all, -f: only processes whose comm (15 characters) matches REGEX (with -f, the command too)",
     )
-    parser.add_argument("--uid", type=_uid, metavar="UID|USER", help="--all: only processes of this real uid")
+    parser.add_argument(
+        "--exe",
+        metavar="GLOB",
+        help="--all, -f: only processes whose executable's path, or name, matches GLOB",
+    )
+    parser.add_argument("--uid", type=_uid, metavar="UID|USER", help="--all, -f: only processes of this real uid")
     parser.add_argument(
         "--min-bytes",
         type=bounded_int(0),
@@ -464,6 +470,9 @@ def check_combinations(args: argparse.Namespace, engine: Engine) -> None:
     given = [f"--{name.replace('_', '-')}" for name in _SYSTEMWIDE_ONLY if getattr(args, name) is not None]
     if given:
         raise UsageError(f"{given[0]} needs --all")
+    chosen = [f"--{name}" for name in _SELECTION if getattr(args, name) is not None]
+    if chosen and not (args.all or args.follow_forks):
+        raise UsageError(f"{chosen[0]} needs --all or -f")
     if args.unreachable and args.top_view:
         raise UsageError("--unreachable reports in text or JSON, not in the top view")
     if (args.contents or args.limit is not None) and not args.unreachable:

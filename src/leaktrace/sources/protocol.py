@@ -15,6 +15,7 @@ class TraceSource(Protocol):
     pid: int  # the target (the first process, for a systemwide trace)
     is_child: bool  # the target is a command leaktrace launched (-c)
     exit_status: int | None  # its exit status, once it has exited (a launched command)
+    target_selected: bool  # False once a choice of processes (-f --comm ...) left the target out
     final_snapshot: Snapshot | None  # the last state, read when it exited
     final_with_allocations: bool  # the final snapshot lists every live pointer (exit leak log)
     logs_own_leaks: bool  # the target writes its own leak log at exit

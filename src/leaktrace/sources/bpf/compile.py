@@ -36,7 +36,9 @@ def returns_by_session(settings: EngineSettings) -> bool:
     skips the return of a call not sampled (a trap saved), rather than an entry and a return
     program: when sampling, on a kernel that has sessions."""
     release = re.match(r"(\d+)\.(\d+)", os.uname().release)
-    return bool(settings.sampling.rate) and bool(release) and tuple(map(int, release.groups())) >= SESSION_KERNEL
+    if not settings.sampling.rate or release is None:
+        return False
+    return (int(release.group(1)), int(release.group(2))) >= SESSION_KERNEL
 
 
 def linked_programs(settings: EngineSettings) -> dict[bytes, int]:

@@ -87,9 +87,9 @@ struct pending_call {
     u64 size;
     u64 arg;  // realloc: old pointer; posix_memalign: memptr
     u32 kind;
-    u32 gen;      // the caller's image generation
-    u32 has_old;    // realloc removed a recorded block at entry
-    u32 unsampled;  // --sample: the block this call makes is not kept
+    u32 gen;              // the caller's image generation
+    u32 has_old;          // realloc removed a recorded block at entry
+    u32 unsampled;        // --sample: the block this call makes is not kept
     u64 sample_state;     // --sample: the thread's xorshift64* generator (0: not seeded yet)
     s64 bytes_to_sample;  // --sample: bytes to the thread's next sample point (0: none drawn yet)
     u64 return_ip;        // a uprobe session: where the call returns, which tells its return run
@@ -985,8 +985,19 @@ int task_newtask(void *record)
     }
 #endif
     u32 parent_gen = traced_gen(parent);
-    if (!parent_gen)
+    if (!parent_gen) {
+#if FOLLOW_FORKS && !TRACE_ALL
+        // -f: a child of a process the selection left out is followed, left out as well until
+        // it execs a program the selection may keep (a test a make or a shell starts).
+        struct proc *left_out = procs.lookup(&parent);
+        if (left_out && left_out->ignored == IGNORED_UNSELECTED) {
+            started.ignored = IGNORED_UNSELECTED;
+            if (procs.update(&child, &started) != 0)
+                count_unfollowed(child);
+        }
+#endif
         return 0;
+    }
     struct proc *forker = procs.lookup(&parent);
     started.whole = forker && forker->whole;
     if (procs.update(&child, &started) != 0) {

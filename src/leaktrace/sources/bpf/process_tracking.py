@@ -5,6 +5,8 @@ leave of (their last records reported once) and their records swept from the ker
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -17,18 +19,30 @@ from leaktrace.sources.bpf.map_reading import TracedProcess
 
 @dataclass(frozen=True)
 class Selection:
-    """Which processes a systemwide trace keeps (all of them when every field is empty)."""
+    """Which processes a systemwide trace (or -f's) keeps (all of them when every field is empty)."""
 
     pids: frozenset[int] = frozenset()
     comm: re.Pattern | None = None  # searched in the 15-character comm
     uid: int | None = None  # real uid
+    exe: str | None = None  # a glob the executable's path, or its name, matches
 
     def matches(self, pid: int, process: TracedProcess) -> bool:
         return (
             (not self.pids or pid in self.pids)
             and (self.comm is None or self.comm.search(process.comm) is not None)
             and (self.uid is None or process.uid == self.uid)
+            and (self.exe is None or executable_matches(pid, self.exe))
         )
+
+
+def executable_matches(pid: int, pattern: str) -> bool:
+    """Whether the program pid runs (its /proc exe link, a path only compared) matches the
+    glob, whole or by its last component; a process gone or hidden matches nothing."""
+    try:
+        path = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(os.path.basename(path), pattern)
 
 
 class ProcessTracking:
@@ -37,6 +51,7 @@ class ProcessTracking:
     engine: BpfEngine
     pid: int
     selection: Selection
+    target_selected: bool
     final_with_allocations: bool
     _exited: bool
 
@@ -123,6 +138,9 @@ class ProcessTracking:
             for pid, p in known.items()
             if not p.ignored and self._gens.get(pid) != p.gen and not self.selection.matches(pid, p)
         }
+        target = known.get(self.pid)
+        if target is not None and not target.ignored and self._gens.get(self.pid) != target.gen:
+            self.target_selected = self.pid not in unselected  # each image of the target judged anew
         if unselected:
             self.engine.registry.ignore(unselected)
         traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}

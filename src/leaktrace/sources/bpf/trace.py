@@ -79,6 +79,7 @@ class BpfTrace(PollingSource, ProcessTracking):
     ):
         self.engine = engine
         self.selection = selection
+        self.target_selected = True  # False once the selection left the target out (-f --comm ...)
         # Set to make the final snapshot list every live pointer (for the exit leak log).
         self.final_with_allocations = False
         self._exit_checks: list[LeakCheck] = []  # --all: processes judged at their exit, not reported yet
@@ -98,20 +99,31 @@ class BpfTrace(PollingSource, ProcessTracking):
     # -- starting -----------------------------------------------------------
 
     @classmethod
-    def attach(cls, pid: int, settings: EngineSettings = EngineSettings(), library: str | None = None) -> BpfTrace:
-        """Traces a running process from now on."""
+    def attach(
+        cls,
+        pid: int,
+        settings: EngineSettings = EngineSettings(),
+        library: str | None = None,
+        selection: Selection = Selection(),
+    ) -> BpfTrace:
+        """Traces a running process from now on (with follow_forks, the children selection keeps)."""
         check_system()
         if pid == os.getpid():
             raise RuntimeFailure("leaktrace cannot trace itself")
         info = read_target(pid)
         elf = _library(library) if library else allocator_library_of_process(info, ModuleFiles(), "; use --lib PATH")
-        return cls(_started_or_closed(BpfEngine(settings, pid, (elf,))), pid, info, is_child=False)
+        return cls(_started_or_closed(BpfEngine(settings, pid, (elf,))), pid, info, is_child=False, selection=selection)
 
     @classmethod
     def launch(
-        cls, argv: list[str], settings: EngineSettings = EngineSettings(), library: str | None = None
+        cls,
+        argv: list[str],
+        settings: EngineSettings = EngineSettings(),
+        library: str | None = None,
+        selection: Selection = Selection(),
     ) -> BpfTrace:
-        """Starts argv with the probes already live: none of its allocations is missed."""
+        """Starts argv with the probes already live: none of its allocations is missed (with
+        follow_forks, of the processes selection keeps, the command too)."""
         check_system()
         path = resolve_executable(argv[0])
         program = program_behind(path)  # a script: the program it runs is traced through its exec
@@ -143,7 +155,7 @@ class BpfTrace(PollingSource, ProcessTracking):
             reap(pid, kill=True)
             release.release()
             raise
-        trace = cls(engine, pid, read_process(pid), is_child=True)
+        trace = cls(engine, pid, read_process(pid), is_child=True, selection=selection)
         trace._stop_release = release
         trace._await_first_tables()
         return trace
@@ -327,6 +339,11 @@ class BpfTrace(PollingSource, ProcessTracking):
         from leaktrace.reachability.unreachable import judge_leak_kinds  # numpy: only for this
 
         assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
+        record = self.engine.reader.process(self.pid)
+        if record is not None:  # the image that stands in _exit
+            self.target_selected = self.selection.matches(self.pid, record)
+        if not self.target_selected:
+            return ()
         try:
             check = judge_leak_kinds(
                 self.final_snapshot.processes[self.pid],

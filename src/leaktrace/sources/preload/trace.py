@@ -111,6 +111,7 @@ class PreloadTrace(PollingSource):
         self.workdir = workdir  # ours to delete (launch only)
         self.is_child = workdir is not None
         self.exit_status: int | None = None
+        self.target_selected = True  # the in-process engine has no choice of processes
         self._gone = False
         self.final_snapshot: Snapshot | None = None
         self._last: Snapshot | None = None
