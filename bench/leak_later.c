@@ -36,7 +36,7 @@ static void *steady(void *seed)
             free(blocks[at]);
             blocks[at] = steady_block();
         }
-        struct timespec pause = {0, 2000000};  // some 0.5 M replacements a second a thread
+        struct timespec pause = {0, 10000000};  // some 100,000 replacements a second a thread
         nanosleep(&pause, NULL);
     }
     return NULL;

@@ -34,6 +34,7 @@ from services import await_port, free_port, redis_benchmark, redis_tests
 
 HERE = Path(__file__).parent
 SCRAPE_SECONDS = 5
+BASELINE_SECONDS = 30  # the untraced runs before the agents attach (the leak starts after the soak's own LEAK_AFTER)
 
 
 def agent(pid: int, port: int) -> subprocess.Popen:
@@ -102,13 +103,16 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         await_port(redis_port, redis)
-        before = [redis_benchmark(redis_port, 1_000_000) for _ in range(args.baseline_runs)]
         seconds = args.minutes * 60
+        # Running through the baselines too: its threads share the two cores with redis.
         leaky = subprocess.Popen(
-            [leaky_binary, str(seconds + 60), str(args.leak_after), str(args.leak_rate)],
+            [leaky_binary, str(seconds + 600), str(args.leak_after + BASELINE_SECONDS), str(args.leak_rate)],
             stdout=subprocess.PIPE,
             text=True,
         )
+        baseline_started = time.monotonic()
+        before = [redis_benchmark(redis_port, 1_000_000) for _ in range(args.baseline_runs)]
+        time.sleep(max(0.0, BASELINE_SECONDS - (time.monotonic() - baseline_started)))
         ports = free_port(), free_port()
         agents = [agent(redis.pid, ports[0]), agent(leaky.pid, ports[1])]
         scraper, url = prometheus([f"127.0.0.1:{port}" for port in ports], directory)
