@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from xml.etree import ElementTree
 
+import junitparser
 import pytest
 from test_systemwide import SystemTrace
 
@@ -340,15 +341,17 @@ def test_follow_forks_judges_each_child_at_its_own_exit_as_valgrind_does(built, 
 
 
 @pytest.mark.parametrize("chosen", [[], ["--comm", "^leak_kinds$"], ["--exe", "*/leak_kinds"]])
-def test_follow_forks_judges_only_the_programs_chosen(built, cpu_hogs, chosen):
+def test_follow_forks_judges_only_the_programs_chosen(built, cpu_hogs, chosen, tmp_path):
     """-f over a shell that runs the test program twice, then /bin/true in its own image: with
     --comm or --exe only the two test programs are judged (valgrind's figures, the gate's
     status), the shell and true are left out and do not fail the gate unjudged; without,
-    true is judged too."""
+    true is judged too. --junit's file, read by junitparser (PyPI), has a case a process
+    judged, failed where it leaks, with its leak check as output."""
     theirs, _, _ = valgrind(built["leak_kinds"])
     program = built["leak_kinds"]
+    junit = tmp_path / "gate.xml"
     result = run_command(
-        ["-f", "--json", "--leak-check", "--error-exitcode", "7", *chosen]
+        ["-f", "--json", "--leak-check", "--error-exitcode", "7", "--junit", str(junit), *chosen]
         + ["-c", f"sh -c '{program}; {program}; exec /bin/true'", "3600"]
     )
     assert result.returncode == 7, result.stderr
@@ -359,6 +362,14 @@ def test_follow_forks_judges_only_the_programs_chosen(built, cpu_hogs, chosen):
         if check["command"] == str(program):
             assert totals(check) | {"suppressed": theirs["suppressed"]} == theirs
     assert "without being judged" not in result.stderr, result.stderr
+    [suite] = junitparser.JUnitXml.fromfile(str(junit))
+    cases = {case.name: case for case in suite}
+    assert sorted(name.rsplit(" (pid ", 1)[0] for name in cases) == judged
+    assert (suite.tests, suite.failures, suite.errors) == (len(judged), 2, 0)
+    for name, case in cases.items():
+        failed = [result for result in case.result if isinstance(result, junitparser.Failure)]
+        assert bool(failed) == name.startswith(str(program)), (name, case.result)
+        assert "LEAK SUMMARY:" in case.system_out
 
 
 @pytest.mark.parametrize("words", [["--comm", "x"], ["--exe", "*/x"], ["--uid", "0"]])

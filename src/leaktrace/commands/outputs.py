@@ -20,6 +20,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import LeakCheck, LeakKind, Snapshot
 from leaktrace.outputs.files import FILE_FORMATS, FileContext
 from leaktrace.outputs.json_report import render_json
+from leaktrace.outputs.junit import GateCase, render_junit
 from leaktrace.outputs.leak_check import render_leak_check
 from leaktrace.outputs.process_report import render_process_report
 from leaktrace.outputs.text import render_text
@@ -61,6 +62,7 @@ class Outputs:
     files: dict[str, str] = field(default_factory=dict)  # FileFormat.option -> path, rewritten each report
     leak_check: LeakCheckSettings | None = None  # --leak-check: valgrind's kinds (-c and --all at exit, -p at the end)
     xml_file: str | None = None  # --xml-file: each leak check in valgrind's XML (%p: its pid)
+    junit_file: str | None = None  # --junit: the gate's cases so far, rewritten as they come
     tool_argv: tuple[str, ...] = ()  # leaktrace's own, for the XML's <vargv>
 
     def __post_init__(self):
@@ -69,6 +71,7 @@ class Outputs:
         self.unwritten = 0  # output files that could not be written (exit status 3)
         self.leaking: list[LeakCheck] = []  # leak checks with errors left after the suppressions
         self.judged: set[int] = set()  # pids whose leak check a report carried
+        self.gate_cases: list[GateCase] = []  # --junit's, one a process judged or left unjudged
         self._announced: set[str] = set()  # paths said once ("written to"), not at every report
         self.started_at = time.time()
 
@@ -113,6 +116,17 @@ class Outputs:
                 if self.xml_file:
                     xml = render_valgrind_xml(symbolized, check, settings, list(self.tool_argv))
                     self._write(self.xml_file.replace("%p", str(check.pid)), xml, "valgrind XML")
+                if self.junit_file:
+                    self.gate_cases.append(
+                        GateCase(
+                            f"{check.command or check.pid} (pid {check.pid})",
+                            check.pause_seconds,
+                            self.leak_line(check) if check.errors(settings.errors_for) else None,
+                            output=render_leak_check(symbolized, check, settings),
+                        )
+                    )
+            if self.junit_file:
+                self._write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
         growth = self.growth.observe(snapshot)
         if self.json:
             text = render_json(symbolized, growth)
@@ -152,16 +166,24 @@ class Outputs:
         """At the end: each process judged with leaks of the error kinds left, with its command line."""
         if self.leak_check is None:
             return []
-        lines = []
-        for check in self.leaking:
-            kinds = ", ".join(
-                f"{kind.words}: {size:,} bytes in {blocks:,} blocks"
-                for kind in sorted(self.leak_check.errors_for, key=list(LeakKind).index)
-                for size, blocks in [check.total(kind)]
-                if blocks
-            )
-            lines.append(f"leaks in pid {check.pid}" + (f" ({check.command})" if check.command else "") + f": {kinds}")
-        return lines
+        return [self.leak_line(check) for check in self.leaking]
+
+    def leak_line(self, check: LeakCheck) -> str:
+        """A process's leaks of the error kinds, in one line with its command line."""
+        assert self.leak_check is not None
+        kinds = ", ".join(
+            f"{kind.words}: {size:,} bytes in {blocks:,} blocks"
+            for kind in sorted(self.leak_check.errors_for, key=list(LeakKind).index)
+            for size, blocks in [check.total(kind)]
+            if blocks
+        )
+        return f"leaks in pid {check.pid}" + (f" ({check.command})" if check.command else "") + f": {kinds}"
+
+    def note_unjudged(self, what: str, why: str) -> None:
+        """A command the gate could not judge: an error case in --junit's file."""
+        if self.junit_file:
+            self.gate_cases.append(GateCase(what, 0.0, error=why))
+            self._write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
 
     def dump_now(self, snapshot: Snapshot) -> None:
         symbolized = self.symbolizer.symbolize(snapshot)

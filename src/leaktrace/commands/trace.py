@@ -139,6 +139,7 @@ class TraceCommand(Command):
             growth_intervals=args.growth_intervals,
             contents=args.contents,
             xml_file=args.xml_file,
+            junit_file=args.junit,
             tool_argv=tuple(sys.argv),
             leak_check=leak_check,
         )
@@ -258,12 +259,12 @@ class TraceCommand(Command):
             return 0
         if trace.pid in outputs.judged or not trace.target_selected:
             return 0
-        print(
-            f"leaktrace: leak check: {what} exited without being judged (leaktrace did not see it stop in _exit; "
-            "another tracer's probes or holds on the machine can cause this): failing the run",
-            file=sys.stderr,
-            flush=True,
+        why = (
+            "exited without being judged (leaktrace did not see it stop in _exit; another tracer's probes or "
+            "holds on the machine can cause this)"
         )
+        print(f"leaktrace: leak check: {what} {why}: failing the run", file=sys.stderr, flush=True)
+        outputs.note_unjudged(what, why)
         return settings.error_exitcode or 1
 
     @staticmethod

@@ -258,6 +258,11 @@ def _add_checks(parser: ArgumentParser) -> None:
         help="--leak-check: write it in valgrind's XML (protocol 4) to --xml-file, as valgrind --xml=yes does",
     )
     parser.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="--leak-check: write the gate as JUnit XML, a test case a process judged (failed when it leaks)",
+    )
+    parser.add_argument(
         "--xml-file",
         metavar="FILE",
         help="--xml: the file (%%p: the pid, as valgrind's; needed with -f and --all, one file a process)",
@@ -394,6 +399,7 @@ def _output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> list[t
     """(option, path) of each file the trace will write; for heap dumps, PREFIX.PID.txt's directory."""
     names = ["leak_info"] + [output.option for output in FILE_FORMATS]
     paths = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in names]
+    paths.append(("--junit", args.junit))
     if args.xml_file:  # each pid's file lies where the first would: one check covers them
         paths.append(("--xml-file", args.xml_file.replace("%p", str(os.getpid()))))
     prefix = args.heap_dump or config.values.get("backtrace_dump_prefix")
@@ -492,6 +498,7 @@ _LEAK_CHECK_OPTIONS = (
     ("--gen-suppressions", "gen_suppressions"),
     ("--xml", "xml"),
     ("--xml-file", "xml_file"),
+    ("--junit", "junit"),
 )
 
 

@@ -14,8 +14,9 @@ their own here as there.
 from __future__ import annotations
 
 import os
+import re
 import shlex
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape, quoteattr
 
 from leaktrace.analysis.suppressions import LeakCheckSettings
 from leaktrace.analysis.symbolize import Frame, SymbolizedSnapshot
@@ -29,8 +30,22 @@ ERROR_KINDS = {
 }
 
 
+# What XML 1.0 cannot carry (a target's file names may hold any byte but / and NUL).
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str) -> str:
+    """text as XML character data: escaped, and what XML cannot carry replaced by U+FFFD."""
+    return escape(_NOT_XML.sub("\ufffd", text))
+
+
+def xml_attribute(text: str) -> str:
+    """text as a quoted XML attribute value, likewise."""
+    return quoteattr(_NOT_XML.sub("\ufffd", text))
+
+
 def _element(name: str, text: str | int, indent: str) -> str:
-    return f"{indent}<{name}>{escape(str(text))}</{name}>"
+    return f"{indent}<{name}>{xml_text(str(text))}</{name}>"
 
 
 def _frame(frame: Frame) -> list[str]:
