@@ -222,6 +222,9 @@ def zombie(tid: int) -> bool:
     return not fields or fields[0] in ("Z", "X")
 
 
+THREAD_LISTINGS = 16  # reads of a process's threads while they come and go, before it counts as gone
+
+
 def live_thread(pid: int) -> int | None:
     """A thread of the process that is not a zombie (pid itself if it is one), through which
     its memory and maps can be read; None once every thread has exited."""
@@ -230,14 +233,19 @@ def live_thread(pid: int) -> int | None:
         return None
     if fields[0] not in ("Z", "X"):
         return pid
-    try:
-        threads = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    for tid in threads:
-        thread = _stat_fields(f"{pid}/task/{tid}")
-        if thread and thread[0] not in ("Z", "X"):
-            return tid
+    # Threads that end while they are read may have started others meanwhile: the listing is
+    # read again until a live one is found, or none but the first is left.
+    for _ in range(THREAD_LISTINGS):
+        try:
+            threads = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
+        except (FileNotFoundError, ProcessLookupError):
+            return None
+        for tid in threads:
+            thread = _stat_fields(f"{pid}/task/{tid}")
+            if thread and thread[0] not in ("Z", "X"):
+                return tid
+        if threads == [pid]:
+            return None
     return None
 
 
