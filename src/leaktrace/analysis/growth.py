@@ -110,6 +110,8 @@ class GrowthTracker:
         self._history.append(
             (snapshot.taken_at, bytes_by(snapshot, stack_id), bytes_by_process(snapshot), variance_by_stack(snapshot))
         )
+        while not snapshot.sample_rate and len(self._history) > self.intervals + 1:
+            self._history.popleft()  # exact: the window is all there is to judge
         if len(self._history) < 2:
             return Growth(intervals=self.intervals)
         (before, _, processes_before, _), (now, stacks_now, processes_now, _) = self._history[-2], self._history[-1]
