@@ -192,3 +192,20 @@ def test_the_html_page_lists_the_top_stacks_with_their_frames():
     assert "make_node+0x10 (server) node.c:42<br>main+0x20 (server) main.c:7" in rows[0]
     assert "<td>72</td><td>3</td><td>24 x3</td>" in rows[0]
     assert "id='filter'" in page and 'getElementById("filter").oninput' in page
+
+
+def test_valgrind_xml_takes_any_command_line_a_target_has():
+    """A judged command line is its arguments joined by spaces, as /proc gives them: one with
+    an unbalanced quote (sh -c "echo it's") or a control character still renders, and XML
+    parses it."""
+    from xml.etree import ElementTree
+
+    from leaktrace.analysis.suppressions import LeakCheckSettings
+    from leaktrace.model.snapshot import LeakCheck, LeakKind, LossRecord
+    from leaktrace.outputs.valgrind_xml import render_valgrind_xml
+
+    record = LossRecord(10, LeakKind.DEFINITE, 1, 64, (0x1010, 0x2020))
+    check = LeakCheck(10, (record,), 0.001, command="sh -c echo it's \x01done")
+    document = ElementTree.fromstring(render_valgrind_xml(snapshot([]), check, LeakCheckSettings(), ["leaktrace"]))
+    assert [arg.text for arg in document.iter("arg")][-2:] == ["it's", "\ufffddone"]
+    assert [frame.findtext("fn") for frame in document.iter("frame")] == ["make_node", "main"]

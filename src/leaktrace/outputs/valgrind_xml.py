@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from xml.sax.saxutils import escape, quoteattr
 
 from leaktrace.analysis.suppressions import LeakCheckSettings
@@ -75,7 +74,8 @@ def render_valgrind_xml(
 ) -> bytes:
     """The leak check of one process as a valgrind XML document (protocol 4)."""
     process = symbolized.snapshot.processes.get(check.pid)
-    command = shlex.split(check.command) if check.command else [process.name if process else ""]
+    # Its arguments joined by spaces, as read from /proc: split on them, never parsed as a shell's.
+    command = check.command.split(" ") if check.command else [process.name if process else ""]
     lines = [
         '<?xml version="1.0"?>',
         "",
