@@ -111,7 +111,8 @@ class Outputs:
             symbolized = dataclasses.replace(symbolized, snapshot=snapshot)
             for check in judged:
                 self.judged.add(check.pid)
-                if check.errors(settings.errors_for):
+                leaks = bool(check.errors(settings.errors_for))
+                if leaks:
                     self.leaking.append(check)
                 if self.xml_file:
                     xml = render_valgrind_xml(symbolized, check, settings, list(self.tool_argv))
@@ -121,7 +122,7 @@ class Outputs:
                         GateCase(
                             f"{check.command or check.pid} (pid {check.pid})",
                             check.pause_seconds,
-                            self.leak_line(check) if check.errors(settings.errors_for) else None,
+                            self.leak_line(check) if leaks else None,
                             output=render_leak_check(symbolized, check, settings),
                         )
                     )

@@ -30,12 +30,13 @@ def render_junit(cases: list[GateCase]) -> bytes:
     head = f'tests="{len(cases)}" failures="{failures}" errors="{errors}"'
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',
-        f"<testsuites name={xml_attribute(SUITE)} {head} time={xml_attribute(f'{seconds:.6f}')}>",
-        f'  <testsuite name={xml_attribute(SUITE)} {head} skipped="0" time={xml_attribute(f"{seconds:.6f}")}>',
+        f'<testsuites name={xml_attribute(SUITE)} {head} time="{seconds:.6f}">',
+        f'  <testsuite name={xml_attribute(SUITE)} {head} skipped="0" time="{seconds:.6f}">',
     ]
     for case in cases:
-        name, time = xml_attribute(case.name), f'"{case.seconds:.6f}"'
-        lines.append(f"    <testcase classname={xml_attribute(SUITE)} name={name} time={time}>")
+        lines.append(
+            f'    <testcase classname={xml_attribute(SUITE)} name={xml_attribute(case.name)} time="{case.seconds:.6f}">'
+        )
         if case.failure is not None:
             lines.append(f'      <failure type="leak" message={xml_attribute(case.failure)}/>')
         if case.error is not None:

@@ -20,6 +20,7 @@ from xml.sax.saxutils import escape, quoteattr
 from leaktrace.analysis.suppressions import LeakCheckSettings
 from leaktrace.analysis.symbolize import Frame, SymbolizedSnapshot
 from leaktrace.model.snapshot import LeakCheck, LeakKind
+from leaktrace.outputs.leak_check import listed_records, loss_record_title
 
 ERROR_KINDS = {
     LeakKind.DEFINITE: "Leak_DefinitelyLost",
@@ -106,22 +107,15 @@ def render_valgrind_xml(
         "</status>",
         "",
     ]
-    listed = sorted(
-        (r for r in check.records if r.kind in settings.shown and r.suppressed_by is None),
-        key=lambda r: (r.bytes, r.blocks),
-    )
+    listed = listed_records(check, settings)
     for number, record in enumerate(() if settings.summary_only else listed, 1):
-        what = (
-            f"{record.bytes:,} bytes in {record.blocks:,} blocks are {record.kind.words}"
-            f" in loss record {number} of {len(listed)}"
-        )
         lines += [
             "<error>",
             _element("unique", f"0x{number - 1:x}", "  "),
             "  <tid>1</tid>",
             _element("kind", ERROR_KINDS[record.kind], "  "),
             "  <xwhat>",
-            _element("text", what, "    "),
+            _element("text", loss_record_title(record, number, len(listed)), "    "),
             _element("leakedbytes", record.bytes, "    "),
             _element("leakedblocks", record.blocks, "    "),
             "  </xwhat>",
