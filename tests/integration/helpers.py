@@ -137,9 +137,19 @@ GO = shutil.which("go") or "/usr/bin/go"
 
 
 def pprof_top(path, sample_index: str, tmp_path) -> dict[str, int]:
-    """go tool pprof -top: flat value per function (bytes in B, or a count)."""
+    """go tool pprof -top: flat value per function (bytes in B, or a count); no node dropped as small."""
     result = subprocess.run(
-        [GO, "tool", "pprof", "-top", "-nodecount=1000", "-unit=B", f"-sample_index={sample_index}", str(path)],
+        [
+            GO,
+            "tool",
+            "pprof",
+            "-top",
+            "-nodecount=1000",
+            "-nodefraction=0",
+            "-unit=B",
+            f"-sample_index={sample_index}",
+            str(path),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
