@@ -4,10 +4,12 @@ valgrind's and LeakSanitizer's formats, and --error-exitcode gating the run as v
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -15,7 +17,7 @@ import junitparser
 import pytest
 from test_systemwide import SystemTrace
 
-from conftest import DEBUG_BUILD, PROGRAMS, leaktrace_command
+from conftest import DEBUG_BUILD, PROGRAMS
 from helpers import final_report, reports, run_command
 
 VALGRIND_CI = str(Path(sys.executable).parent / "valgrind-ci")  # ValgrindCI, from the test extras
@@ -378,32 +380,31 @@ def test_a_choice_of_processes_needs_all_or_follow_forks(words):
     assert result.returncode == 2 and f"{words[0]} needs --all or -f" in result.stderr, result.stderr
 
 
-def test_a_gate_beside_another_leaktrace_never_passes_a_leaking_program(built, cpu_hogs):
-    """Another leaktrace traces every process (selecting none) while the gate runs a leaking
-    program ten times under CPU hogs: each run judges it and exits 7, or says in one line that
-    it could not and exits 7; never 0 (three runs of three passed silently before)."""
-    other = subprocess.Popen(
-        leaktrace_command("--all", "--comm", "^nomatch$", "3600"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+# Pairs of gates run at once beside an --all trace (LEAKTRACE_GATE_PAIRS=50: the issue's 100 tries).
+GATE_PAIRS = int(os.environ.get("LEAKTRACE_GATE_PAIRS", "5"))
+
+
+def test_two_gates_beside_a_judging_all_trace_each_judge_their_program(built, cpu_hogs):
+    """Two gates run a leaking program at once, GATE_PAIRS times, under CPU hogs, while an --all
+    --leak-check trace holds every process in _exit to judge it too: no tracer continues a
+    process another still reads (the stop_owners map every leaktrace shares), so each gate
+    judges its program with valgrind's figures and exits 7, every time (3 of 3 runs beside
+    another leaktrace once passed silently)."""
+    theirs, _, _ = valgrind(built["leak_kinds"])
+    other = SystemTrace("--leak-check", "--comm", "^leak_kinds$", interval=3600)
+    gate = ["-c", str(built["leak_kinds"]), "--json", "--leak-check=full", "--error-exitcode=7", "3600"]
     try:
-        while "probes live" not in (line := other.stderr.readline()):
-            assert line, "the other trace ended"
-        judged = unjudged = 0
-        for _ in range(10):
-            result = run_command(["-c", str(built["leak_kinds"]), "--leak-check=full", "--error-exitcode=7", "3600"])
-            assert result.returncode == 7 and "Traceback" not in result.stderr, result.stderr[-2000:]
-            if "exited without being judged" in result.stderr:
-                unjudged += 1
-            else:
-                assert "definitely lost" in result.stdout, result.stdout[-2000:]
-                judged += 1
-        print(f"beside another leaktrace: {judged} judged, {unjudged} failed loudly")
+        for _ in range(GATE_PAIRS):
+            with ThreadPoolExecutor(2) as pool:
+                results = list(pool.map(run_command, [gate, gate]))
+            for result in results:
+                assert result.returncode == 7 and "without being judged" not in result.stderr, result.stderr[-2000:]
+                [check] = reports(result.stdout)[-1]["leak_checks"]
+                assert totals(check) | {"suppressed": theirs["suppressed"]} == theirs, result.stderr[-2000:]
     finally:
-        other.terminate()
-        other.wait(timeout=60)
+        status, errors = other.stop()
+    assert status == 0 and "Traceback" not in errors, errors[-2000:]
+    assert len(re.findall(r"leaks in pid \d+ \(", errors)) == 2 * GATE_PAIRS, errors[-4000:]
 
 
 def test_a_trace_whose_probes_trap_everywhere_names_valgrinds_programs():

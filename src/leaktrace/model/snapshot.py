@@ -81,6 +81,7 @@ class Counters:
     inheritance_lost: int = 0  # child processes traced without the blocks they inherited
     python_frames_cut: int = 0  # stacks whose Python frames were cut at 32 (their native frames whole)
     python_codes_full: int = 0  # code objects the preload library had no room to keep (their frames show no name)
+    stops_unshared: int = 0  # processes stopped while the map shared with other leaktraces was full
     stacks_truncated: int = 0  # stacks that end before the outermost frame (a frame not followed)
     # Why (their sum is stacks_truncated; the preload library's stacks are not counted here):
     stacks_truncated_no_tables: int = 0  # the process's unwind tables were not in yet

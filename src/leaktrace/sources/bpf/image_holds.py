@@ -9,10 +9,8 @@ another user's by one process, not by the flood."""
 from __future__ import annotations
 
 import collections
-import contextlib
 import ctypes as ct
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -41,8 +39,15 @@ class ImageHolds:
     """serve(pid, gen) loads an image's tables; judge(pid, gen) judges the blocks of one held in
     _exit (whatever either raises, the process is continued)."""
 
-    def __init__(self, bpf: Any, serve: Callable[[int, int], None], judge: Callable[[int, int], None]):
+    def __init__(
+        self,
+        bpf: Any,
+        serve: Callable[[int, int], None],
+        judge: Callable[[int, int], None],
+        let_go: Callable[[int], bool],
+    ):
         self._bpf = bpf
+        self._let_go = let_go  # continues a process unless another leaktrace holds it too
         self._holds = bpf[b"holds"]
         self._serve = serve
         self._judge = judge
@@ -102,8 +107,7 @@ class ImageHolds:
                 # the two leaves it stopped, as StopRelease continues held processes only.
                 hold.state = HOLD_RELEASED
                 lib.bpf_update_elem(self._holds.map_fd, ct.byref(key), ct.byref(hold), BPF_EXIST)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+                self._let_go(pid)
                 self.held += 1
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ enum counter {
     C_INHERIT_LOST,  // inheritance_lost: child that ran without its inherited blocks (too many copies waited at its fork)
     C_PYTHON_CUT,    // python_frames_cut: a stack's Python frames cut at PYTHON_MAX_FRAMES (its native frames whole)
     C_PYTHON_CODES_FULL,  // python_codes_full: code objects the preload library had no room to keep (their frames show no name)
+    C_STOPS_UNSHARED,   // stops_unshared: a process stopped with no entry in the shared stop_owners map (it was full)
     C_STACK_TRUNCATED,  // stacks_truncated: a stack ended early: a frame the walk could not follow or trust
     // Why, one counter each (their sum is stacks_truncated):
     C_TRUNCATED_NO_TABLES,     // stacks_truncated_no_tables: the process's unwind tables were not in yet
@@ -136,5 +137,13 @@ struct hold {
 #define HOLD_WAITING 1   // stopped (or about to be): user space continues it
 #define HOLD_RELEASED 2  // continued: not held again for this image
 #define HOLD_AT_EXIT 3   // stopped in _exit: user space judges its blocks, then continues it
+
+// A process one leaktrace stopped, in the map every leaktrace shares (stop_owners.py): the
+// last stopper to let it go continues it.
+struct stop_owner {
+    u32 tgid;
+    u32 stopper;  // the leaktrace's pid
+};
+#define STOP_OWNERS_MAX 4096
 
 #endif

@@ -25,6 +25,7 @@ NO_TABLES_STOP = 0xffffffff
 HOLD_WAITING = 1
 HOLD_RELEASED = 2
 HOLD_AT_EXIT = 3
+STOP_OWNERS_MAX = 4096
 
 C_ALLOCS = 0
 C_FREES = 1
@@ -42,15 +43,16 @@ C_UNFOLLOWED = 12
 C_INHERIT_LOST = 13
 C_PYTHON_CUT = 14
 C_PYTHON_CODES_FULL = 15
-C_STACK_TRUNCATED = 16
-C_TRUNCATED_NO_TABLES = 17
-C_TRUNCATED_UNKNOWN_CODE = 18
-C_TRUNCATED_UNREADABLE_STACK = 19
-C_TRUNCATED_BAD_FRAME = 20
-C_TRUNCATED_NO_RULE = 21
-C_TRUNCATED_WALK_BUDGET = 22
-C_TRUNCATED_NOT_ENTERED = 23
-C_COUNTERS = 24
+C_STOPS_UNSHARED = 16
+C_STACK_TRUNCATED = 17
+C_TRUNCATED_NO_TABLES = 18
+C_TRUNCATED_UNKNOWN_CODE = 19
+C_TRUNCATED_UNREADABLE_STACK = 20
+C_TRUNCATED_BAD_FRAME = 21
+C_TRUNCATED_NO_RULE = 22
+C_TRUNCATED_WALK_BUDGET = 23
+C_TRUNCATED_NOT_ENTERED = 24
+C_COUNTERS = 25
 COUNTER_FIELDS = (   # the Python names, in the enum's order
     'allocations',
     'frees',
@@ -68,6 +70,7 @@ COUNTER_FIELDS = (   # the Python names, in the enum's order
     'inheritance_lost',
     'python_frames_cut',
     'python_codes_full',
+    'stops_unshared',
     'stacks_truncated',
     'stacks_truncated_no_tables',
     'stacks_truncated_unknown_code',
@@ -112,3 +115,5 @@ SITE_KEY = struct.Struct('<IIQQ')   # tgid, gen, stack_key, size
 PROC = struct.Struct('<IIII16sIIII')   # gen, exited, parent, execed, comm, uid, ignored, inheritance_lost, whole
 
 HOLD = struct.Struct('<II')   # gen, state
+
+STOP_OWNER = struct.Struct('<II')   # tgid, stopper

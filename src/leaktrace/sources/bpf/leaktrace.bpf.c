@@ -9,6 +9,7 @@
 //   FOLLOW_FORKS   1 when children are traced (-f): only then can a free concern a waiting child
 //   TRACE_ALL      1 for --all: a process is traced from its first allocator call
 //   SELF_TGID      leaktrace itself, which --all never traces, nor the processes it starts
+//   STOP_OWNERS_PIN   the bpffs path of the stop_owners map every leaktrace shares
 //   STACK_DEPTH    frames kept per stack (the caller's return address + the rest)
 //   LT_SIZE_MIN    smallest size that gets a stack (inclusive)
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
@@ -137,12 +138,25 @@ BPF_HASH(python_procs, u32, struct python_proc, MAX_PROCS);  // tgid -> its CPyt
 // [CTL_JUDGE_EXITS] = 1: --leak-check with -f or --all holds whole processes in _exit to judge them;
 // [CTL_PYTHON_STOP] = 1 once python_stop has stopped the target in Py_FinalizeEx.
 BPF_ARRAY(control, u32, CTL_SLOTS);
+// Every leaktrace's stops, (tgid, stopper) -> when: pinned, shared (stop_owners.py).
+BPF_TABLE_PINNED("hash", struct stop_owner, u64, stop_owners, STOP_OWNERS_MAX, STOP_OWNERS_PIN);
 
 static __always_inline void count(u32 which)
 {
     u64 *value = counters.lookup(&which);
     if (value)
         *value += 1;
+}
+
+// Stops the current process (SIGSTOP, in effect before it returns to user space), named first
+// as this leaktrace's in stop_owners, so that no other leaktrace continues it meanwhile.
+static __always_inline void stop_current(u32 tgid)
+{
+    struct stop_owner owner = {.tgid = tgid, .stopper = SELF_TGID};
+    u64 now = bpf_ktime_get_ns();
+    if (stop_owners.update(&owner, &now) != 0)
+        count(C_STOPS_UNSHARED);
+    bpf_send_signal(19 /* SIGSTOP */);
 }
 
 // The image generation of a traced process, 0 when it is not traced.
@@ -459,7 +473,7 @@ static __always_inline void hold(u32 tgid, u32 gen, u32 state)
     struct hold now = {.gen = gen, .state = state};
     if (holds.update(&tgid, &now) != 0)
         return;
-    bpf_send_signal(19 /* SIGSTOP */);
+    stop_current(tgid);
     hold_wakeups.ringbuf_output(&tgid, sizeof(tgid), 0);
 }
 
@@ -552,7 +566,7 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
         u32 *stopping = control.lookup(&slot);
         if (loaded && stopping && *loaded != NO_TABLES_STOP && *loaded != gen && !*stopping) {
             *stopping = 1;
-            bpf_send_signal(19 /* SIGSTOP */);  // takes effect before the call runs
+            stop_current(tgid);  // takes effect before the call runs
         }
     }
 #endif
@@ -1091,7 +1105,7 @@ static __always_inline int stop_target(u32 slot)
     if (tgid != TARGET_TGID || !traced_gen(tgid))
         return 0;
     control.update(&slot, &one);
-    bpf_send_signal(19 /* SIGSTOP */);
+    stop_current(tgid);
     return 1;
 }
 

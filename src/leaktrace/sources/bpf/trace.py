@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import time
 
 from leaktrace.errors import RuntimeFailure
@@ -34,6 +33,7 @@ from leaktrace.sources.bpf.image_holds import ImageHolds
 from leaktrace.sources.bpf.launch import StopRelease, reap, spawn_gated
 from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
+from leaktrace.sources.bpf.stop_owners import StopOwners
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.python_code import PythonCodeCapture
 from leaktrace.sources.sampling import estimated
@@ -92,8 +92,12 @@ class BpfTrace(PollingSource, ProcessTracking):
         self._python_code = PythonCodeCapture()
         self._start_tracking(info)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
+        self._stop_owners = StopOwners()  # continues what this trace stopped, once no other leaktrace holds it
+        self._stop_owners.sweep()
         self._holds = (
-            ImageHolds(engine.kernel.bpf, self._serve_hold, self._judge_exit) if engine.kernel.holds_images else None
+            ImageHolds(engine.kernel.bpf, self._serve_hold, self._judge_exit, self._stop_owners.let_go)
+            if engine.kernel.holds_images
+            else None
         )
 
     # -- starting -----------------------------------------------------------
@@ -268,11 +272,11 @@ class BpfTrace(PollingSource, ProcessTracking):
                 # mapped now; the call goes on once their unwind tables are in.
                 self._process_info(self.pid)
                 self.engine.kernel.clear_tables_stop(self.engine.kernel.target_gen())
-                os.kill(self.pid, signal.SIGCONT)
+                self._stop_owners.let_go(self.pid)
             elif self.engine.kernel.python_stop_pending():
                 self._read_python_code()
                 self.engine.kernel.clear_python_stop()
-                os.kill(self.pid, signal.SIGCONT)
+                self._stop_owners.let_go(self.pid)
             elif self.engine.kernel.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
                 # children it reaped since this poll began are taken leave of first.
@@ -284,7 +288,7 @@ class BpfTrace(PollingSource, ProcessTracking):
                     judged = self.final_snapshot.leak_checks + self._judge_at_exit()
                     self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_checks=judged)
                 self.engine.kernel.clear_exit_stop()
-                os.kill(self.pid, signal.SIGCONT)
+                self._stop_owners.let_go(self.pid)
             return True
         self._finish(status)
         return False
@@ -456,17 +460,15 @@ class BpfTrace(PollingSource, ProcessTracking):
         self._infos.setdefault(pid, info)  # its frames are named from these maps should it exit unread
 
     def close(self) -> None:
-        """Detaches every probe; a launched command is let go (and continued if stopped), and
-        so is every program held for its tables."""
+        """Detaches every probe; a launched command is let go (and continued if stopped, unless
+        another leaktrace holds it), and so is every program this trace stopped."""
         holds, self._holds = self._holds, None
         if holds is not None:
             self.engine.kernel.stop_holding()
             holds.close()
         self.engine.close()
         if self.is_child and not self._exited:
-            try:
-                os.kill(self.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+            self._stop_owners.let_go(self.pid)
+        self._stop_owners.close()
         if self._stop_release is not None:
             self._stop_release.release()
