@@ -22,11 +22,6 @@ BPF_OBJ_GET_INFO_BY_FD, BPF_LINK_GET_FD_BY_ID, BPF_LINK_GET_NEXT_ID = 15, 30, 31
 BPF_LINK_TYPE_UPROBE_MULTI = 12
 
 
-def pytest_configure(config):
-    if os.geteuid() != 0:
-        pytest.exit("leaktrace's tests load BPF programs and must run as root (see README)", returncode=1)
-
-
 @pytest.fixture(scope="session")
 def build_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("programs")
