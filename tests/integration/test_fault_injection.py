@@ -320,14 +320,17 @@ def test_leaktrace_killed_while_it_holds_the_target_in_a_ptrace_stop(heap, small
     """The preload engine's table read, and the reachability check's freeze, hold every thread
     in a ptrace stop: the kernel lets them go when leaktrace dies."""
     args = ("--engine", "preload") if engine == "preload" else ("--unreachable",)
+    landed = 0
     for _ in range(TRIES):
         run = Run(heap if engine == "preload" else small_heap, *args, "--json", "0.1")
         try:
-            run.wait_until(run.held_by_leaktrace)
-            time.sleep(random.uniform(0, 0.01))
+            if run.wait_until(run.held_by_leaktrace):
+                time.sleep(random.uniform(0, 0.01))
+                landed += held(run.target)
             run.kill_leaktrace()
         finally:
             run.cleanup()
+    assert landed >= TRIES // 2, f"only {landed} of {TRIES} kills of leaktrace came while it held the target"
 
 
 def test_leaktrace_killed_while_writing_its_files(small_heap, tmp_path):

@@ -4,6 +4,7 @@ for mypy and editors names the same objects from the same modules."""
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import leaktrace
@@ -27,6 +28,8 @@ def test_the_typed_block_names_every_lazy_export():
     assert typed_exports() == leaktrace._EXPORTS
 
 
-def test_every_export_resolves():
-    for name in leaktrace._EXPORTS:
-        assert getattr(leaktrace, name) is not None
+def test_every_export_resolves_to_the_object_its_module_defines():
+    for name, module in leaktrace._EXPORTS.items():
+        defined = importlib.import_module(f"leaktrace.{module}")
+        assert getattr(leaktrace, name) is getattr(defined, name), (name, module)
+        assert callable(getattr(defined, name)), name  # every export is a class or a function

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from leaktrace.platform.elf import ElfFile
+from leaktrace.unwind.rows import RBP_SAVED
 from leaktrace.unwind.tables import (
     CFA_END,
     CFA_RSP,
@@ -124,10 +125,17 @@ def test_cfi_c_survives_damaged_sections():
     """A file is untrusted input: any byte of .eh_frame changed, or the section cut short, gives
     rows or none, never a read outside the section (the process would die)."""
     section, address = ElfFile("/lib64/ld-linux-x86-64.so.2").section_bytes(".eh_frame")
+    whole = section_rows(section, address)
+    assert whole and all(start <= pc < end for start, end, pc, *_ in whole)
     rng = random.Random(11)
     for _ in range(2000):
         damaged = bytearray(section)
         for _ in range(rng.randint(1, 8)):
             damaged[rng.randrange(len(damaged))] = rng.randrange(256)
         cut = rng.randrange(len(damaged) + 1) if rng.random() < 0.3 else len(damaged)
-        section_rows(bytes(damaged[:cut]), address)
+        rows = section_rows(bytes(damaged[:cut]), address)
+        # Whatever the bytes, each row's rules are ones the walk knows.
+        assert all(cfa <= CFA_SIGNAL and rbp <= RBP_SAVED for *_, cfa, rbp in rows)
+    for _ in range(300):  # cut short, undamaged: the rows of the FDEs before the cut, as they were
+        rows = section_rows(section[: rng.randrange(len(section) + 1)], address)
+        assert rows == whole[: len(rows)]
