@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -65,3 +66,53 @@ def test_the_json_schema_names_every_counter_and_holds_a_rendered_report():
     jsonschema.Draft202012Validator(schema).validate(report)
     report["counters"]["made_up"] = 1
     assert not jsonschema.Draft202012Validator(schema).is_valid(report)
+
+
+def project_classes() -> dict[str, tuple[set[str], list[str]]]:
+    """Every class under src/leaktrace: its members (methods, class attributes, attributes its
+    methods set on self) and the names of its bases."""
+    classes: dict[str, tuple[set[str], list[str]]] = {}
+    for path in (ROOT / "src" / "leaktrace").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            members, bases = classes.setdefault(node.name, (set(), []))
+            bases += [base.id if isinstance(base, ast.Name) else getattr(base, "attr", "") for base in node.bases]
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    members.add(item.name)
+                    members.update(
+                        target.attr
+                        for target in ast.walk(item)
+                        if isinstance(target, ast.Attribute)
+                        and isinstance(target.ctx, ast.Store)
+                        and isinstance(target.value, ast.Name)
+                        and target.value.id == "self"
+                    )
+                elif isinstance(item, ast.Assign):
+                    members.update(target.id for target in item.targets if isinstance(target, ast.Name))
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    members.add(item.target.id)
+    return classes
+
+
+# `Class.member`, `module.Class.member`, or Class.member( anywhere (the diagrams' calls).
+NAMED_MEMBER = re.compile(r"`(?:[a-z_]\w*\.)*([A-Z]\w*)\.(\w+)(?:\(\))?`|\b([A-Z]\w*[a-z]\w*)\.([a-z_]\w*)\(")
+
+
+def test_every_member_of_a_class_of_ours_the_docs_name_exists():
+    classes = project_classes()
+
+    def has(name: str, member: str, seen: tuple[str, ...] = ()) -> bool:
+        members, bases = classes[name]
+        return member in members or any(
+            has(base, member, (*seen, name)) for base in bases if base in classes and base not in seen
+        )
+
+    missing = []
+    for page in PAGES:
+        for found in NAMED_MEMBER.findall(page.read_text()):
+            name, member = found[:2] if found[0] else found[2:]
+            if name in classes and not has(name, member):  # other projects' classes are theirs to name
+                missing.append(f"{page.name}: {name}.{member}")
+    assert not missing, missing
