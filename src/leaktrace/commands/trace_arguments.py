@@ -214,7 +214,9 @@ def _add_checks(parser: ArgumentParser) -> None:
         "full",
         choices=("no", "summary", "yes", "full"),
         help="judge every block still allocated into valgrind's kinds (definitely, indirectly, possibly "
-        "lost, still reachable) and list them: -c at the command's exit, -p at the trace's end (default: full)",
+        "lost, still reachable) and list them: -c at the command's exit, -p at the trace's end (default: full). "
+        "A CI gate uses the BPF engine (the default; --engine preload has no leak check): "
+        "LOG_COMPILER=leaktrace, LOG_FLAGS='--leak-check=full --error-exitcode=1 --' (docs/ci.md)",
     )
     parser.add_argument(
         "--show-leak-kinds",
