@@ -16,7 +16,7 @@ from functools import cache
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from leaktrace.analysis.symbolize import AddressSpace, Frame, SymbolizedSnapshot
-from leaktrace.model.snapshot import StackStatus
+from leaktrace.model.snapshot import AllocationGroup, StackStatus
 from leaktrace.outputs.files import FileContext
 from leaktrace.outputs.text import drops_text, totals_text
 
@@ -117,11 +117,116 @@ class _Strings:
         return self.index[text]
 
 
+class _ProfileBuilder:
+    """A profile's tables as samples go in: mappings, functions and locations, each added at
+    its first use and named by id after."""
+
+    def __init__(self, symbolized: SymbolizedSnapshot):
+        self.symbolized = symbolized
+        self.profile = profile_class()()
+        self.string = _Strings(self.profile.string_table)
+        self._spaces: dict[int, AddressSpace | None] = {}  # parsed for the processes whose maps are read only
+        self._mapping_ids: dict[tuple[int, int], int] = {}  # (pid, start) -> id
+        self._mapping_spans: dict[int, tuple[int, int]] = {0: (0, 0)}  # id -> (start, end)
+        self._module_ids: dict[tuple[str, str | None], tuple[int, int, int, int]] = {}  # -> id, start, end, bias
+        self._function_ids: dict[tuple[str, str], int] = {}
+        self._location_ids: dict[tuple, int] = {}
+
+    def _mapping_at(self, pid: int, address: int, frame: Frame) -> int:
+        """The id of pid's mapping holding address (0: none known), added at its first use."""
+        if pid not in self._spaces:
+            process = self.symbolized.snapshot.processes.get(pid)
+            self._spaces[pid] = AddressSpace.of(process) if process is not None else None
+        space = self._spaces[pid]
+        mapping = space.find(address) if space is not None else None
+        if mapping is None:
+            return 0
+        key = (pid, mapping.start)
+        if key not in self._mapping_ids:
+            self._mapping_ids[key] = len(self._mapping_ids) + 1
+            self._mapping_spans[self._mapping_ids[key]] = (mapping.start, mapping.end)
+            self.profile.mapping.add(
+                id=self._mapping_ids[key],
+                memory_start=mapping.start,
+                memory_limit=mapping.end,
+                file_offset=mapping.offset,
+                filename=self.string(mapping.path),
+                build_id=self.string(frame.build_id),
+                has_functions=bool(frame.function),
+                has_filenames=bool(frame.file),
+                has_line_numbers=bool(frame.line),
+                has_inline_frames=bool(frame.line),
+            )
+        return self._mapping_ids[key]
+
+    def _placed(self, pid: int, address: int, frame: Frame) -> tuple[int, int]:
+        """(mapping id, address) of a return address. One module's code is one mapping for every
+        process (the first one seen where it is, by a known load bias), so that each location
+        of it is one Location, whichever process it is in."""
+        if frame.kind == "python":  # a function of a script: its line says where, no address does
+            return 0, 0
+        if frame.module is None or frame.module_offset is None:
+            return self._mapping_at(pid, address, frame), address
+        module = (frame.module, frame.build_id)
+        if module not in self._module_ids:
+            found = self._mapping_at(pid, address, frame)
+            self._module_ids[module] = (found, *self._mapping_spans[found], address - frame.module_offset)
+        found, start, end, bias = self._module_ids[module]
+        there = frame.module_offset + bias
+        if found and start <= there < end:
+            return found, there
+        return self._mapping_at(pid, address, frame), address
+
+    def _function_id(self, frame: Frame) -> int:
+        named = (frame.function or "", frame.file or "")
+        if named not in self._function_ids:
+            self._function_ids[named] = len(self._function_ids) + 1
+            self.profile.function.add(
+                id=self._function_ids[named],
+                name=self.string(frame.function),
+                system_name=self.string(frame.function),
+                filename=self.string(frame.file),
+            )
+        return self._function_ids[named]
+
+    def _location_id(self, pid: int, address: int) -> int:
+        """One location per return address (in a module: per module offset, for every process);
+        its lines list the functions inlined there first."""
+        frames = self.symbolized.frames_at(pid, address)
+        own = frames[-1]
+        key = (own.module, own.build_id, own.module_offset) if own.module_offset is not None else (pid, address)
+        if key not in self._location_ids:
+            self._location_ids[key] = len(self._location_ids) + 1
+            mapping, there = self._placed(pid, address, own)
+            location = self.profile.location.add(id=self._location_ids[key], mapping_id=mapping, address=there)
+            for frame in frames:
+                if frame.function:
+                    location.line.add(function_id=self._function_id(frame), line=frame.line or 0)
+        return self._location_ids[key]
+
+    def add_group(self, group: AllocationGroup) -> None:
+        """A sample of the group's count and bytes, its stack's locations and its labels."""
+        string = self.string
+        sample = self.profile.sample.add(value=[group.count, group.bytes])
+        if group.stack_status == StackStatus.CAPTURED:
+            sample.location_id.extend(self._location_id(group.pid, word) for word in self.symbolized.words_of(group))
+        process = self.symbolized.snapshot.processes.get(group.pid)
+        sample.label.add(key=string("pid"), num=group.pid)
+        sample.label.add(key=string("comm"), str=string(process.comm if process else ""))
+        sample.label.add(key=string("bytes"), num=group.size, num_unit=string("bytes"))
+        if group.inherited:
+            sample.label.add(key=string("inherited"), str=string("true"))
+        if group.samples is not None:
+            sample.label.add(key=string("samples"), num=group.samples, num_unit=string("count"))
+        if group.stack_status != StackStatus.CAPTURED:
+            sample.label.add(key=string("stack"), str=string(group.stack_status.value))
+
+
 def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> bytes:
     """The snapshot as a gzip'd pprof profile."""
     snapshot = symbolized.snapshot
-    profile = profile_class()()
-    string = _Strings(profile.string_table)
+    builder = _ProfileBuilder(symbolized)
+    profile, string = builder.profile, builder.string
     for kind, unit in (("inuse_objects", "count"), ("inuse_space", "bytes")):
         profile.sample_type.add(type=string(kind), unit=string(unit))
     profile.default_sample_type = string("inuse_space")
@@ -133,100 +238,8 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> byt
     sampled = [totals_text(snapshot)] if snapshot.sample_rate else []
     for comment in (*drops_text(snapshot.counters).splitlines(), *sampled):  # the text report's lines
         profile.comment.append(string(comment))
-
-    spaces: dict[int, AddressSpace | None] = {}  # parsed for the processes whose maps are read only
-    mapping_ids: dict[tuple[int, int], int] = {}  # (pid, start) -> id
-    mapping_spans: dict[int, tuple[int, int]] = {0: (0, 0)}  # id -> (start, end)
-    module_ids: dict[tuple[str, str | None], tuple[int, int, int, int]] = {}  # -> id, start, end, load bias
-    function_ids: dict[tuple[str, str], int] = {}
-    location_ids: dict[tuple, int] = {}
-
-    def mapping_at(pid: int, address: int, frame: Frame) -> int:
-        """The id of pid's mapping holding address (0: none known), added at its first use."""
-        if pid not in spaces:
-            process = snapshot.processes.get(pid)
-            spaces[pid] = AddressSpace.of(process) if process is not None else None
-        space = spaces[pid]
-        mapping = space.find(address) if space is not None else None
-        if mapping is None:
-            return 0
-        key = (pid, mapping.start)
-        if key not in mapping_ids:
-            mapping_ids[key] = len(mapping_ids) + 1
-            mapping_spans[mapping_ids[key]] = (mapping.start, mapping.end)
-            profile.mapping.add(
-                id=mapping_ids[key],
-                memory_start=mapping.start,
-                memory_limit=mapping.end,
-                file_offset=mapping.offset,
-                filename=string(mapping.path),
-                build_id=string(frame.build_id),
-                has_functions=bool(frame.function),
-                has_filenames=bool(frame.file),
-                has_line_numbers=bool(frame.line),
-                has_inline_frames=bool(frame.line),
-            )
-        return mapping_ids[key]
-
-    def placed(pid: int, address: int, frame: Frame) -> tuple[int, int]:
-        """(mapping id, address) of a return address. One module's code is one mapping for every
-        process (the first one seen where it is, by a known load bias), so that each location
-        of it is one Location, whichever process it is in."""
-        if frame.kind == "python":  # a function of a script: its line says where, no address does
-            return 0, 0
-        if frame.module is None or frame.module_offset is None:
-            return mapping_at(pid, address, frame), address
-        module = (frame.module, frame.build_id)
-        if module not in module_ids:
-            found = mapping_at(pid, address, frame)
-            module_ids[module] = (found, *mapping_spans[found], address - frame.module_offset)
-        found, start, end, bias = module_ids[module]
-        there = frame.module_offset + bias
-        if found and start <= there < end:
-            return found, there
-        return mapping_at(pid, address, frame), address
-
-    def function_id(frame: Frame) -> int:
-        named = (frame.function or "", frame.file or "")
-        if named not in function_ids:
-            function_ids[named] = len(function_ids) + 1
-            profile.function.add(
-                id=function_ids[named],
-                name=string(frame.function),
-                system_name=string(frame.function),
-                filename=string(frame.file),
-            )
-        return function_ids[named]
-
-    def location_id(pid: int, address: int) -> int:
-        """One location per return address (in a module: per module offset, for every process);
-        its lines list the functions inlined there first."""
-        frames = symbolized.frames_at(pid, address)
-        own = frames[-1]
-        key = (own.module, own.build_id, own.module_offset) if own.module_offset is not None else (pid, address)
-        if key not in location_ids:
-            location_ids[key] = len(location_ids) + 1
-            mapping, there = placed(pid, address, own)
-            location = profile.location.add(id=location_ids[key], mapping_id=mapping, address=there)
-            for frame in frames:
-                if frame.function:
-                    location.line.add(function_id=function_id(frame), line=frame.line or 0)
-        return location_ids[key]
-
     for group in sorted(snapshot.groups, key=lambda g: (g.pid, -g.bytes, g.size, g.stack)):
-        sample = profile.sample.add(value=[group.count, group.bytes])
-        if group.stack_status == StackStatus.CAPTURED:
-            sample.location_id.extend(location_id(group.pid, address) for address in symbolized.words_of(group))
-        process = snapshot.processes.get(group.pid)
-        sample.label.add(key=string("pid"), num=group.pid)
-        sample.label.add(key=string("comm"), str=string(process.comm if process else ""))
-        sample.label.add(key=string("bytes"), num=group.size, num_unit=string("bytes"))
-        if group.inherited:
-            sample.label.add(key=string("inherited"), str=string("true"))
-        if group.samples is not None:
-            sample.label.add(key=string("samples"), num=group.samples, num_unit=string("count"))
-        if group.stack_status != StackStatus.CAPTURED:
-            sample.label.add(key=string("stack"), str=string(group.stack_status.value))
+        builder.add_group(group)
     return gzip.compress(profile.SerializeToString(), compresslevel=GZIP_LEVEL, mtime=0)
 
 
