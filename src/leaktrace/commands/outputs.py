@@ -15,15 +15,12 @@ from leaktrace.android.heap_dump import render_heap_dump
 from leaktrace.android.leak_info import get_malloc_leak_info
 from leaktrace.android.leak_log import render_leak_log
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX
-from leaktrace.android.unreachable_report import render_unreachable
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import LeakCheck, LeakKind, Snapshot
 from leaktrace.outputs.files import FILE_FORMATS, FileContext
-from leaktrace.outputs.json_report import render_json
 from leaktrace.outputs.junit import GateCase, render_junit
 from leaktrace.outputs.leak_check import render_leak_check
-from leaktrace.outputs.process_report import render_process_report
-from leaktrace.outputs.text import render_text
+from leaktrace.outputs.stdout_reports import STDOUT_FORMATS, ReportContext
 from leaktrace.outputs.valgrind_xml import render_valgrind_xml
 from leaktrace.platform.atomic_write import write_atomically
 
@@ -74,6 +71,11 @@ class Outputs:
         self.gate_cases: list[GateCase] = []  # --junit's, one a process judged or left unjudged
         self._announced: set[str] = set()  # paths said once ("written to"), not at every report
         self.started_at = time.time()
+
+    @property
+    def stdout_format(self) -> str:
+        """The entry of STDOUT_FORMATS each report is written in."""
+        return "json" if self.json else "processes" if self.systemwide else "text"
 
     def exit_status(self) -> int:
         """--error-exitcode's N when the leak check found errors; else UNWRITTEN_OUTPUT once an
@@ -129,22 +131,12 @@ class Outputs:
             if self.junit_file:
                 self._write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
         growth = self.growth.observe(snapshot)
-        if self.json:
-            text = render_json(symbolized, growth)
-        elif self.systemwide:
-            text = render_process_report(symbolized, growth, self.top_processes, self.top, self.min_bytes)
-        else:
-            text = render_text(symbolized, self.top, growth=growth)
-        if snapshot.unreachable and not self.json:
-            text += f"unreachable memory of pid {snapshot.unreachable.pid}:\n"
-            text += render_unreachable(symbolized, snapshot.unreachable, self.contents)
-        if self.leak_check and not self.json:
-            text += "".join(render_leak_check(symbolized, check, self.leak_check) for check in snapshot.leak_checks)
-        write_fully(sys.stdout, text)
-        context = FileContext(growth, snapshot.taken_at - self.started_at)
+        context = ReportContext(growth, self.top, self.top_processes, self.min_bytes, self.contents, self.leak_check)
+        write_fully(sys.stdout, STDOUT_FORMATS[self.stdout_format].render(symbolized, context))
+        file_context = FileContext(growth, snapshot.taken_at - self.started_at)
         for output in FILE_FORMATS:
             if output.option in self.files:
-                self._write(self.files[output.option], output.render(symbolized, context), output.what)
+                self._write(self.files[output.option], output.render(symbolized, file_context), output.what)
         for index, (pid, process) in enumerate(snapshot.processes.items()):
             if self.leak_info:
                 info = get_malloc_leak_info(snapshot, pid)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from leaktrace.analysis.growth import Growth, bytes_by_process, stack_id
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.model.snapshot import LeakCheck, LeakKind, UnreachableReport
+
+if TYPE_CHECKING:
+    from leaktrace.outputs.stdout_reports import ReportContext
 
 JSON_FORMAT = 1  # of the report's shape: raised on a change a reader of the old one would misread
 
@@ -123,3 +127,7 @@ def frame_to_dict(f) -> dict:
 
 def render_json(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) -> str:
     return json.dumps(snapshot_to_dict(symbolized, growth), separators=(",", ":")) + "\n"
+
+
+def render_stdout(symbolized: SymbolizedSnapshot, context: ReportContext) -> str:
+    return render_json(symbolized, context.growth)

@@ -3,12 +3,17 @@ stacks of the largest processes."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tabulate import tabulate
 
 from leaktrace.analysis.growth import Growth, stack_id
 from leaktrace.analysis.process_table import process_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.outputs.text import clock, drops_text, ranked_stacks, rate_text, stack_table, totals_text
+
+if TYPE_CHECKING:
+    from leaktrace.outputs.stdout_reports import ReportContext
 
 
 def render_process_report(
@@ -62,3 +67,7 @@ def render_process_report(
         lines.append(f"pid {row.pid} ({row.comm}): top {min(top_stacks, len(own))} of {len(own)} stacks by live bytes:")
         lines.append(stack_table(symbolized, own, top_stacks, frames, growth))
     return "\n".join(lines) + "\n"
+
+
+def render_stdout(symbolized: SymbolizedSnapshot, context: ReportContext) -> str:
+    return render_process_report(symbolized, context.growth, context.top_processes, context.top, context.min_bytes)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
 from leaktrace.analysis.growth import Growth, StackId, stack_id
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.model.snapshot import AllocationGroup, Counters, Snapshot, StackStatus
+
+if TYPE_CHECKING:
+    from leaktrace.outputs.stdout_reports import ReportContext
 
 _NO_STACK = {
     StackStatus.FILTERED: "(no stack: size outside the backtrace size range)",
@@ -137,3 +141,7 @@ def render_text(
     lines.append(f"top {min(top, len(ranked))} of {len(ranked)} stacks by live bytes:")
     lines.append(stack_table(symbolized, ranked, top, frames, growth))
     return "\n".join(lines) + "\n"
+
+
+def render_stdout(symbolized: SymbolizedSnapshot, context: ReportContext) -> str:
+    return render_text(symbolized, context.top, growth=context.growth)

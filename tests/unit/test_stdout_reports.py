@@ -1,0 +1,38 @@
+"""The standard-output reports behind one interface in one table (outputs/stdout_reports.py)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+from leaktrace import AllocationGroup, Counters, Frame, ProcessInfo, Snapshot, SymbolizedSnapshot
+from leaktrace.analysis.growth import Growth
+from leaktrace.outputs.stdout_reports import STDOUT_FORMATS, ReportContext
+
+FRAMES = {(10, 0x10): Frame(0x10, "make_node", 0, "/opt/app/server"), (11, 0x10): Frame(0x10, "work", 0, "/w")}
+
+
+def symbolized() -> SymbolizedSnapshot:
+    snapshot = Snapshot(
+        1.0,
+        (AllocationGroup(10, 64, 3, (0x10,)), AllocationGroup(11, 8, 1, (0x10,))),
+        Counters(allocations=4),
+        {10: ProcessInfo(10, "server"), 11: ProcessInfo(11, "worker")},
+    )
+    return SymbolizedSnapshot(snapshot, FRAMES)
+
+
+def test_each_entry_is_a_module_with_render_stdout():
+    for name, entry in STDOUT_FORMATS.items():
+        assert entry.name == name
+        assert callable(importlib.import_module(f"leaktrace.outputs.{entry.module}").render_stdout)
+
+
+def test_each_entry_renders_the_snapshot_in_its_own_form():
+    context = ReportContext(Growth(), top=5)
+    text = STDOUT_FORMATS["text"].render(symbolized(), context)
+    assert "make_node" in text and "top 2 of 2 stacks by live bytes:" in text
+    per_process = STDOUT_FORMATS["processes"].render(symbolized(), context)
+    assert "pid 10 (server)" in per_process and "pid 11 (worker)" in per_process
+    report = json.loads(STDOUT_FORMATS["json"].render(symbolized(), context))
+    assert report["live_bytes"] == 200 and [g["count"] for g in report["groups"]] == [3, 1]
