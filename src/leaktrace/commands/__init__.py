@@ -89,6 +89,7 @@ REGISTRY = {
     "heap": ("heap", "HeapCommand"),
     "completion": ("completion", "CompletionCommand"),
     "agent": ("agent", "AgentCommand"),
+    "diff": ("diff", "DiffCommand"),
 }
 # One line each for the top-level help (the commands' modules are not imported for it).
 SUMMARIES = {
@@ -96,6 +97,7 @@ SUMMARIES = {
     "heap": "walk a running process's glibc heap once, no probes (--unreachable: leaks in it)",
     "decode-leak-info": "print a get_malloc_leak_info buffer written by --leak-info",
     "completion": 'print a bash or zsh completion script (eval "$(leaktrace completion bash)")',
+    "diff": "compare two reports (--json lines or --pprof files) site by site: before, after, change",
     "agent": "trace as a service; serve /metrics (Prometheus), /debug/pprof/heap (pprof), /status over HTTP",
 }
 EXAMPLES = """commands:
@@ -108,6 +110,7 @@ examples:
   sudo leaktrace -c ./tests --engine preload --json 60 1
   sudo leaktrace --all --comm 'worker.*' --top-view
   sudo leaktrace heap -p 1234 --unreachable
+  leaktrace diff before.json after.json  what changed at each site between two --json runs
 
 leaktrace COMMAND --help for a command's own options; docs: README.md and docs/."""
 
