@@ -80,6 +80,7 @@ class Engine:
 
     start: Callable[[argparse.Namespace, EngineSettings, MallocDebugConfig], tuple[TraceSource, str]]
     traces_every_process: bool
+    logs_own_leaks: bool = False  # the target writes its own leak_track log at exit (the library does)
     refuses: tuple[tuple[str, str], ...] = ()  # (flag, argparse name) the engine has no use for
 
 
@@ -88,6 +89,7 @@ ENGINES = {
     "preload": Engine(
         start_preload,
         traces_every_process=False,
+        logs_own_leaks=True,
         refuses=(("--older-than", "older_than"), ("-f", "follow_forks"), ("--lib", "lib")),
     ),
 }

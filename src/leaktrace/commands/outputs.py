@@ -84,10 +84,6 @@ class Outputs:
             return self.leak_check.error_exitcode
         return UNWRITTEN_OUTPUT if self.unwritten else 0
 
-    @property
-    def wants_exit_allocations(self) -> bool:
-        return self.leak_track
-
     def _write(self, path: str, data: bytes, what: str) -> None:
         try:
             write_atomically(path, data)

@@ -117,7 +117,9 @@ class TraceCommand(Command):
         add_trace_arguments(parser)
 
     @staticmethod
-    def outputs(args: argparse.Namespace, config: MallocDebugConfig, leak_check: LeakCheckSettings | None) -> Outputs:
+    def outputs(
+        args: argparse.Namespace, config: MallocDebugConfig, leak_check: LeakCheckSettings | None, leak_log: bool
+    ) -> Outputs:
         # The renderers load here, once the probes are live: they are not on the start-up path.
         from .outputs import Outputs
 
@@ -132,7 +134,7 @@ class TraceCommand(Command):
             dump_each_report=args.heap_dump is not None,
             dump_on_exit=args.heap_dump_on_exit or "backtrace_dump_on_exit" in config.options,
             backtrace_full=args.backtrace_full or "backtrace_full" in config.options,
-            leak_track=args.leak_track or "leak_track" in config.options,
+            leak_track=leak_log,
             systemwide=args.all,
             top_processes=args.top_processes or 10,
             min_bytes=args.min_bytes or 0,
@@ -213,20 +215,20 @@ class TraceCommand(Command):
         check_combinations(args, ENGINES[args.engine])
         check_output_paths(args, config)
         leak_check = leak_check_settings(args)  # its suppression files read before anything starts
-        settings = dataclasses.replace(settings, leak_check_at_exit=leak_check is not None)
+        engine = ENGINES[args.engine]
+        # The leak log at a process's exit: leaktrace's, unless the target's own library writes it.
+        leak_log = (args.leak_track or "leak_track" in config.options) and not engine.logs_own_leaks
+        settings = dataclasses.replace(settings, leak_check_at_exit=leak_check is not None, exit_allocations=leak_log)
         if args.top_view and not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError(
                 "--top-view needs a terminal on standard input and output; without one, drop it for reports"
             )
         flags = _SignalFlags()
-        trace, what = ENGINES[args.engine].start(args, settings, config)
+        trace, what = engine.start(args, settings, config)
         with trace:
             for line in trace.startup_lines(what, args.verbose):
                 print(f"leaktrace: {line}", file=sys.stderr, flush=True)
-            outputs = self.outputs(args, config, leak_check)
-            if trace.logs_own_leaks:
-                outputs.leak_track = False
-            trace.final_with_allocations = outputs.wants_exit_allocations
+            outputs = self.outputs(args, config, leak_check, leak_log)
             if args.top_view:
                 from leaktrace.outputs.top_view import run_top_view
 
@@ -235,9 +237,7 @@ class TraceCommand(Command):
                 self.leave_command(trace, args, what)
                 self.say_leaking(outputs)
                 return outputs.exit_status()
-            final = self.report_snapshot(
-                trace, args, last=True, with_allocations=trace.exited and outputs.wants_exit_allocations
-            )
+            final = self.report_snapshot(trace, args, last=True, with_allocations=trace.exited and leak_log)
             if final:
                 outputs.report(final)
             self.say_leaking(outputs)

@@ -17,8 +17,6 @@ class TraceSource(Protocol):
     exit_status: int | None  # its exit status, once it has exited (a launched command)
     target_selected: bool  # False once a choice of processes (-f --comm ...) left the target out
     final_snapshot: Snapshot | None  # the last state, read when it exited
-    final_with_allocations: bool  # the final snapshot lists every live pointer (exit leak log)
-    logs_own_leaks: bool  # the target writes its own leak log at exit
 
     @property
     def leak_check_at_exit(self) -> bool:

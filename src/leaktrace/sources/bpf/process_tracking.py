@@ -52,7 +52,6 @@ class ProcessTracking:
     pid: int
     selection: Selection
     target_selected: bool
-    final_with_allocations: bool
     _exited: bool
 
     def _start_tracking(self, info: ProcessInfo | None) -> None:
@@ -181,7 +180,9 @@ class ProcessTracking:
         allocations: dict[int, list] = {pid: [] for pid in images}
         for group in self.engine.reader.groups(images=images):
             groups[group.pid].append(group)
-        for allocation in self.engine.reader.allocations(images=images) if self.final_with_allocations else ():
+        for allocation in (
+            self.engine.reader.allocations(images=images) if self.engine.settings.exit_allocations else ()
+        ):
             allocations[allocation.pid].append(allocation)
         for pid in sorted(images):
             self._departed.append((self._gone[pid][1], groups[pid], allocations[pid]))

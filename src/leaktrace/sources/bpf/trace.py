@@ -80,10 +80,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         self.engine = engine
         self.selection = selection
         self.target_selected = True  # False once the selection left the target out (-f --comm ...)
-        # Set to make the final snapshot list every live pointer (for the exit leak log).
-        self.final_with_allocations = False
         self._exit_checks: list[LeakCheck] = []  # --all: processes judged at their exit, not reported yet
-        self.logs_own_leaks = False
         self.pid = pid
         self.is_child = is_child
         self.final_snapshot: Snapshot | None = None
@@ -207,7 +204,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         for info, departed_groups, departed_allocations in self._departed:
             processes[info.pid] = info
             groups += departed_groups
-            if self.final_with_allocations:  # for their exit leak log, even when not asked for the rest
+            if self.engine.settings.exit_allocations:  # for their exit leak log, even when not asked for the rest
                 allocations = (allocations or []) + departed_allocations
         self._departed = []
         judged, self._exit_checks = self._exit_checks, []
@@ -282,7 +279,7 @@ class BpfTrace(PollingSource, ProcessTracking):
                 # children it reaped since this poll began are taken leave of first.
                 self._track_processes()
                 self.final_snapshot = self.snapshot(
-                    with_allocations=self.final_with_allocations or self.leak_check_at_exit
+                    with_allocations=self.engine.settings.exit_allocations or self.leak_check_at_exit
                 )
                 if self.leak_check_at_exit:  # after the children judged at their own exits
                     judged = self.final_snapshot.leak_checks + self._judge_at_exit()
@@ -365,7 +362,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         self._exited = True
         if self.final_snapshot is None:
             self._track_processes()  # children that left since this poll began
-            self.final_snapshot = self.snapshot(with_allocations=self.final_with_allocations)
+            self.final_snapshot = self.snapshot(with_allocations=self.engine.settings.exit_allocations)
             self._sweep()
         else:  # taken at the exit stop, while the process still existed
             self._sweep()

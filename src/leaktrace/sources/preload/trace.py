@@ -117,9 +117,7 @@ class PreloadTrace(PollingSource):
         self._last: Snapshot | None = None
         self.dumps_refused: str | None = None  # why its dump files are not read (its table is, in place)
         self._notices: list[str] = []
-        self.final_with_allocations = False  # its exit dump lists every pointer anyway
         self.leak_check_at_exit = False  # not offered: its exit is the library's own
-        self.logs_own_leaks = True  # the library writes its leak_track log itself
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
         self.sampling = EXACT  # what the library samples (--sample); its blocks then stand for more
         self._python_code = PythonCodeCapture()  # what its stacks' Python frames name, read while it lives
