@@ -14,6 +14,13 @@ from leaktrace.sources.bpf.layout import STOP_OWNER
 from leaktrace.sources.bpf.stop_owners import STOP_OWNERS_PIN, StopOwners, open_stop_owners
 
 
+class PinnedTable:
+    """As bcc's table of the pinned map: its fd."""
+
+    def __init__(self, fd: int):
+        self.map_fd = fd
+
+
 def state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
@@ -44,7 +51,7 @@ def test_a_process_is_continued_by_the_last_live_leaktrace_that_holds_it():
     gone = subprocess.Popen(["true"])
     gone.wait()  # a leaktrace that died without letting go
     fd = open_stop_owners()
-    owners = StopOwners()
+    owners = StopOwners(PinnedTable(fd))
     try:
         assert os.stat(STOP_OWNERS_PIN).st_uid == 0
         os.kill(target.pid, 19)
@@ -75,7 +82,7 @@ def test_a_process_is_continued_by_the_last_live_leaktrace_that_holds_it():
 def test_closing_lets_go_of_every_process_this_leaktrace_still_holds():
     targets = [subprocess.Popen(["sleep", "600"]) for _ in range(3)]
     fd = open_stop_owners()
-    owners = StopOwners()
+    owners = StopOwners(PinnedTable(fd))
     try:
         for target in targets:
             os.kill(target.pid, 19)

@@ -22,7 +22,7 @@ from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION
-from leaktrace.sources.bpf.stop_owners import STOP_OWNERS_PIN, pin_stop_owners
+from leaktrace.sources.bpf.stop_owners import stop_owners_cflags
 from leaktrace.sources.sampling import EXACT, Sampling
 from leaktrace.unwind.python_layout import PYTHON_MAX_FRAMES
 
@@ -133,7 +133,6 @@ def program_cflags(settings: EngineSettings, target: int) -> list[str]:
             f"-DFOLLOW_FORKS={int(follow_forks)}",
             f"-DTRACE_ALL={int(not target)}",
             f"-DSELF_TGID={os.getpid()}",
-            f'-DSTOP_OWNERS_PIN="{STOP_OWNERS_PIN}"',
             f"-DMAX_PROCS={s.max_procs}",
             f"-DSTACK_DEPTH={s.stack_depth}",
             f"-DLT_SIZE_MIN={s.size_min}ULL",
@@ -151,6 +150,7 @@ def program_cflags(settings: EngineSettings, target: int) -> list[str]:
         ]
         + _tracepoint_cflags(follow_forks)
         + _hold_cflags(follow_forks)
+        + list(stop_owners_cflags())
         + python_cflags(s.python_frames)
     )
 
@@ -209,11 +209,6 @@ class Compiling(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        try:
-            pin_stop_owners()
-        except (RuntimeFailure, OSError) as e:
-            self._error = e if isinstance(e, RuntimeFailure) else RuntimeFailure(f"cannot share stops: {e}")
-            return
         with bcc_output() as log:
             try:
                 bpf = BPF(text=self._source, cflags=self.cflags)

@@ -129,9 +129,9 @@ class StopRelease:
                 stderr=subprocess.DEVNULL,
             )
         finally:
-            if pidfd >= 0:
-                os.close(pidfd)
-            os.close(owners)
+            for fd in (pidfd, owners):
+                if fd >= 0:
+                    os.close(fd)
             os.close(read_end)
 
     def release(self) -> None:

@@ -9,7 +9,8 @@
 //   FOLLOW_FORKS   1 when children are traced (-f): only then can a free concern a waiting child
 //   TRACE_ALL      1 for --all: a process is traced from its first allocator call
 //   SELF_TGID      leaktrace itself, which --all never traces, nor the processes it starts
-//   STOP_OWNERS_PIN   the bpffs path of the stop_owners map every leaktrace shares
+//   STOP_OWNERS_SHARED, STOP_OWNERS_PIN   1 and the bpffs path of the stop_owners map every
+//                  leaktrace shares; 0: a map of this program's own
 //   STACK_DEPTH    frames kept per stack (the caller's return address + the rest)
 //   LT_SIZE_MIN    smallest size that gets a stack (inclusive)
 //   LT_SIZE_MAX    largest size that gets a stack (inclusive)
@@ -138,8 +139,13 @@ BPF_HASH(python_procs, u32, struct python_proc, MAX_PROCS);  // tgid -> its CPyt
 // [CTL_JUDGE_EXITS] = 1: --leak-check with -f or --all holds whole processes in _exit to judge them;
 // [CTL_PYTHON_STOP] = 1 once python_stop has stopped the target in Py_FinalizeEx.
 BPF_ARRAY(control, u32, CTL_SLOTS);
-// Every leaktrace's stops, (tgid, stopper) -> when: pinned, shared (stop_owners.py).
+// Every leaktrace's stops, (tgid, stopper) -> when: pinned, shared (stop_owners.py); a map of
+// this program's own where the pin cannot be opened (capabilities without root).
+#if STOP_OWNERS_SHARED
 BPF_TABLE_PINNED("hash", struct stop_owner, u64, stop_owners, STOP_OWNERS_MAX, STOP_OWNERS_PIN);
+#else
+BPF_HASH(stop_owners, struct stop_owner, u64, STOP_OWNERS_MAX);
+#endif
 
 static __always_inline void count(u32 which)
 {

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes as ct
+import functools
 import os
 import signal
 import stat
+from typing import Any
 
 from bcc.libbcc import lib
 
@@ -45,7 +47,8 @@ def pin_stop_owners() -> str:
     if not _is_bpffs(BPFFS):
         flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
         if _libc.mount(b"bpf", BPFFS.encode(), b"bpf", flags, ct.c_char_p(b"mode=0700")) != 0:
-            raise RuntimeFailure(f"cannot mount bpffs on {BPFFS}: {os.strerror(ct.get_errno())}")
+            err = ct.get_errno()
+            raise OSError(err, f"cannot mount bpffs on {BPFFS}: {os.strerror(err)}")
     try:
         pinned = os.lstat(STOP_OWNERS_PIN)
     except FileNotFoundError:
@@ -72,18 +75,42 @@ def _create_pin() -> None:
 
 
 def open_stop_owners() -> int:
-    """An fd of the shared map (pinned first if need be), the caller's to close."""
-    path = ct.create_string_buffer(pin_stop_owners().encode())
-    attr = (ct.c_uint64 * 2)(ct.addressof(path), 0)
-    return bpf(BPF_OBJ_GET, attr, ct.sizeof(attr))
+    """An fd of the shared map (pinned first if need be), the caller's to close; -1 when this
+    leaktrace may not open it (capabilities without root: the pin is root's, mode 0600)."""
+    try:
+        path = ct.create_string_buffer(pin_stop_owners().encode())
+        attr = (ct.c_uint64 * 2)(ct.addressof(path), 0)
+        return bpf(BPF_OBJ_GET, attr, ct.sizeof(attr))
+    except PermissionError:
+        return -1
+    except OSError as e:
+        raise RuntimeFailure(f"cannot share stops with other leaktraces: {e.strerror}") from None
+
+
+@functools.cache
+def stop_owners_cflags() -> tuple[str, ...]:
+    """The program's map of stops: the shared pin, or a map of its own where the pin cannot be
+    opened (UNSHARED_NOTICE says so at start)."""
+    fd = open_stop_owners()
+    if fd < 0:
+        return ("-DSTOP_OWNERS_SHARED=0",)
+    os.close(fd)
+    return ("-DSTOP_OWNERS_SHARED=1", f'-DSTOP_OWNERS_PIN="{STOP_OWNERS_PIN}"')
+
+
+UNSHARED_NOTICE = (
+    f"stops not shared with other leaktraces ({STOP_OWNERS_PIN} needs root): another leaktrace may "
+    "continue a process this one reads, and a judgement it then cannot make fails loudly"
+)
 
 
 class StopOwners:
-    """This leaktrace's side of the shared map, through an fd of its own (it outlives the
-    program's, so that processes are let go after the probes are detached)."""
+    """This leaktrace's side of the program's stop_owners map (the shared one, or its own),
+    through an fd of its own: it outlives the program's, so that processes are let go after
+    the probes are detached."""
 
-    def __init__(self) -> None:
-        self._fd = open_stop_owners()
+    def __init__(self, table: Any) -> None:
+        self._fd = os.dup(table.map_fd)
         self._me = os.getpid()
 
     def close(self) -> None:

@@ -33,7 +33,7 @@ from leaktrace.sources.bpf.image_holds import ImageHolds
 from leaktrace.sources.bpf.launch import StopRelease, reap, spawn_gated
 from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
-from leaktrace.sources.bpf.stop_owners import StopOwners
+from leaktrace.sources.bpf.stop_owners import UNSHARED_NOTICE, StopOwners, stop_owners_cflags
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.python_code import PythonCodeCapture
 from leaktrace.sources.sampling import estimated
@@ -89,7 +89,8 @@ class BpfTrace(PollingSource, ProcessTracking):
         self._python_code = PythonCodeCapture()
         self._start_tracking(info)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
-        self._stop_owners = StopOwners()  # continues what this trace stopped, once no other leaktrace holds it
+        # Continues what this trace stopped, once no other leaktrace holds it.
+        self._stop_owners = StopOwners(engine.kernel.bpf[b"stop_owners"])
         self._stop_owners.sweep()
         self._holds = (
             ImageHolds(engine.kernel.bpf, self._serve_hold, self._judge_exit, self._stop_owners.let_go)
@@ -426,7 +427,8 @@ class BpfTrace(PollingSource, ProcessTracking):
                 "while this trace's probes are in the libraries it traces, a program under valgrind that "
                 "reaches one stops with SIGTRAP (docs/ci.md)"
             )
-        return placements + cache + everywhere + self.take_notices() + [live + trapped]
+        unshared = [UNSHARED_NOTICE] if "-DSTOP_OWNERS_SHARED=0" in stop_owners_cflags() else []
+        return placements + cache + everywhere + unshared + self.take_notices() + [live + trapped]
 
     @property
     def exited(self) -> bool:
