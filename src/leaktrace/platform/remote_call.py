@@ -123,7 +123,9 @@ class RemoteCaller:
         try:
             ptrace(PTRACE_SEIZE, tid)
         except OSError as e:
-            if e.errno == errno.ESRCH:
+            # A thread that exits between its listing and the seize: ESRCH, or EPERM once it is
+            # exiting (the kernel refuses to attach to a task with an exit state).
+            if e.errno == errno.ESRCH or (e.errno == errno.EPERM and zombie(tid)):
                 return None
             raise RuntimeFailure(f"cannot seize thread {tid}: {e.strerror}") from None
         registers = None
