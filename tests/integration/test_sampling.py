@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from conftest import leaktrace_command
 from helpers import GO, final_report, pprof_top, preload_attached, run_command, trace_ended, wait_for_line
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
@@ -115,7 +116,7 @@ def test_an_attached_process_is_sampled_and_the_library_goes_back_to_exact(progr
     try:
         assert wait_for_line(target.stdout) == "ready\n"
         sampled = subprocess.Popen(
-            [*__import__("conftest").leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json")]
+            leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json")
             + ["--sample", "4KiB", "--sample-seed", "7", "3600"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -158,7 +159,6 @@ def test_the_agent_samples_a_process_in_process_by_default(program):
     import threading
     import urllib.request
 
-    from conftest import leaktrace_command
     from helpers import free_port
 
     target = subprocess.Popen([program("attach_target")], stdout=subprocess.PIPE, text=True)
@@ -189,5 +189,42 @@ def test_the_agent_samples_a_process_in_process_by_default(program):
     finally:
         if agent is not None and agent.poll() is None:
             agent.kill()
+        target.kill()
+        target.wait()
+
+
+@pytest.mark.parametrize("how", [["-p"], ["--all", "--comm", "^sampled_sites$"]])
+def test_the_bpf_engine_samples_an_attached_process_and_every_process(program, how):
+    """--sample with the BPF engine beyond -c: attached to a running process (-p), and tracing
+    every process (--all); each site's estimate within 10% of its 128 MiB at 64 KiB."""
+    seed = random.randrange(1 << 63)
+    print(f"seed {seed}")
+    target = subprocess.Popen(
+        [program("sampled_sites"), str(MIB), "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    trace = None
+    try:
+        assert wait_for_line(target.stdout) == "ready\n"
+        words = [how[0], str(target.pid)] if how == ["-p"] else how
+        trace = subprocess.Popen(
+            leaktrace_command(*words, "--engine", "bpf", "--json", "--sample", "64KiB", "--sample-seed", str(seed))
+            + ["3600"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert "probes live" in wait_for_line(trace.stderr)
+        target.stdin.write("\n")
+        target.stdin.flush()
+        assert wait_for_line(target.stdout) == "done\n"
+        report = trace_ended(trace)
+        assert (report["sample_rate"], report["sample_seed"]) == (64 << 10, seed)
+        sampled = held({**report, "groups": [group for group in report["groups"] if group["pid"] == target.pid]})
+        for site in SITES:
+            assert abs(sampled[site][0] - (MIB << 20)) <= (MIB << 20) // 10, (site, sampled[site], seed)
+        assert sampled["small_site"][1] < (MIB << 20) // 64 // 500
+    finally:
+        if trace is not None and trace.poll() is None:
+            trace.kill()
         target.kill()
         target.wait()
