@@ -316,13 +316,14 @@ def test_leaktrace_killed_while_it_holds_the_command_at_its_exit(program):
 
 
 @pytest.mark.parametrize("engine", ["preload", "bpf"])
-def test_leaktrace_killed_while_it_holds_the_target_in_a_ptrace_stop(heap, small_heap, engine):
-    """The preload engine's table read, and the reachability check's freeze, hold every thread
-    in a ptrace stop: the kernel lets them go when leaktrace dies."""
+def test_leaktrace_killed_while_it_holds_the_target_in_a_ptrace_stop(heap, heavy_heap, engine):
+    """The preload engine's table read, and the reachability check's freeze (of a heap it takes
+    a while to copy, so that the kill lands in it), hold every thread in a ptrace stop: the
+    kernel lets them go when leaktrace dies."""
     args = ("--engine", "preload") if engine == "preload" else ("--unreachable",)
     landed = 0
     for _ in range(TRIES):
-        run = Run(heap if engine == "preload" else small_heap, *args, "--json", "0.1")
+        run = Run(heap if engine == "preload" else heavy_heap, *args, "--json", "0.1")
         try:
             if run.wait_until(run.held_by_leaktrace):
                 time.sleep(random.uniform(0, 0.01))
