@@ -14,17 +14,8 @@
 
 #define BOOTSTRAP_BYTES (64 << 10)
 
-struct allocator {
-    void *(*malloc)(size_t);
-    void *(*calloc)(size_t, size_t);
-    void *(*realloc)(void *, size_t);
-    void (*free)(void *);
-    void *(*memalign)(size_t, size_t);
-    size_t (*usable_size)(void *);
-};
-
-static struct allocator next;
-static int state;  // 0: not looked up, 1: being looked up, 2: ready
+struct allocator next_allocator;
+int next_allocator_state;
 static void *scope = RTLD_NEXT;
 static _Alignas(64) unsigned char bootstrap[BOOTSTRAP_BYTES];
 static size_t bootstrap_used;
@@ -43,8 +34,8 @@ static void *same_object(const char *name, void *base)
 static void look_up(void)
 {
     int expected = 0;
-    if (!__atomic_compare_exchange_n(&state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != 2 && expected != 1)
+    if (!__atomic_compare_exchange_n(&next_allocator_state, &expected, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        while (__atomic_load_n(&next_allocator_state, __ATOMIC_ACQUIRE) != 2 && expected != 1)
             sched_yield();  // another thread is looking up; a call inside dlsym (state 1 here) uses the arena
         return;
     }
@@ -68,16 +59,16 @@ static void look_up(void)
         if (found.malloc == glibc.malloc || !found.usable_size)
             found.usable_size = (size_t(*)(void *))same_object("malloc_usable_size", base);
     }
-    next = found;
-    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
+    next_allocator = found;
+    __atomic_store_n(&next_allocator_state, 2, __ATOMIC_RELEASE);
 }
 
 static int looked_up(void)
 {
-    if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2)
+    if (__atomic_load_n(&next_allocator_state, __ATOMIC_ACQUIRE) == 2)
         return 1;
     look_up();
-    return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2;
+    return __atomic_load_n(&next_allocator_state, __ATOMIC_ACQUIRE) == 2;
 }
 
 void forward_to_global_scope(void)
@@ -88,7 +79,7 @@ void forward_to_global_scope(void)
         first.dli_fbase == own.dli_fbase)
         return;  // preloaded after all (the process had no options for it): the next one is right
     scope = RTLD_DEFAULT;
-    __atomic_store_n(&state, 0, __ATOMIC_RELEASE);  // nothing calls in yet: no hook is in place
+    __atomic_store_n(&next_allocator_state, 0, __ATOMIC_RELEASE);  // nothing calls in yet: no hook is in place
     looked_up();
 }
 
@@ -112,32 +103,32 @@ int from_bootstrap(const void *pointer)
 
 void *next_malloc(size_t size)
 {
-    return looked_up() ? next.malloc(size) : from_arena(size, 0);
+    return looked_up() ? next_allocator.malloc(size) : from_arena(size, 0);
 }
 
 void *next_calloc(size_t count, size_t size)
 {
     size_t total;
     if (looked_up())
-        return next.calloc(count, size);
+        return next_allocator.calloc(count, size);
     return __builtin_mul_overflow(count, size, &total) ? NULL : from_arena(total, 0);
 }
 
 void *next_memalign(size_t alignment, size_t size)
 {
-    return looked_up() ? next.memalign(alignment, size) : from_arena(size, alignment);
+    return looked_up() ? next_allocator.memalign(alignment, size) : from_arena(size, alignment);
 }
 
 void next_free(void *pointer)
 {
     if (pointer && !from_bootstrap(pointer) && looked_up())
-        next.free(pointer);
+        next_allocator.free(pointer);
 }
 
 void *next_realloc(void *pointer, size_t size)
 {
     if (!from_bootstrap(pointer))
-        return looked_up() ? next.realloc(pointer, size) : NULL;
+        return looked_up() ? next_allocator.realloc(pointer, size) : NULL;
     void *moved = next_malloc(size);  // out of the arena: what it held, as far as it reaches
     size_t left = (size_t)(bootstrap + BOOTSTRAP_BYTES - (unsigned char *)pointer);
     if (moved)
@@ -147,7 +138,7 @@ void *next_realloc(void *pointer, size_t size)
 
 size_t next_usable_size(void *pointer)
 {
-    if (!pointer || from_bootstrap(pointer) || !looked_up() || !next.usable_size)
+    if (!pointer || from_bootstrap(pointer) || !looked_up() || !next_allocator.usable_size)
         return 0;
-    return next.usable_size(pointer);
+    return next_allocator.usable_size(pointer);
 }

@@ -426,10 +426,17 @@ __attribute__((destructor)) static void at_exit(void)
 
 // --- the allocator entry points ------------------------------------------
 
-EXPORT void *malloc(size_t size)
+// Whether an unsampled call may go straight to the allocator: sampling, switched on, and
+// the allocator looked up (the fast paths below test nothing else).
+static inline int straight_through(void)
 {
-    // Sampling's common case first: a call that is not sampled goes straight on, decided once.
-    if (__builtin_expect(sample_bytes != 0, 0) && __atomic_load_n(&config.state, __ATOMIC_RELAXED) == 1) {
+    return __builtin_expect(sample_bytes != 0, 0) && __atomic_load_n(&config.state, __ATOMIC_RELAXED) == 1 &&
+           __atomic_load_n(&next_allocator_state, __ATOMIC_ACQUIRE) == 2;
+}
+
+__attribute__((noinline)) static void *malloc_slow(size_t size)
+{
+    if (sample_bytes && __atomic_load_n(&config.state, __ATOMIC_RELAXED) == 1) {
         if (!take_sample(size))
             return next_malloc(size);
         return ready() ? allocate_recorded(size, 0, 0) : next_malloc(size);
@@ -437,9 +444,24 @@ EXPORT void *malloc(size_t size)
     return ready() ? allocate(size, 0, 0) : next_malloc(size);
 }
 
+EXPORT void *malloc(size_t size)
+{
+    // Sampling's common case: short of the thread's next sample point (0 before its first
+    // call, so never short of it), counted down and passed on, with no call in between.
+    if (size < (uint64_t)bytes_to_sample && straight_through()) {
+        bytes_to_sample -= (int64_t)size;
+        return next_allocator.malloc(size);
+    }
+    return malloc_slow(size);
+}
+
 EXPORT void *calloc(size_t count, size_t size)
 {
     size_t total;
+    if (!__builtin_mul_overflow(count, size, &total) && total < (uint64_t)bytes_to_sample && straight_through()) {
+        bytes_to_sample -= (int64_t)total;
+        return next_allocator.calloc(count, size);
+    }
     if (!ready())
         return next_calloc(count, size);
     if (__builtin_mul_overflow(count, size, &total)) {
@@ -449,14 +471,8 @@ EXPORT void *calloc(size_t count, size_t size)
     return allocate(total, 0, 1);
 }
 
-EXPORT void free(void *pointer)
+__attribute__((noinline)) static void free_slow(void *pointer)
 {
-    if (!pointer)
-        return;
-    if (__builtin_expect(sample_bytes != 0, 0) && !maybe_sampled(pointer)) {
-        next_free(pointer);  // not a block of the table's, whatever the library's state
-        return;
-    }
     if (!ready()) {
         next_free(pointer);
         return;
@@ -466,6 +482,20 @@ EXPORT void free(void *pointer)
     library_leave();
 }
 
+EXPORT void free(void *pointer)
+{
+    // Sampling's common case: not a block of the table's, whatever the library's state.
+    if (__builtin_expect(sample_bytes != 0, 0) && pointer && !maybe_sampled(pointer)) {
+        if (__atomic_load_n(&next_allocator_state, __ATOMIC_ACQUIRE) == 2 && !from_bootstrap(pointer))
+            next_allocator.free(pointer);
+        else
+            next_free(pointer);
+        return;
+    }
+    if (pointer)
+        free_slow(pointer);
+}
+
 // Whether blocks differ from glibc's (then realloc copies, as bionic's does).
 static int blocks_changed(void)
 {
@@ -473,7 +503,26 @@ static int blocks_changed(void)
            config.free_track;
 }
 
+// Whether pointer is a block the allocator alone knows (sampling, not kept, not the bootstrap
+// arena's) that an unsampled call may hand straight to it.
+static inline int allocator_only(void *pointer)
+{
+    return pointer && straight_through() && !maybe_sampled(pointer) && !from_bootstrap(pointer);
+}
+
+static void *realloc_slow(void *pointer, size_t size);
+static size_t usable_size_slow(void *pointer);
+
 EXPORT void *realloc(void *pointer, size_t size)
+{
+    if (size < (uint64_t)bytes_to_sample && allocator_only(pointer)) {  // an unsampled block, not sampled again
+        bytes_to_sample -= (int64_t)size;
+        return next_allocator.realloc(pointer, size);
+    }
+    return realloc_slow(pointer, size);
+}
+
+__attribute__((noinline)) static void *realloc_slow(void *pointer, size_t size)
 {
     if (!pointer)
         return malloc(size);
@@ -583,6 +632,13 @@ EXPORT void *pvalloc(size_t size)
 }
 
 EXPORT size_t malloc_usable_size(void *pointer)
+{
+    if (allocator_only(pointer) && next_allocator.usable_size && !config.front_guard && !config.rear_guard)
+        return next_allocator.usable_size(pointer);
+    return usable_size_slow(pointer);
+}
+
+__attribute__((noinline)) static size_t usable_size_slow(void *pointer)
 {
     if (!pointer)
         return 0;

@@ -97,6 +97,16 @@ void frame_names_close(struct frame_names *names);
 // --- blocks and the allocator-side options (blocks.c) ----------------------
 
 // forward.c: the program's own allocator, which every block handed to the program comes from.
+struct allocator {
+    void *(*malloc)(size_t);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    void (*free)(void *);
+    void *(*memalign)(size_t, size_t);
+    size_t (*usable_size)(void *);
+};
+extern struct allocator next_allocator;  // its functions, valid once next_allocator_state is 2
+extern int next_allocator_state;         // 0: not looked up, 1: being looked up, 2: looked up
 void *next_malloc(size_t size);
 void *next_calloc(size_t count, size_t size);
 void *next_realloc(void *pointer, size_t size);
