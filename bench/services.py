@@ -16,7 +16,9 @@ reported as failed, never as a figure; `memleak -c` attaches after its command s
 it is left out of the defaults); heaptrack. Sampled at 512 KiB: `preload -p --sample` and
 `leaktrace -p --sample` (BPF), beside jemalloc's own profiler restarted with
 `prof:true,lg_prof_sample:19` (`jemalloc prof`) and `empty probes`. Rounds are interleaved (each round runs every
-tool once) and medians printed.
+tool once) and medians printed. An attached tool's runs are also paired with the untraced run
+just before it on the same server ("paired": the median of those ratios); `untraced again`
+(nothing attached) is that pairing's control.
 """
 
 from __future__ import annotations
@@ -164,14 +166,16 @@ def redis_benchmark(port: int, requests: int) -> dict[str, float]:
     return {row["test"]: float(row["rps"]) for row in csv.DictReader(result.stdout.splitlines())}
 
 
-def redis_round(tools: list[str], requests: int, out: str, results: dict) -> None:
-    """Every tool once: attached to one untraced server, or launching its own."""
+def redis_round(tools: list[str], requests: int, out: str, results: dict, paired: dict) -> None:
+    """Every tool once: attached to one untraced server, or launching its own. paired gets each
+    tool's figure over the untraced run just before it (one machine's slow spell falls on both)."""
     port = free_port()
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""], **QUIET)
+    baseline: dict[str, float] = {}
     try:
         await_port(port)
         for tool in tools:
-            if tool == "untraced":
+            if tool in ("untraced", "untraced again"):  # the second: the control, nothing attached
                 found = redis_benchmark(port, requests)
             elif tool in ATTACH:
                 process = attached(tool, server.pid)
@@ -185,6 +189,10 @@ def redis_round(tools: list[str], requests: int, out: str, results: dict) -> Non
                 found = redis_launched(tool, requests, out)
             for test, rps in found.items():
                 results[f"redis {test}"][tool].append(rps)
+                if tool == "untraced":
+                    baseline[test] = rps
+                elif test in baseline:
+                    paired[f"redis {test}"][tool].append(rps / baseline[test])
     finally:
         stop(server, signal.SIGTERM)
 
@@ -253,7 +261,7 @@ def command_round(tools: list[str], out: str, results: dict, only: set[str], sca
         db = tempfile.mkdtemp(dir=out)
         argv = ["db_bench", "--benchmarks=fillrandom", f"--num={100_000 * scale}", f"--db={db}"]
         for tool in tools:
-            if tool not in ATTACH or tool == "empty probes":
+            if (tool not in ATTACH or tool == "empty probes") and tool != "untraced again":
                 shutil.rmtree(db, ignore_errors=True)
                 results["db_bench fillrandom (ops/s)"][tool].append(
                     1e6 / timed_command(tool, argv, out, r"fillrandom\s*:\s*([\d.]+) micros/op")
@@ -263,7 +271,7 @@ def command_round(tools: list[str], out: str, results: dict, only: set[str], sca
         script.write_text(LXML_SCRIPT)
         argv = ["/usr/bin/python3", str(script), str(200 * scale)]
         for tool in tools:
-            if tool not in ATTACH or tool == "empty probes":
+            if (tool not in ATTACH or tool == "empty probes") and tool != "untraced again":
                 results["python3 lxml (loops/s)"][tool].append(
                     200 * scale / timed_command(tool, argv, out, r"seconds ([\d.]+)")
                 )
@@ -288,6 +296,7 @@ def main() -> None:
     tools = args.tools.split(",")
     only = set(args.only.split(","))
     results: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    paired: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     failures: dict[tuple[str, str], str] = {}
     with tempfile.TemporaryDirectory() as out:
         for round_number in range(args.rounds):
@@ -295,14 +304,16 @@ def main() -> None:
             for tool in tools:  # one tool failing (e.g. a crash of the service under it) is reported, not fatal
                 try:
                     if "redis" in only:
-                        redis_round(["untraced", tool] if tool != "untraced" else [tool], args.requests, out, results)
+                        redis_round(
+                            ["untraced", tool] if tool != "untraced" else [tool], args.requests, out, results, paired
+                        )
                     command_round(["untraced", tool] if tool != "untraced" else [tool], out, results, only, args.scale)
                 except (RuntimeError, subprocess.SubprocessError, OSError) as e:
                     failures[(tool, str(e)[:120])] = str(e)
-    print_results(results, failures)
+    print_results(results, paired, failures)
 
 
-def print_results(results: dict, failures: dict) -> None:
+def print_results(results: dict, paired: dict, failures: dict) -> None:
     for workload, by_tool in results.items():
         base = statistics.median(by_tool["untraced"]) if by_tool.get("untraced") else None
         print(f"\n{workload}: median of {len(by_tool.get('untraced', []))} untraced runs, others per tool")
@@ -311,7 +322,9 @@ def print_results(results: dict, failures: dict) -> None:
                 continue
             median = statistics.median(values)
             ratio = f"{median / base:8.4f} of untraced" if base else ""
-            print(f"  {tool:14} {median:14,.0f} {ratio}   ({len(values)} runs)")
+            ratios = paired.get(workload, {}).get(tool)
+            beside = f", {statistics.median(ratios):.4f} paired" if ratios else ""
+            print(f"  {tool:14} {median:14,.0f} {ratio}{beside}   ({len(values)} runs)")
     for tool, why in failures:
         print(f"failed: {tool}: {why}")
 

@@ -88,9 +88,9 @@ def test_estimates_hold_to_the_exact_mode_at_64_kib(program, tmp_path, engine):
 
 @pytest.mark.parametrize("engine", ["preload", "bpf"])
 def test_each_site_stays_within_three_standard_deviations_at_the_default_rate(program, engine):
-    """At 512 KiB a site of B bytes in blocks of s bytes keeps about B p(s) / s samples; the
-    estimate's standard deviation is s sqrt(n (1 - p) / p^2) for n blocks, sqrt(B R) for
-    blocks much smaller than R, nothing for blocks much larger."""
+    """At 512 KiB a site of B bytes in n blocks of s bytes keeps about n p(s) samples, each
+    standing for s / p bytes; the estimate's standard deviation is s sqrt(n (1 - p) / p):
+    sqrt(B R) for blocks much smaller than R, nothing for blocks much larger."""
     seed = random.randrange(1 << 63)
     print(f"seed {seed}")
     rate = 512 << 10
@@ -104,7 +104,7 @@ def test_each_site_stays_within_three_standard_deviations_at_the_default_rate(pr
     for site, size in SITES.items():
         blocks = (MIB << 20) // size
         chance = -math.expm1(-size / rate)
-        deviation = size * math.sqrt(blocks * (1 - chance)) / chance
+        deviation = size * math.sqrt(blocks * (1 - chance) / chance)
         estimate = sampled.get(site, (0, 0))[0]
         assert abs(estimate - (MIB << 20)) <= 3 * deviation + size, (site, estimate, deviation, seed)
 

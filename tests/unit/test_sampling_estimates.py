@@ -42,7 +42,7 @@ def test_the_estimate_is_unbiased_for_sizes_below_near_and_far_above_the_rate(si
         estimates.append(estimate.bytes)
     truth = blocks * size
     chance = keep_probability(size, rate)
-    deviation = size * math.sqrt(blocks * (1 - chance)) / chance / math.sqrt(len(estimates))
+    deviation = size * math.sqrt(blocks * (1 - chance) / chance) / math.sqrt(len(estimates))
     mean = sum(estimates) / len(estimates)
     assert abs(mean - truth) <= 4 * deviation + size, (size, mean, truth, deviation, seed)
 
