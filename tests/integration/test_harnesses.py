@@ -1,7 +1,8 @@
 """The gate in real test harnesses, as docs/ci.md shows them: an automake suite (made by the
-test, built by Debian's autoconf and automake) run by `make check` with LOG_COMPILER, and a
-meson project run by `meson test --wrapper`. The test that leaks fails, the one that does not
-passes, and the harness's log carries leaktrace's leak summary."""
+test, built by Debian's autoconf and automake) run by `make check` with LOG_COMPILER, a
+meson project run by `meson test --wrapper`, and a CMake project whose add_test wraps each
+test, run by ctest. The test that leaks fails, the one that does not passes, and the
+harness's log carries leaktrace's leak summary."""
 
 from __future__ import annotations
 
@@ -79,3 +80,28 @@ def test_meson_test_wrapper_fails_the_leaking_test_only(tmp_path):
     [log_file] = (root / "build" / "meson-logs").glob("testlog*.txt")  # testlog-WRAPPER.txt with --wrapper
     log = log_file.read_text()
     assert "definitely lost: 96 bytes in 2 blocks" in log, log[-3000:]
+
+
+def test_ctest_add_test_wrapper_fails_the_leaking_test_only(tmp_path):
+    root = tmp_path / "cmake_project"
+    sources(root)
+    gate = " ".join(shlex.quote(word) for word in [LEAKTRACE, *GATE_FLAGS.split()])
+    (root / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.13)\nproject(gated C)\nset(CMAKE_BUILD_TYPE Debug)\nenable_testing()\n"
+        + "".join(
+            f"add_executable({name} {name}.c)\nadd_test(NAME {name} COMMAND {gate} $<TARGET_FILE:{name}>)\n"
+            for name in ("leaks", "tidy")
+        )
+    )
+    for step in (["cmake", "-S", ".", "-B", "build"], ["cmake", "--build", "build"]):
+        done = run(step, root)
+        assert done.returncode == 0, done.stdout + done.stderr
+    gated = run(["ctest", "--test-dir", "build", "-j1"], root)
+    assert gated.returncode != 0, gated.stdout
+    lines = gated.stdout.splitlines()
+    assert any("leaks" in line and "Failed" in line for line in lines), gated.stdout
+    assert any("tidy" in line and "Passed" in line for line in lines), gated.stdout
+    assert "50% tests passed, 1 tests failed out of 2" in gated.stdout, gated.stdout
+    log = (root / "build" / "Testing" / "Temporary" / "LastTest.log").read_text()
+    assert "definitely lost: 96 bytes in 2 blocks" in log, log[-3000:]
+    assert "definitely lost: 0 bytes in 0 blocks" in log, log[-3000:]

@@ -50,19 +50,30 @@ def valgrind(program: Path, *options: str) -> tuple[dict[str, tuple[int, int]], 
     return summary, status, log
 
 
-def valgrind_each_process(program: Path, *options: str) -> tuple[dict[int, dict[str, tuple[int, int]]], int, str]:
-    """Each process's LEAK SUMMARY (pid -> kind -> (bytes, blocks)), in the order of their
-    exits, valgrind's exit status and its log."""
-    result = subprocess.run([*VALGRIND, *options, str(program)], capture_output=True, text=True, timeout=300)
-    summaries: dict[int, dict[str, tuple[int, int]]] = {}
+def valgrind_processes(argv: list[str]) -> tuple[dict[int, tuple[str, dict[str, tuple[int, int]]]], int, str]:
+    """valgrind ARGV: each process's command and LEAK SUMMARY (pid -> (program's name, kind ->
+    (bytes, blocks))), in the order of their exits; valgrind's exit status and its log."""
+    result = subprocess.run([*VALGRIND, *argv], capture_output=True, text=True, timeout=300)
+    names: dict[int, str] = {}
+    summaries: dict[int, tuple[str, dict[str, tuple[int, int]]]] = {}
     for line in result.stderr.splitlines():
+        if started := re.match(r"==(\d+)== Command: (\S+)", line):
+            names[int(started.group(1))] = os.path.basename(started.group(2))
         found = re.match(r"==(\d+)==\s+([a-z ]+): ([\d,]+) bytes in ([\d,]+) blocks", line)
         if found and found.group(2) in KINDS:
-            summaries.setdefault(int(found.group(1)), {})[KINDS[found.group(2)]] = (
+            pid = int(found.group(1))
+            summaries.setdefault(pid, (names.get(pid, ""), {}))[1][KINDS[found.group(2)]] = (
                 int(found.group(3).replace(",", "")),
                 int(found.group(4).replace(",", "")),
             )
     return summaries, result.returncode, result.stderr
+
+
+def valgrind_each_process(program: Path, *options: str) -> tuple[dict[int, dict[str, tuple[int, int]]], int, str]:
+    """Each process's LEAK SUMMARY (pid -> kind -> (bytes, blocks)), in the order of their
+    exits, valgrind's exit status and its log."""
+    summaries, status, log = valgrind_processes([*options, str(program)])
+    return {pid: kinds for pid, (_, kinds) in summaries.items()}, status, log
 
 
 def leaktrace(program: Path, *options: str) -> tuple[dict, int, str]:
@@ -449,20 +460,8 @@ def pipeline_commands(rng: random.Random, text: Path) -> list[str]:
 
 def valgrind_definite_by_program(command: str) -> dict[str, tuple[int, int]]:
     """Program name -> valgrind's definitely lost (bytes, blocks), for each program the shell runs."""
-    result = subprocess.run(
-        [*VALGRIND, "--trace-children=yes", "sh", "-c", command], capture_output=True, text=True, timeout=300
-    )
-    names: dict[int, str] = {}
-    found: dict[str, tuple[int, int]] = {}
-    for line in result.stderr.splitlines():
-        if started := re.match(r"==(\d+)== Command: (\S+)", line):
-            names[int(started.group(1))] = os.path.basename(started.group(2))
-        elif lost := re.match(r"==(\d+)==\s+definitely lost: ([\d,]+) bytes in ([\d,]+) blocks", line):
-            found[names[int(lost.group(1))]] = (
-                int(lost.group(2).replace(",", "")),
-                int(lost.group(3).replace(",", "")),
-            )
-    return found
+    summaries, _, _ = valgrind_processes(["--trace-children=yes", "sh", "-c", command])
+    return {name: kinds["definite"] for name, kinds in summaries.values() if "definite" in kinds}
 
 
 def test_follow_forks_judges_each_process_of_seeded_pipelines_as_valgrind_does(tmp_path, cpu_hogs):

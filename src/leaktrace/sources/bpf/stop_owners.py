@@ -116,9 +116,14 @@ class StopOwners:
     def close(self) -> None:
         """Lets go every process this leaktrace still holds stopped, then closes the map."""
         if self._fd >= 0:
-            for tgid, stopper in self._entries():
-                if stopper == self._me:
-                    self.let_go(tgid)
+            mine = [tgid for tgid, stopper in self._entries() if stopper == self._me]
+            for tgid in mine:  # all out before the others are looked at, once
+                self._remove(tgid, self._me)
+            held = self._live_holders()
+            for tgid in mine:
+                if tgid not in held:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(tgid, signal.SIGCONT)
             os.close(self._fd)
             self._fd = -1
 
@@ -138,17 +143,22 @@ class StopOwners:
         key = ct.create_string_buffer(STOP_OWNER.pack(tgid, stopper), STOP_OWNER.size)
         lib.bpf_delete_elem(self._fd, key)
 
-    def others_holding(self, pid: int) -> list[int]:
-        """The live leaktraces other than this one that hold pid stopped (a dead one's entry is swept)."""
-        holders = []
+    def _live_holders(self) -> dict[int, list[int]]:
+        """tgid -> the live leaktraces other than this one that hold it stopped (a dead one's
+        entry is swept)."""
+        holders: dict[int, list[int]] = {}
         for tgid, stopper in self._entries():
-            if tgid != pid or stopper == self._me:
+            if stopper == self._me:
                 continue
             if alive(stopper):
-                holders.append(stopper)
+                holders.setdefault(tgid, []).append(stopper)
             else:
                 self._remove(tgid, stopper)
         return holders
+
+    def others_holding(self, pid: int) -> list[int]:
+        """The live leaktraces other than this one that hold pid stopped."""
+        return self._live_holders().get(pid, [])
 
     def let_go(self, pid: int) -> bool:
         """This leaktrace no longer holds pid; it is continued unless another still does (its
