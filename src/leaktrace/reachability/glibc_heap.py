@@ -347,6 +347,45 @@ def _main_arena(process: ProcessInfo, memory: _Memory, maps: list[Mapping], libc
     return found, "main_arena found by its shape (libc has no symbols for it: install its debug file)"
 
 
+EXIT_SCAN_LIMIT = 1 << 20  # bytes of a thread's stack searched for exit's frame
+
+
+def exit_callers(process: ProcessInfo, image: FrozenImage) -> dict[int, int]:
+    """For a thread inside exit (its destructors, or _exit after them): its stack pointer ->
+    where the frame that called exit begins. What lies below is exit's own machinery, whose
+    frames reuse the stack where the program's allocator calls ran and so keep copies of the
+    addresses those returned (valgrind's allocator runs on a stack of its own: it sees none).
+    exit's frame is the return address into exit, then at most its own padding, then the
+    return address into its caller: the first word above that points into code."""
+    libcs = [m for m in image.maps if GLIBC_NAME.search(m.path) and m.offset == 0]
+    if not libcs:
+        return {}
+    elf = ModuleFiles().open(process, libcs[:1])[libcs[0].start]
+    start = elf.dynamic_functions.get("exit") if elf is not None else None
+    symbol = elf.function_at(start) if elf is not None and start is not None else None
+    if elf is None or symbol is None:
+        return {}
+    bias = _load_bias(elf, libcs[0])
+    low, high = bias + symbol.value, bias + symbol.value + symbol.size
+    code = [(m.start, m.end) for m in image.maps if "x" in m.perms]
+    memory = _Memory(image)
+    found = {}
+    for regs in image.registers.values():
+        sp = regs[RSP_INDEX]
+        region = memory.region(sp) if sp % 8 == 0 else None
+        if region is None:
+            continue
+        words = region[2][(sp - region[0]) >> 3 :][: EXIT_SCAN_LIMIT // 8]
+        into_exit = np.flatnonzero((words > low) & (words <= high))
+        if not len(into_exit):
+            continue
+        above = words[into_exit[0] + 1 :].tolist()
+        caller = next((i for i, word in enumerate(above) if any(s <= word < e for s, e in code)), None)
+        if caller is not None:
+            found[sp] = sp + 8 * (int(into_exit[0]) + caller + 2)
+    return found
+
+
 def allocator_state(process: ProcessInfo, image: FrozenImage) -> tuple[tuple[int, int], ...]:
     """The glibc allocator's own state in libc's data (main_arena), which is never a root: its
     top chunk pointer lies inside the last block made; none where it is not found."""

@@ -42,7 +42,7 @@ from leaktrace.model.snapshot import (
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import Mapping, read_target
-from leaktrace.reachability.glibc_heap import HeapWalkRefused, allocator_state, walk_heap
+from leaktrace.reachability.glibc_heap import HeapWalkRefused, allocator_state, exit_callers, walk_heap
 from leaktrace.reachability.heap_graph import HeapGraph, MemoryRegion, build_graph
 from leaktrace.reachability.leak_folding import fold_leaks, lost_leaders
 
@@ -72,8 +72,10 @@ def _regions(
     complete: bool,
     excluded: tuple[tuple[int, int], ...],
     holds: frozenset[int] = frozenset(),
+    exiting: dict[int, int] | None = None,
 ) -> list[MemoryRegion]:
-    scan_starts = image.stack_scan_starts(holds)
+    """exiting: a thread in exit's stack pointer -> where its live frames begin (exit_callers)."""
+    scan_starts = [(sp, max(start, (exiting or {}).get(sp, start))) for sp, start in image.stack_scan_starts(holds)]
     regions = []
     for mapping in image.maps:
         data = image.memory.get(mapping.start)
@@ -264,10 +266,11 @@ def _graph(
     complete: bool,
     excluded: tuple[tuple[int, int], ...],
     holds: frozenset[int] = frozenset(),
+    exiting: dict[int, int] | None = None,
 ) -> HeapGraph:
     """The references among the blocks, and from the roots, in the frozen copy."""
     registers = image.root_registers(holds)
-    return build_graph(begins, sizes, _regions(image, begins, complete, excluded, holds), registers)
+    return build_graph(begins, sizes, _regions(image, begins, complete, excluded, holds, exiting), registers)
 
 
 def _sweep_blocks(
@@ -327,7 +330,27 @@ def judge_leak_kinds(
     its start; standing in _exit, at one of the holds), frozen a moment for its copy."""
     image = freeze_and_copy(process.pid, scanned_mapping)
     return _judge_blocks(
-        image, *_known_blocks(image, allocations), True, allocator_state(process, image), hold_addresses(image, holds)
+        image,
+        *_known_blocks(image, allocations),
+        True,
+        allocator_state(process, image),
+        hold_addresses(image, holds),
+        exit_callers(process, image),
+    )
+
+
+def judge_leak_kinds_copied(
+    process: ProcessInfo, image: FrozenImage, allocations: list[LiveAllocation], excluded: tuple[tuple[int, int], ...]
+) -> LeakCheck:
+    """valgrind's verdict on every block of a process whose blocks are all known, from a copy
+    already frozen (the in-process library's table read in it); excluded: ranges that are
+    never roots (that table, which points to every block)."""
+    return _judge_blocks(
+        image,
+        *_known_blocks(image, allocations),
+        True,
+        allocator_state(process, image) + excluded,
+        exiting=exit_callers(process, image),
     )
 
 
@@ -361,12 +384,13 @@ def _judge_blocks(
     complete: bool,
     excluded: tuple[tuple[int, int], ...],
     holds: frozenset[int] = frozenset(),
+    exiting: dict[int, int] | None = None,
 ) -> LeakCheck:
     """valgrind's kinds: still reachable through pointers to block starts from the roots,
     possibly lost when only a pointer into a block's middle leads there, else lost:
     definitely for the lowest block of each group of lost blocks no other lost block points
     into, indirectly for the rest. Blocks given as in _sweep_blocks."""
-    graph = _graph(image, begins, sizes, complete, excluded, holds)
+    graph = _graph(image, begins, sizes, complete, excluded, holds, exiting)
     reachable = graph.reachable(graph.rooted_at_start, graph.at_start)
     possible = graph.reachable(graph.rooted | reachable) & ~reachable
     lost = ~(reachable | possible)
