@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 # Name -> the module that defines it, imported on first use: the CLI would otherwise
 # load every renderer before bcc's compile could start (start-up is timed to probes live).
 _EXPORTS = {
-    "EngineSettings": "sources.bpf.compile",
+    "EngineSettings": "sources.settings",
     "LeaktraceError": "errors",
     "RuntimeFailure": "errors",
     "UsageError": "errors",
@@ -60,9 +60,9 @@ if TYPE_CHECKING:  # the lazy exports, typed (tests/unit/test_public_api.py hold
     from leaktrace.outputs.text import render_text
     from leaktrace.reachability.glibc_heap import HeapWalk, walk_heap
     from leaktrace.reachability.unreachable import examine_heap
-    from leaktrace.sources.bpf.compile import EngineSettings
     from leaktrace.sources.bpf.trace import BpfTrace
     from leaktrace.sources.preload.trace import PreloadTrace
+    from leaktrace.sources.settings import EngineSettings
 
 __all__ = sorted(_EXPORTS)
 

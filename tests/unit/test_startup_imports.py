@@ -1,5 +1,6 @@
 """Start-up is timed to probes live: bcc's compile starts before the rest of leaktrace
-loads. By then no renderer, no numpy and no capstone may have been imported."""
+loads. By then no renderer, no numpy and no capstone may have been imported. And the
+in-process engine's gate starts without bcc: no BPF module is loaded for it."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ import sys
 SCRIPT = """
 import sys
 import leaktrace.commands.engines as engines
+import leaktrace.sources.bpf.compile as compile
 
 def report(*args, **kwargs):
     print(sorted(sys.modules))
     raise SystemExit(0)
 
 engines.check_system = lambda: None
-engines.compile_ahead = report
+compile.compile_ahead = report
 from leaktrace.cli import main
 main(["-p", "1"])
 """
@@ -48,3 +50,26 @@ def test_nothing_heavy_is_imported_before_the_compile_starts():
     ]
     assert heavy == []
     assert "leaktrace.sources.bpf.compile" in loaded
+
+
+# Runs the CLI for --engine preload -c up to where it launches the command.
+PRELOAD_SCRIPT = """
+import sys
+import leaktrace.sources.preload.trace as trace
+
+def report(*args, **kwargs):
+    print(sorted(sys.modules))
+    raise SystemExit(0)
+
+trace.PreloadTrace.launch = report
+from leaktrace.cli import main
+main(["--engine", "preload", "--leak-check=full", "--", "/bin/true"])
+"""
+
+
+def test_the_in_process_gate_loads_no_bpf_module():
+    result = subprocess.run([sys.executable, "-c", PRELOAD_SCRIPT], capture_output=True, text=True, check=True)
+    loaded = ast.literal_eval(result.stdout.strip())
+    assert [name for name in loaded if name.split(".")[0] in ("bcc", "numpy", "capstone")] == []
+    shared = {"leaktrace.sources.bpf.layout"}  # the layouts generated from layout.h: no code
+    assert [name for name in loaded if name.startswith("leaktrace.sources.bpf.") and name not in shared] == []

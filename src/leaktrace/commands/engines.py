@@ -12,7 +12,7 @@ from leaktrace.android.options import MallocDebugConfig
 from leaktrace.errors import UsageError
 from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.system import check_system
-from leaktrace.sources.bpf.compile import EngineSettings, compile_ahead, discard_compile_ahead
+from leaktrace.sources.settings import EngineSettings
 
 if TYPE_CHECKING:
     from leaktrace.sources.protocol import TraceSource
@@ -46,12 +46,14 @@ def start_preload(
     told = " ".join(option for option in options if option)
     if args.pid is not None:
         return PreloadTrace.attach(args.pid, told, settings.sampling), f"pid {args.pid}"
-    trace = PreloadTrace.launch(command_argv(args), told, settings.sampling)
+    trace = PreloadTrace.launch(command_argv(args), told, settings.sampling, settings.leak_check_at_exit)
     return trace, f"command '{args.command}' {trace.pid}"
 
 
 def start_bpf(args: argparse.Namespace, settings: EngineSettings, config: MallocDebugConfig) -> tuple[TraceSource, str]:
     """The trace the arguments ask for, and how to name its target."""
+    from leaktrace.sources.bpf.compile import compile_ahead, discard_compile_ahead  # bcc: the BPF engine's alone
+
     check_system()
     if args.command is None:
         # The target is known: clang starts before the rest of leaktrace loads and the

@@ -259,10 +259,7 @@ class TraceCommand(Command):
             return 0
         if trace.pid in outputs.judged or not trace.target_selected:
             return 0
-        why = (
-            "exited without being judged (leaktrace did not see it stop in _exit; another tracer's probes or "
-            "holds on the machine can cause this)"
-        )
+        why = f"exited without being judged ({trace.unjudged_why})"
         print(f"leaktrace: leak check: {what} {why}: failing the run", file=sys.stderr, flush=True)
         outputs.note_unjudged(what, why)
         return settings.error_exitcode or 1

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tabulate import tabulate
-
 from leaktrace.analysis.growth import Growth, stack_id
 from leaktrace.analysis.process_table import process_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
@@ -31,6 +29,8 @@ def render_process_report(
     if not shown:
         lines.append("no process holds live allocations" + (f" of {min_bytes} bytes or more" if min_bytes else ""))
         return "\n".join(lines) + "\n"
+    from tabulate import tabulate  # 20 ms of imports (importlib.metadata): for a report that has rows
+
     table = [
         [
             row.pid,

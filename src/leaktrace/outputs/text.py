@@ -6,8 +6,6 @@ import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from tabulate import tabulate
-
 from leaktrace.analysis.growth import Growth, StackId, stack_id
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.model.snapshot import AllocationGroup, Counters, Snapshot, StackStatus
@@ -117,6 +115,8 @@ def stack_table(
         rows.append(([groups[0].pid] if several else []) + row + [stack_text(symbolized, groups[0], frames)])
     headers = (["pid"] if several else []) + ["bytes", "allocs", "sizes"] + (["growing"] if growing else []) + ["stack"]
     align = (["right"] if several else []) + ["right", "right", "left"] + (["right"] if growing else []) + ["left"]
+    from tabulate import tabulate  # 20 ms of imports (importlib.metadata): for a report that has rows
+
     return tabulate(rows, headers=headers, tablefmt="simple", colalign=align, disable_numparse=True)
 
 

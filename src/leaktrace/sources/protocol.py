@@ -17,6 +17,7 @@ class TraceSource(Protocol):
     exit_status: int | None  # its exit status, once it has exited (a launched command)
     target_selected: bool  # False once a choice of processes (-f --comm ...) left the target out
     final_snapshot: Snapshot | None  # the last state, read when it exited
+    unjudged_why: str  # what can keep a command that exited from its leak check, for the gate's line
 
     @property
     def leak_check_at_exit(self) -> bool:

@@ -13,17 +13,15 @@ import contextlib
 import os
 import re
 import threading
-from dataclasses import dataclass, field
 
 from bcc import BPF
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION
 from leaktrace.sources.bpf.stop_owners import stop_owners_cflags
-from leaktrace.sources.sampling import EXACT, Sampling
+from leaktrace.sources.settings import EngineSettings
 from leaktrace.unwind.python_layout import PYTHON_MAX_FRAMES
 
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
@@ -54,31 +52,6 @@ def linked_programs(settings: EngineSettings) -> dict[bytes, int]:
 TERMINAL_MEMBERS = {("task_struct", "signal"): "TASK_SIGNAL", ("signal_struct", "tty"): "SIGNAL_TTY"}
 FSBASE_MEMBERS = (("task_struct", "thread"), ("thread_struct", "fsbase"))  # a task's TLS base: their sum
 VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    stack_depth: int = 16  # malloc_debug's backtrace=N
-    size_min: int = 0  # sizes in [size_min, size_max] get a stack
-    size_max: int = SIZE_MAX
-    max_live: int = 1_200_000  # live allocations held
-    max_sites: int = 262_144  # distinct (pid, stack, size)
-    max_stacks: int = 65_536  # distinct stacks
-    max_procs: int = 32_768  # processes known at once (with fork following, and --all)
-    follow_forks: bool = False  # trace children, with the blocks they inherit
-    # --leak-check: judge valgrind's kinds at exits; with fork following, whole processes are
-    # held in _exit for it from the first probe on (a child forked at once is judged too).
-    leak_check_at_exit: bool = False
-    exit_allocations: bool = False  # the final snapshot lists every live pointer (for the exit leak log)
-    python_frames: bool = False  # walk the Python frames of CPython 3.11 processes (their stacks get 32 words more)
-    unwind: str = "dwarf"  # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
-    sampling: Sampling = EXACT  # --sample: decided in the kernel, before any walk or map update
-    max_unwind_rows: int = 1 << 20  # CFI rows of every module traced (12 bytes each, preallocated)
-    max_unwind_pages: int = 1 << 18  # their page index: 512 bytes of code each (8 bytes each, preallocated)
-    # Compiled unwind tables kept across starts (None: none kept); LEAKTRACE_CACHE_DIR overrides.
-    table_cache: str | None = field(
-        default_factory=lambda: os.environ.get("LEAKTRACE_CACHE_DIR", "/var/cache/leaktrace/unwind")
-    )
 
 
 # The headers the program includes, put in place of their #include (bcc compiles one text).

@@ -16,7 +16,7 @@ from leaktrace.platform.arch import ARGUMENT_REGISTERS
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import MapsFollower, live_thread, maps_device, read_process
-from leaktrace.sources.bpf.compile import EngineSettings, bcc_output, claim_or_start_compile, returns_by_session
+from leaktrace.sources.bpf.compile import bcc_output, claim_or_start_compile, returns_by_session
 from leaktrace.sources.bpf.inheritance import ForkInheritance
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
@@ -48,6 +48,7 @@ from leaktrace.sources.bpf.links import (
 from leaktrace.sources.bpf.map_reading import MapReader
 from leaktrace.sources.bpf.process_registry import ProcessRegistry
 from leaktrace.sources.bpf.unwind_upload import UnwindUpload
+from leaktrace.sources.settings import EngineSettings
 from leaktrace.unwind.tables import TableCache, UnwindTables
 
 if TYPE_CHECKING:

@@ -74,6 +74,10 @@ class BpfTrace(PollingSource, ProcessTracking):
     """A BPF trace of one process (pid), or of every process (pid 0); a context manager
     that always detaches."""
 
+    unjudged_why = (
+        "leaktrace did not see it stop in _exit; another tracer's probes or holds on the machine can cause this"
+    )
+
     def __init__(
         self, engine: BpfEngine, pid: int, info: ProcessInfo | None, is_child: bool, selection: Selection = Selection()
     ):

@@ -12,9 +12,9 @@ from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, MapsFollower
-from leaktrace.sources.bpf.compile import EngineSettings
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.maps import update_array
+from leaktrace.sources.settings import EngineSettings
 from leaktrace.unwind.python_interpreter import thread_state_key, unknown_interpreter
 from leaktrace.unwind.python_layout import PYTHON_PROC
 from leaktrace.unwind.rows import MAX_EXEC_MAPS

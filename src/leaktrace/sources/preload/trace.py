@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import fcntl
 import os
 import shutil
 import signal
@@ -38,7 +39,15 @@ from leaktrace.model.snapshot import (
 )
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process
-from leaktrace.platform.process import alive, catches, parse_maps, proc_path, read_target, resolve_executable
+from leaktrace.platform.process import (
+    alive,
+    catches,
+    command_line,
+    parse_maps,
+    proc_path,
+    read_target,
+    resolve_executable,
+)
 from leaktrace.platform.target_files import (
     RefusedFile,
     credentials_of,
@@ -89,10 +98,25 @@ def remove_stale_workdirs() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+HELD_FDS_FROM = 900  # the command's ends of the exit hold's pipes: above the fds a program counts on
+
+
+def _inherited_high(fd: int) -> int:
+    """fd moved to a number at or above HELD_FDS_FROM, inherited by the command."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, HELD_FDS_FROM)
+    os.close(fd)
+    return moved
+
+
 class PreloadTrace(PollingSource):
     """A process running with the library: launched with it (launch) or started with it
     elsewhere (attach); the same snapshots as a BPF trace, from the dumps it writes (or,
     when it makes no allocator call to write one, from its table read in place)."""
+
+    unjudged_why = (
+        "its exit was never held: the library holds it in its destructor, which _exit and a fatal signal "
+        "skip (the BPF engine judges those)"
+    )
 
     def __init__(
         self,
@@ -117,16 +141,21 @@ class PreloadTrace(PollingSource):
         self._last: Snapshot | None = None
         self.dumps_refused: str | None = None  # why its dump files are not read (its table is, in place)
         self._notices: list[str] = []
-        self.leak_check_at_exit = False  # not offered: its exit is the library's own
+        self.leak_check_at_exit = False  # a launch asked for it: the library holds its exit (see launch)
+        self._exit_hold: tuple[int, int] | None = None  # (notify's read end, release's write end)
+        self._exit_checks: tuple[LeakCheck, ...] = ()  # the leak check made while it was held
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
         self.sampling = EXACT  # what the library samples (--sample); its blocks then stand for more
         self._python_code = PythonCodeCapture()  # what its stacks' Python frames name, read while it lives
         self._interpreters_checked = False  # whether its modules were looked at for a CPython not walked
 
     @classmethod
-    def launch(cls, argv: list[str], options: str, sampling: Sampling = EXACT) -> PreloadTrace:
+    def launch(
+        cls, argv: list[str], options: str, sampling: Sampling = EXACT, leak_check: bool = False
+    ) -> PreloadTrace:
         """Runs argv with the library, told options (plus a dump at exit into a directory of ours),
-        sampling as asked."""
+        sampling as asked. With leak_check, the library holds the command at its exit (in its
+        destructor, after the program's own exit work) on a pipe of ours, for valgrind's kinds."""
         path = resolve_executable(argv[0])
         try:
             static = ElfFile(path).interpreter is None
@@ -147,16 +176,24 @@ class PreloadTrace(PollingSource):
         if sampling.rate:
             env.update(LEAKTRACE_SAMPLE_BYTES=str(sampling.rate), LEAKTRACE_SAMPLE_SEED=str(sampling.seed))
         frames = parse_malloc_debug_options(options).backtrace_frames
+        notify_read, notify_write = os.pipe() if leak_check else (-1, -1)
+        release_read, release_write = os.pipe() if leak_check else (-1, -1)
+        if leak_check:
+            os.set_blocking(notify_read, False)
+            notify_write, release_read = _inherited_high(notify_write), _inherited_high(release_read)
+            env["LEAKTRACE_EXIT_HOLD"] = f"{notify_write},{release_read},{os.getpid()}"
+        try:
+            pid = os.spawnve(os.P_NOWAIT, path, argv, env)
+        finally:
+            for fd in (notify_write, release_read):
+                if fd >= 0:
+                    os.close(fd)
         # The dump directory is ours (mode 0700): its files are read with our own rights.
-        trace = cls(
-            os.spawnve(os.P_NOWAIT, path, argv, env),
-            prefix,
-            os.path.basename(path)[:15],
-            frames,
-            credentials_of(os.getpid()),
-            workdir,
-        )
+        trace = cls(pid, prefix, os.path.basename(path)[:15], frames, credentials_of(os.getpid()), workdir)
         trace.sampling = sampling
+        if leak_check:
+            trace.leak_check_at_exit = True
+            trace._exit_hold = (notify_read, release_write)
         return trace
 
     @classmethod
@@ -337,6 +374,7 @@ class PreloadTrace(PollingSource):
         """False once the process has exited; its exit dump (or else its last snapshot) is then final."""
         if self._gone:
             return False
+        self._judge_if_held()
         if self.is_child:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -354,7 +392,38 @@ class PreloadTrace(PollingSource):
             processes={pid: dataclasses.replace(info, exited=True) for pid, info in self._last.processes.items()},
         )
         self.final_snapshot = self._read_dump(".exit.txt", True) or last
+        if self.final_snapshot is not None and self._exit_checks:
+            self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_checks=self._exit_checks)
+        self._release_exit_hold()
         return False
+
+    def _judge_if_held(self) -> None:
+        """The command held at its exit (it said so on the notify pipe): valgrind's kinds of its
+        blocks, all in the library's table since its start, then it is let go."""
+        if self._exit_hold is None:
+            return
+        try:
+            said = os.read(self._exit_hold[0], 1)
+        except BlockingIOError:
+            return
+        if said:
+            from leaktrace.reachability.unreachable import judge_leak_kinds_copied, scanned_mapping  # numpy
+
+            try:
+                process = read_target(self.pid)
+                image, allocations, table = copy_with_table(self.pid, scanned_mapping)
+                check = judge_leak_kinds_copied(process, image, allocations, table.occupied)
+                self._exit_checks = (dataclasses.replace(check, command=command_line(self.pid) or check.command),)
+            except RuntimeFailure as e:
+                self._notices.append(f"leak check skipped: {e}")
+        self._release_exit_hold()
+
+    def _release_exit_hold(self) -> None:
+        """The command goes on to its exit (the release pipe's end closed); nothing more is judged."""
+        if self._exit_hold is not None:
+            for fd in self._exit_hold:
+                os.close(fd)
+            self._exit_hold = None
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
         how = "attached in-process: its hooks come out when leaktrace ends" if self.injection else "LD_PRELOAD"
@@ -380,9 +449,10 @@ class PreloadTrace(PollingSource):
         return sweep_with_heap_walk(process, image, allocations, limit, allocator, table.own_blocks(), table.occupied)
 
     def check_leak_kinds(self) -> LeakCheck:
-        raise RuntimeFailure("the leak check is the BPF engine's")
+        raise RuntimeFailure("the in-process engine judges a launched command at its exit only (-c --leak-check)")
 
     def close(self) -> None:
+        self._release_exit_hold()
         if self.injection and not self._gone:
             self.injection.detach()
         if self.workdir:

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define DUMP_SIGNAL (SIGRTMAX - 17)
@@ -138,6 +139,57 @@ int start_sampling(size_t bytes, uint64_t seed)
     return 1;
 }
 
+// --- the hold at exit (leaktrace --engine preload --leak-check) ----------------------------
+// LEAKTRACE_EXIT_HOLD="NOTIFY,RELEASE,WAITER": the process WAITER launched says at its exit
+// (a byte on pipe NOTIFY) that it waits on pipe RELEASE while WAITER judges its heap; a close
+// of RELEASE's other end (the judgement done, or WAITER gone) lets it exit. Each fd must still
+// be the pipe it was at the start (a program may close and reuse it): else no hold, and the
+// gate, having judged nothing, fails the run.
+struct held_pipe {
+    int fd;
+    dev_t device;
+    ino_t inode;
+};
+static struct held_pipe exit_notify = {-1, 0, 0}, exit_release = {-1, 0, 0};
+static pid_t exit_waiter;
+
+static int still_the_pipe(const struct held_pipe *pipe_end)
+{
+    struct stat now;
+    return pipe_end->fd >= 0 && fstat(pipe_end->fd, &now) == 0 && S_ISFIFO(now.st_mode) &&
+           now.st_dev == pipe_end->device && now.st_ino == pipe_end->inode;
+}
+
+static void take_pipe(struct held_pipe *pipe_end, int fd)
+{
+    struct stat found;
+    if (fd >= 0 && fstat(fd, &found) == 0 && S_ISFIFO(found.st_mode))
+        *pipe_end = (struct held_pipe){fd, found.st_dev, found.st_ino};
+}
+
+static void exit_hold_from_environment(void)
+{
+    const char *hold = getenv("LEAKTRACE_EXIT_HOLD");
+    int notify, release, waiter;
+    if (!hold || sscanf(hold, "%d,%d,%d", &notify, &release, &waiter) != 3 || waiter <= 0)
+        return;
+    take_pipe(&exit_notify, notify);
+    take_pipe(&exit_release, release);
+    exit_waiter = waiter;
+}
+
+// At exit, before the library's own work: held while leaktrace reads the heap, if it asked.
+static void hold_at_exit(void)
+{
+    if (!exit_waiter || getppid() != exit_waiter || !still_the_pipe(&exit_notify) || !still_the_pipe(&exit_release))
+        return;  // a child of the command, or pipes no longer ours: not the process to judge
+    char byte = 1;
+    if (write(exit_notify.fd, &byte, 1) != 1)
+        return;
+    while (read(exit_release.fd, &byte, 1) < 0 && errno == EINTR)
+        ;
+}
+
 // A launch: LEAKTRACE_SAMPLE_BYTES and LEAKTRACE_SAMPLE_SEED, as leaktrace sets them.
 static void sampling_from_environment(void)
 {
@@ -218,6 +270,7 @@ static void read_config(void)
     if (config.enable_on_signal)
         signal(TOGGLE_SIGNAL, on_toggle_signal);
     sampling_from_environment();
+    exit_hold_from_environment();
     switch_on();
 }
 
@@ -405,6 +458,7 @@ __attribute__((destructor)) static void at_exit(void)
 {
     if (config.state != 1 || leaktrace_gone())
         return;
+    hold_at_exit();
     library_enter();
     if (config.free_track)
         verify_all_freed();
