@@ -48,3 +48,27 @@ def test_two_dashes_without_a_program_or_beside_another_target_are_refused(words
 
     with pytest.raises(UsageError):
         parsed_without_c(*words)
+
+
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["-p", "1", "--engine", "preload", "--leak-check"], "--leak-check with --engine preload judges a command"),
+        (["-c", "prog", "--leak-check", "--xml=yes"], "--xml=yes writes to --xml-file FILE: give both"),
+        (["-c", "prog", "--leak-check", "-f", "--xml=yes", "--xml-file=x.xml"], "--xml-file needs %p with -f"),
+        (["-c", "prog", "--error-exitcode=3"], "--error-exitcode needs --leak-check"),
+    ],
+)
+def test_leak_check_combinations_that_cannot_work_are_refused(words, message):
+    from leaktrace.commands.trace_arguments import check_leak_check
+    from leaktrace.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        check_leak_check(parsed_without_c(*words))
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_either_engine_judges_a_command_it_starts(engine):
+    from leaktrace.commands.trace_arguments import check_leak_check
+
+    check_leak_check(parsed_without_c("--engine", engine, "--leak-check=full", "--error-exitcode=1", "--", "./t"))
