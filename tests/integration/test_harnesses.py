@@ -60,7 +60,8 @@ def test_automake_log_compiler_fails_the_leaking_test_only(tmp_path, engine):
     assert "definitely lost: 0 bytes in 0 blocks" in (root / "tidy.log").read_text()
 
 
-def test_meson_test_wrapper_fails_the_leaking_test_only(tmp_path):
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_meson_test_wrapper_fails_the_leaking_test_only(tmp_path, engine):
     root = tmp_path / "project"
     sources(root)
     (root / "meson.build").write_text(
@@ -71,7 +72,10 @@ def test_meson_test_wrapper_fails_the_leaking_test_only(tmp_path):
     done = run(["meson", "setup", "build", "--buildtype=debug"], root)
     assert done.returncode == 0, done.stdout + done.stderr
     gated = run(
-        ["meson", "test", "-C", "build", "--num-processes", "1", "--wrapper", f"{shlex.quote(LEAKTRACE)} {GATE_FLAGS}"],
+        [
+            *("meson", "test", "-C", "build", "--num-processes", "1"),
+            *("--wrapper", f"{shlex.quote(LEAKTRACE)} --engine {engine} {GATE_FLAGS}"),
+        ],
         root,
         env={**os.environ, "MESON_TESTTHREADS": "1"},
     )
@@ -84,10 +88,11 @@ def test_meson_test_wrapper_fails_the_leaking_test_only(tmp_path):
     assert "definitely lost: 96 bytes in 2 blocks" in log, log[-3000:]
 
 
-def test_ctest_add_test_wrapper_fails_the_leaking_test_only(tmp_path):
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_ctest_add_test_wrapper_fails_the_leaking_test_only(tmp_path, engine):
     root = tmp_path / "cmake_project"
     sources(root)
-    gate = " ".join(shlex.quote(word) for word in [LEAKTRACE, *GATE_FLAGS.split()])
+    gate = " ".join(shlex.quote(word) for word in [LEAKTRACE, "--engine", engine, *GATE_FLAGS.split()])
     (root / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.13)\nproject(gated C)\nset(CMAKE_BUILD_TYPE Debug)\nenable_testing()\n"
         + "".join(
