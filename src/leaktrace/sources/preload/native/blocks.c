@@ -39,7 +39,7 @@ static struct freed_block *freed;  // free_track's FIFO, a ring of config.free_t
 static size_t freed_head, freed_count;
 static pthread_mutex_t freed_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int header_on(void)
+int block_headers_on(void)
 {
     return config.front_guard || config.rear_guard;
 }
@@ -52,7 +52,7 @@ static struct header *header_of(const void *pointer)
 void blocks_init(void)
 {
     next_usable_size(NULL);  // the allocator looked up now, before any block needs it
-    if (header_on())
+    if (block_headers_on())
         pointer_offset =
             ((sizeof(struct header) + MINIMUM_ALIGNMENT - 1) & ~(size_t)(MINIMUM_ALIGNMENT - 1)) + config.front_guard;
 }
@@ -97,7 +97,7 @@ void *block_alloc(size_t size, size_t alignment, int zeroed)
     while (alignment & (alignment - 1))
         alignment += alignment & -alignment;  // up to a power of two, as glibc's memalign does
     void *pointer;
-    if (header_on()) {
+    if (block_headers_on()) {
         pointer = with_header(size, real, alignment);
         if (pointer && zeroed)
             memset(pointer, 0, size);
@@ -115,7 +115,7 @@ void *block_alloc(size_t size, size_t alignment, int zeroed)
 
 size_t block_usable_size(void *pointer)
 {
-    return header_on() ? header_of(pointer)->usable_size : next_usable_size(pointer);
+    return block_headers_on() ? header_of(pointer)->usable_size : next_usable_size(pointer);
 }
 
 static void error_end(void)
@@ -160,7 +160,7 @@ static void pointer_error(const void *pointer, const char *what)
 int block_valid(void *pointer, const char *function, int check_table)
 {
     char what[64];
-    if (header_on()) {
+    if (block_headers_on()) {
         uint32_t tag = header_of(pointer)->tag;
         if (tag != DEBUG_TAG) {
             if (tag == DEBUG_FREE_TAG)
@@ -217,7 +217,7 @@ static void check_guard(const struct header *header, const void *pointer, const 
 // free_track's check of a block it held: still filled, header still marked freed.
 static void verify_freed(const struct freed_block *f)
 {
-    if (header_on()) {
+    if (block_headers_on()) {
         const struct header *header = header_of(f->pointer);
         if (header->tag != DEBUG_FREE_TAG) {
             log_line(LOG_DIVIDER);
@@ -271,12 +271,12 @@ static void *hold_freed(void *pointer, size_t bytes)
 
 void block_release(void *pointer)
 {
-    if (!config.fill_on_free && !header_on()) {  // the common case: the allocator's block as it is
+    if (!config.fill_on_free && !block_headers_on()) {  // the common case: the allocator's block as it is
         next_free(pointer);
         return;
     }
     size_t bytes;
-    if (header_on()) {
+    if (block_headers_on()) {
         struct header *header = header_of(pointer);
         check_guard(header, pointer, (uint8_t *)pointer - config.front_guard, config.front_guard, FRONT_GUARD_VALUE,
                     "FRONT");
@@ -290,7 +290,7 @@ void block_release(void *pointer)
         memset(pointer, FILL_FREE_VALUE, min_size(bytes, config.fill_on_free));
     if (config.free_track && !(pointer = hold_freed(pointer, bytes)))
         return;
-    next_free(header_on() ? header_of(pointer)->orig : pointer);
+    next_free(block_headers_on() ? header_of(pointer)->orig : pointer);
 }
 
 void verify_all_freed(void)

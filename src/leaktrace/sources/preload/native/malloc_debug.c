@@ -488,6 +488,23 @@ static inline int straight_through(void)
            __atomic_load_n(&next_allocator_state, __ATOMIC_ACQUIRE) == 2;
 }
 
+// Sampling's common case: an allocation of size short of the thread's next sample point (0
+// before its first call, so never short of it) is counted down and goes straight on.
+static inline int passed_unsampled(size_t size)
+{
+    if (size >= (uint64_t)bytes_to_sample || !straight_through())
+        return 0;
+    bytes_to_sample -= (int64_t)size;
+    return 1;
+}
+
+// Whether pointer is a block the allocator alone knows (sampling, not kept, not the bootstrap
+// arena's), which may be handed straight to it.
+static inline int allocators_own(void *pointer)
+{
+    return pointer && straight_through() && !maybe_sampled(pointer) && !from_bootstrap(pointer);
+}
+
 __attribute__((noinline)) static void *malloc_slow(size_t size)
 {
     if (sample_bytes && __atomic_load_n(&config.state, __ATOMIC_RELAXED) == 1) {
@@ -500,22 +517,14 @@ __attribute__((noinline)) static void *malloc_slow(size_t size)
 
 EXPORT void *malloc(size_t size)
 {
-    // Sampling's common case: short of the thread's next sample point (0 before its first
-    // call, so never short of it), counted down and passed on, with no call in between.
-    if (size < (uint64_t)bytes_to_sample && straight_through()) {
-        bytes_to_sample -= (int64_t)size;
-        return next_allocator.malloc(size);
-    }
-    return malloc_slow(size);
+    return passed_unsampled(size) ? next_allocator.malloc(size) : malloc_slow(size);
 }
 
 EXPORT void *calloc(size_t count, size_t size)
 {
     size_t total;
-    if (!__builtin_mul_overflow(count, size, &total) && total < (uint64_t)bytes_to_sample && straight_through()) {
-        bytes_to_sample -= (int64_t)total;
+    if (!__builtin_mul_overflow(count, size, &total) && passed_unsampled(total))
         return next_allocator.calloc(count, size);
-    }
     if (!ready())
         return next_calloc(count, size);
     if (__builtin_mul_overflow(count, size, &total)) {
@@ -527,7 +536,8 @@ EXPORT void *calloc(size_t count, size_t size)
 
 __attribute__((noinline)) static void free_slow(void *pointer)
 {
-    if (!ready()) {
+    // Sampling, not a block of the table's (whatever the library's state), or !ready().
+    if ((sample_bytes && !maybe_sampled(pointer)) || !ready()) {
         next_free(pointer);
         return;
     }
@@ -538,15 +548,9 @@ __attribute__((noinline)) static void free_slow(void *pointer)
 
 EXPORT void free(void *pointer)
 {
-    // Sampling's common case: not a block of the table's, whatever the library's state.
-    if (__builtin_expect(sample_bytes != 0, 0) && pointer && !maybe_sampled(pointer)) {
-        if (__atomic_load_n(&next_allocator_state, __ATOMIC_ACQUIRE) == 2 && !from_bootstrap(pointer))
-            next_allocator.free(pointer);
-        else
-            next_free(pointer);
-        return;
-    }
-    if (pointer)
+    if (allocators_own(pointer))
+        next_allocator.free(pointer);
+    else if (pointer)
         free_slow(pointer);
 }
 
@@ -557,22 +561,14 @@ static int blocks_changed(void)
            config.free_track;
 }
 
-// Whether pointer is a block the allocator alone knows (sampling, not kept, not the bootstrap
-// arena's) that an unsampled call may hand straight to it.
-static inline int allocator_only(void *pointer)
-{
-    return pointer && straight_through() && !maybe_sampled(pointer) && !from_bootstrap(pointer);
-}
-
 static void *realloc_slow(void *pointer, size_t size);
 static size_t usable_size_slow(void *pointer);
 
 EXPORT void *realloc(void *pointer, size_t size)
 {
-    if (size < (uint64_t)bytes_to_sample && allocator_only(pointer)) {  // an unsampled block, not sampled again
-        bytes_to_sample -= (int64_t)size;
+    // An unsampled block, whose new one is not sampled either.
+    if (allocators_own(pointer) && passed_unsampled(size))
         return next_allocator.realloc(pointer, size);
-    }
     return realloc_slow(pointer, size);
 }
 
@@ -687,7 +683,7 @@ EXPORT void *pvalloc(size_t size)
 
 EXPORT size_t malloc_usable_size(void *pointer)
 {
-    if (allocator_only(pointer) && next_allocator.usable_size && !config.front_guard && !config.rear_guard)
+    if (allocators_own(pointer) && next_allocator.usable_size && !block_headers_on())
         return next_allocator.usable_size(pointer);
     return usable_size_slow(pointer);
 }

@@ -121,6 +121,7 @@ void forward_to_global_scope(void);
 void blocks_init(void);
 void *block_alloc(size_t size, size_t alignment, int zeroed);  // header, guards, expand, fill
 size_t block_usable_size(void *pointer);
+int block_headers_on(void);  // guards: each block has the library's header before it
 int block_valid(void *pointer, const char *function, int check_table);  // 0 after logging why not
 void unknown_pointer(void *pointer, const char *function);              // bionic's UNKNOWN POINTER report
 void block_release(void *pointer);                                      // guards checked, filled, held back or freed
