@@ -209,13 +209,19 @@ def _libc_tls_offset(
     return None
 
 
-def _open_libc(process: ProcessInfo, maps: list[Mapping], memory: _Memory, modules: ModuleFiles) -> _Libc:
+def _libc_file(process: ProcessInfo, maps: list[Mapping], modules: ModuleFiles) -> tuple[ElfFile, Mapping]:
+    """The process's libc, opened, and the mapping of its start; HeapWalkRefused when there is none."""
     libcs = [m for m in maps if GLIBC_NAME.search(m.path) and m.offset == 0]
     if not libcs:
         raise HeapWalkRefused(f"pid {process.pid} maps no glibc (statically linked?): the heap walk is glibc's")
     elf = modules.open(process, libcs[:1])[libcs[0].start]
     if elf is None:
         raise HeapWalkRefused(f"cannot read pid {process.pid}'s libc {libcs[0].path}")
+    return elf, libcs[0]
+
+
+def _open_libc(process: ProcessInfo, maps: list[Mapping], memory: _Memory, modules: ModuleFiles) -> _Libc:
+    elf, first = _libc_file(process, maps, modules)
     version = _version(elf)
     if not SUPPORTED[0] <= version <= SUPPORTED[1]:
         raise HeapWalkRefused(
@@ -223,7 +229,7 @@ def _open_libc(process: ProcessInfo, maps: list[Mapping], memory: _Memory, modul
             f"to {SUPPORTED[1][0]}.{SUPPORTED[1][1]}; pid {process.pid} has glibc "
             f"{version[0]}.{version[1]}"
         )
-    bias = _load_bias(elf, libcs[0])
+    bias = _load_bias(elf, first)
     debug = modules.debug_file(process, elf)
     wanted = ("main_arena", "mp_", "tcache")
     symbols = {name: elf.variables[name] for name in wanted if name in elf.variables}
@@ -357,15 +363,15 @@ def exit_callers(process: ProcessInfo, image: FrozenImage) -> dict[int, int]:
     addresses those returned (valgrind's allocator runs on a stack of its own: it sees none).
     exit's frame is the return address into exit, then at most its own padding, then the
     return address into its caller: the first word above that points into code."""
-    libcs = [m for m in image.maps if GLIBC_NAME.search(m.path) and m.offset == 0]
-    if not libcs:
+    try:
+        elf, first = _libc_file(process, image.maps, ModuleFiles())
+    except HeapWalkRefused:
         return {}
-    elf = ModuleFiles().open(process, libcs[:1])[libcs[0].start]
-    start = elf.dynamic_functions.get("exit") if elf is not None else None
-    symbol = elf.function_at(start) if elf is not None and start is not None else None
-    if elf is None or symbol is None:
+    start = elf.dynamic_functions.get("exit")
+    symbol = elf.function_at(start) if start is not None else None
+    if symbol is None:
         return {}
-    bias = _load_bias(elf, libcs[0])
+    bias = _load_bias(elf, first)
     low, high = bias + symbol.value, bias + symbol.value + symbol.size
     code = [(m.start, m.end) for m in image.maps if "x" in m.perms]
     memory = _Memory(image)

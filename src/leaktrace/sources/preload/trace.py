@@ -101,11 +101,18 @@ def remove_stale_workdirs() -> None:
 HELD_FDS_FROM = 900  # the command's ends of the exit hold's pipes: above the fds a program counts on
 
 
-def _inherited_high(fd: int) -> int:
-    """fd moved to a number at or above HELD_FDS_FROM, inherited by the command."""
-    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, HELD_FDS_FROM)
-    os.close(fd)
-    return moved
+def _exit_hold_pipes() -> tuple[tuple[int, int], tuple[int, int]]:
+    """The exit hold's two pipes: leaktrace's ends (notify's read end, not blocking; release's
+    write end) and the command's (notify's write end, release's read end), moved to
+    HELD_FDS_FROM and up and inherited."""
+    notify_read, notify_write = os.pipe()
+    release_read, release_write = os.pipe()
+    os.set_blocking(notify_read, False)
+    theirs = []
+    for fd in (notify_write, release_read):
+        theirs.append(fcntl.fcntl(fd, fcntl.F_DUPFD, HELD_FDS_FROM))
+        os.close(fd)
+    return (notify_read, release_write), (theirs[0], theirs[1])
 
 
 class PreloadTrace(PollingSource):
@@ -176,24 +183,20 @@ class PreloadTrace(PollingSource):
         if sampling.rate:
             env.update(LEAKTRACE_SAMPLE_BYTES=str(sampling.rate), LEAKTRACE_SAMPLE_SEED=str(sampling.seed))
         frames = parse_malloc_debug_options(options).backtrace_frames
-        notify_read, notify_write = os.pipe() if leak_check else (-1, -1)
-        release_read, release_write = os.pipe() if leak_check else (-1, -1)
-        if leak_check:
-            os.set_blocking(notify_read, False)
-            notify_write, release_read = _inherited_high(notify_write), _inherited_high(release_read)
-            env["LEAKTRACE_EXIT_HOLD"] = f"{notify_write},{release_read},{os.getpid()}"
+        ours, theirs = _exit_hold_pipes() if leak_check else (None, ())
+        if theirs:
+            env["LEAKTRACE_EXIT_HOLD"] = f"{theirs[0]},{theirs[1]},{os.getpid()}"
         try:
             pid = os.spawnve(os.P_NOWAIT, path, argv, env)
         finally:
-            for fd in (notify_write, release_read):
-                if fd >= 0:
-                    os.close(fd)
+            for fd in theirs:
+                os.close(fd)
         # The dump directory is ours (mode 0700): its files are read with our own rights.
         trace = cls(pid, prefix, os.path.basename(path)[:15], frames, credentials_of(os.getpid()), workdir)
         trace.sampling = sampling
-        if leak_check:
+        if ours is not None:
             trace.leak_check_at_exit = True
-            trace._exit_hold = (notify_read, release_write)
+            trace._exit_hold = ours
         return trace
 
     @classmethod
