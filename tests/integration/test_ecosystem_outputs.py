@@ -76,10 +76,13 @@ def test_pprof_and_folded_agree_with_the_report(program, tmp_path):
     profile = profile_class().FromString(gzip.decompress(pprof.read_bytes()))
     strings = profile.string_table
     assert [(strings[t.type], strings[t.unit]) for t in profile.sample_type] == [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
         ("inuse_objects", "count"),
         ("inuse_space", "bytes"),
     ]
-    assert sum(sample.value[1] for sample in profile.sample) == report["live_bytes"]
+    assert sum(sample.value[3] for sample in profile.sample) == report["live_bytes"]
+    assert sum(sample.value[1] for sample in profile.sample) == sum(s["allocated_bytes"] for s in report["sites"])
     assert any(strings[m.build_id] for m in profile.mapping)  # build-ids are carried
 
     pid = report["processes"][0]["pid"]
@@ -150,4 +153,4 @@ def test_pprof_is_written_with_the_newest_protobuf_too(version, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == version
-    assert "[[3, 72]] ['leak_here']" in result.stdout, result.stdout
+    assert "[[0, 0, 3, 72]] ['leak_here']" in result.stdout, result.stdout  # no site totals in it: alloc_* 0

@@ -199,7 +199,8 @@ def test_blocks_made_during_the_trace_keep_their_stacks(program, tmp_path):
 
 def test_walk_equals_the_preload_table(program, tmp_path):
     """Block for block: the program's blocks are the library's table, exactly, and the rest of
-    the heap is the library's own (the shards' arrays, and each stack's copied frames)."""
+    the heap is the library's own: the shards' arrays (its sites and their frames are in
+    memory it maps itself)."""
     binary = str(program("old_leaks"))
     ready = tmp_path / "ready"
     with Untraced([binary, "wait", str(ready)], ready, preload=True) as target:
@@ -213,12 +214,8 @@ def test_walk_equals_the_preload_table(program, tmp_path):
         assert low <= allocation.size <= high
     for start, end in table.occupied:  # each shard's array of slots
         assert found.pop(start) >= end - start
-    frames = sorted(8 * len(a.stack) for a in allocations if a.stack)
-    assert len(found) == len(frames)
-    assert sorted(table.own_blocks()) == sorted([start for start, _ in table.occupied] + list(found))
-    for usable, request in zip(sorted(found.values()), frames):  # both orders agree: the ranges rise with usable
-        low, high = request_range(usable)
-        assert low <= request <= high
+    assert found == {}
+    assert sorted(table.own_blocks()) == sorted(start for start, _ in table.occupied)
     # Without libc's symbols: main_arena and the tcache found by their shapes, the same blocks.
     assert "by its shape" in again.method and "offset found by shape" in again.method
     assert again.addresses.tolist() == walk.addresses.tolist() and again.complete

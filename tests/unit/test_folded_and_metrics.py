@@ -54,6 +54,9 @@ def test_metrics_per_process_totals_and_one_series_per_drop_counter():
     assert drops["unknown_frees"] == 3 and set(drops) == set(Counters.loss_names())
     assert families["leaktrace_report_seconds"].samples[0].value == 0.25
     assert families["leaktrace_sample_rate_bytes"].samples[0].value == 0
+    # No peak or totals followed in this snapshot: zeros, in the same series as the live bytes.
+    assert [sample.value for sample in families["leaktrace_peak_bytes"].samples] == [0]
+    assert [sample.value for sample in families["leaktrace_allocated_bytes"].samples] == [0]
 
 
 def test_metrics_say_when_the_values_are_estimates():

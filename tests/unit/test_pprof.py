@@ -42,12 +42,14 @@ def test_values_labels_and_shared_locations():
     )
     text = list(profile.string_table)
     assert [(text[t.type], text[t.unit]) for t in profile.sample_type] == [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
         ("inuse_objects", "count"),
         ("inuse_space", "bytes"),
     ]
     assert text[profile.default_sample_type] == "inuse_space" and profile.period == 1
     assert profile.duration_nanos == 2_000_000_000
-    assert [list(sample.value) for sample in profile.sample] == [[1, 1 << 20], [3, 192], [1, 32]]
+    assert [list(sample.value) for sample in profile.sample] == [[0, 0, 1, 1 << 20], [0, 0, 3, 192], [0, 0, 1, 32]]
     big, ours, theirs = profile.sample
     assert (
         list(big.location_id) == [] and {text[label.key]: text[label.str] for label in big.label}["stack"] == "filtered"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import json
+import time
 
 from leaktrace import (
     AllocationGroup,
@@ -15,6 +18,9 @@ from leaktrace import (
     render_json,
     render_text,
 )
+from leaktrace.model.snapshot import Peak, SiteTotals
+from leaktrace.outputs.folded import render_folded
+from leaktrace.outputs.pprof import profile_class, render_pprof
 
 FRAMES = {
     (10, 0x1010): Frame(0x1010, "make_node", 0x10, "/opt/app/bin/server", "node.c", 42),
@@ -115,8 +121,11 @@ def test_json_carries_every_group_and_frame():
             "live_allocations": 4,
             "growth_bytes": 0,
             "growth_bytes_per_s": 0.0,
+            "peak_bytes": None,
+            "peak_time": None,
         }
     ]
+    assert report["sites"] == [] and report["peak"] is None
     first, second = report["groups"]
     assert first == {
         "pid": 10,
@@ -209,3 +218,88 @@ def test_valgrind_xml_takes_any_command_line_a_target_has():
     document = ElementTree.fromstring(render_valgrind_xml(snapshot([]), check, LeakCheckSettings(), ["leaktrace"]))
     assert [arg.text for arg in document.iter("arg")][-2:] == ["it's", "\ufffddone"]
     assert [frame.findtext("fn") for frame in document.iter("frame")] == ["make_node", "main"]
+
+
+STACK = (0x1010, 0x2020)
+
+
+def viewed() -> SymbolizedSnapshot:
+    """A process that made 100 blocks of 64 at make_node (10 live, 80 short-lived), one of 4096
+    at main (freed), and peaked at 8 blocks of 4096 plus 20 of 64."""
+    sites = (
+        SiteTotals(10, 64, 100, 90, 80, STACK),
+        SiteTotals(10, 4096, 8, 8, 0, STACK[1:]),
+    )
+    peak = Peak(
+        10,
+        8 * 4096 + 20 * 64,
+        1_700_000_000.0,
+        (AllocationGroup(10, 4096, 8, STACK[1:]), AllocationGroup(10, 64, 20, STACK)),
+        bound=0.01,
+    )
+    symbolized = snapshot([AllocationGroup(10, 64, 10, STACK)])
+    return dataclasses.replace(
+        symbolized, snapshot=dataclasses.replace(symbolized.snapshot, sites=sites, peaks=(peak,))
+    )
+
+
+def test_json_carries_the_totals_and_the_peak():
+    report = json.loads(render_json(viewed()))
+    assert [
+        (s["size"], s["allocations"], s["allocated_bytes"], s["frees"], s["short_lived"]) for s in report["sites"]
+    ] == [
+        (4096, 8, 32768, 8, 0),
+        (64, 100, 6400, 90, 80),
+    ]
+    peak = report["peak"]
+    assert (peak["pid"], peak["bytes"], peak["bound"], peak["estimate"]) == (10, 34048, 0.01, False)
+    assert [(g["size"], g["count"], g["frames"][0]["function"]) for g in peak["groups"]] == [
+        (4096, 8, "main"),
+        (64, 20, "make_node"),
+    ]
+    assert report["processes"][0]["peak_bytes"] == 34048
+
+
+def test_each_measure_ranks_the_text_table_and_draws_the_folded_stacks():
+    symbolized = viewed()
+    tables = {
+        measure: render_text(symbolized, measure=measure).splitlines()
+        for measure in ("live", "allocated", "peak", "short-lived")
+    }
+    assert tables["live"][2] == "top 1 of 1 stacks by live bytes:"
+    assert tables["allocated"][2] == "top 2 of 2 stacks by bytes allocated since the trace began:"
+    assert tables["allocated"][5].split()[:2] == ["32768", "8"]
+    assert tables["peak"][5].split()[:2] == ["32768", "8"]
+    assert tables["short-lived"][5].split()[:2] == ["5120", "80"]
+    assert tables["live"][-1] == (
+        "peak of pid 10: 34048 live bytes at "
+        f"{time.strftime('%H:%M:%S', time.localtime(1_700_000_000.0))}; its stacks from a moment within 1% below it "
+        "(34048 bytes)"
+    )
+    folded = {measure: render_folded(symbolized, measure) for measure in ("allocated", "peak", "short-lived")}
+    assert folded["allocated"] == "server (10);main 32768\nserver (10);main;make_node 6400\n"
+    assert folded["peak"] == "server (10);main 32768\nserver (10);main;make_node 1280\n"
+    assert folded["short-lived"] == "server (10);main;make_node 5120\n"
+
+
+def test_pprof_has_go_heap_profiles_four_sample_types_and_the_measures_default():
+    for measure, default, values in (
+        ("live", "inuse_space", [[100, 6400, 10, 640], [8, 32768, 0, 0]]),
+        ("peak", "inuse_space", [[8, 32768, 8, 32768], [100, 6400, 20, 1280]]),
+        ("allocated", "alloc_space", [[100, 6400, 10, 640], [8, 32768, 0, 0]]),
+        ("short-lived", "short_lived_space", [[100, 6400, 10, 640, 80, 5120], [8, 32768, 0, 0, 0, 0]]),
+    ):
+        profile = profile_class().FromString(gzip.decompress(render_pprof(viewed(), measure=measure)))
+        text = list(profile.string_table)
+        assert text[profile.default_sample_type] == default
+        assert [list(sample.value) for sample in profile.sample] == values, measure
+
+
+def test_process_rows_carry_the_peak_and_totals_the_top_view_sorts_by():
+    from leaktrace.analysis.growth import Growth
+    from leaktrace.analysis.process_table import SORT_KEYS, process_rows
+    from leaktrace.outputs.top_view import SORT_BY_KEY
+
+    (row,) = process_rows(viewed(), Growth())
+    assert (row.peak_bytes, row.allocated_bytes, row.short_lived) == (34048, 39168, 80)
+    assert {SORT_BY_KEY[key] for key in "pts"} == {"peak", "allocated", "short-lived"} <= set(SORT_KEYS)

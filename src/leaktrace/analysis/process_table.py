@@ -1,5 +1,6 @@
-"""Processes as rows (pid, comm, live bytes, allocations, growth, top site), for the
-systemwide report and the top view; pure functions of a symbolized snapshot."""
+"""Processes as rows (pid, comm, live bytes, allocations, growth, peak, totals since the trace
+began, top site), for the systemwide report and the top view; pure functions of a symbolized
+snapshot."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ class ProcessRow:
     growth_bytes: int  # since the previous snapshot
     growth_rate: float  # bytes per second
     top_site: str  # the caller of its largest stack
+    peak_bytes: int = 0  # its high-water mark of live bytes (0: not followed)
+    allocated_bytes: int = 0  # made since the trace began, freed or not
+    short_lived: int = 0  # blocks freed by their thread's next allocator call
 
 
 # Sort keys of the top view and of the report: name -> (row key, largest first).
@@ -29,6 +33,9 @@ SORT_KEYS = {
     "growth": (lambda row: row.growth_rate, True),
     "pid": (lambda row: row.pid, False),
     "comm": (lambda row: row.comm, False),
+    "peak": (lambda row: row.peak_bytes, True),
+    "allocated": (lambda row: row.allocated_bytes, True),
+    "short-lived": (lambda row: row.short_lived, True),
 }
 
 
@@ -53,6 +60,12 @@ def process_rows(symbolized: SymbolizedSnapshot, growth: Growth) -> list[Process
         stack_bytes[key] = stack_bytes.get(key, 0) + group.bytes
         if stack_bytes[key] > largest.get(group.pid, (0, None))[0]:
             largest[group.pid] = (stack_bytes[key], group)
+    made: dict[int, list[int]] = {}
+    for totals_of_site in snap.sites:
+        figures = made.setdefault(totals_of_site.pid, [0, 0])
+        figures[0] += totals_of_site.allocated_bytes
+        figures[1] += totals_of_site.short_lived or 0
+    peaks = {peak.pid: peak.bytes for peak in snap.peaks}
     rows = []
     for pid, (live_bytes, live_allocations) in totals.items():
         info = snap.processes.get(pid)
@@ -74,6 +87,8 @@ def process_rows(symbolized: SymbolizedSnapshot, growth: Growth) -> list[Process
                 change.delta_bytes,
                 change.rate,
                 site,
+                peaks.get(pid, 0),
+                *made.get(pid, [0, 0]),
             )
         )
     return sort_rows(rows, "live")

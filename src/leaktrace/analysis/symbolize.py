@@ -18,13 +18,10 @@ import subprocess
 from dataclasses import dataclass, field
 
 from leaktrace.model.snapshot import (
-    AllocationGroup,
-    LiveAllocation,
-    LossRecord,
     ProcessInfo,
     PythonCode,
     Snapshot,
-    UnreachableLeak,
+    Stacked,
 )
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
@@ -78,12 +75,12 @@ class SymbolizedSnapshot:
         """The frames one return address stands for: inlined ones first, then its function's."""
         return [*self.inlined.get((pid, address), ()), self.frames[pid, address]]
 
-    def words_of(self, group: AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord) -> tuple[int, ...]:
+    def words_of(self, group: Stacked) -> tuple[int, ...]:
         """A stack's words as shown, innermost first: its Python frames spliced in where the
         interpreter's frames are (spliced_stack)."""
         return spliced_stack(group.stack, lambda word: self.frames[group.pid, word].function in EVAL_FUNCTIONS)
 
-    def stack_of(self, group: AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord) -> list[Frame]:
+    def stack_of(self, group: Stacked) -> list[Frame]:
         """Every frame of a stack, innermost first, inlined ones included."""
         return [frame for address in self.words_of(group) for frame in self.frames_at(group.pid, address)]
 

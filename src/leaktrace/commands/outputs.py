@@ -61,6 +61,7 @@ class Outputs:
     xml_file: str | None = None  # --xml-file: each leak check in valgrind's XML (%p: its pid)
     junit_file: str | None = None  # --junit: the gate's cases so far, rewritten as they come
     tool_argv: tuple[str, ...] = ()  # leaktrace's own, for the XML's <vargv>
+    measure: str = "live"  # what the text table, folded stacks, HTML and pprof are drawn by (MEASURES)
 
     def __post_init__(self):
         self.symbolizer = Symbolizer()
@@ -127,9 +128,11 @@ class Outputs:
             if self.junit_file:
                 self._write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
         growth = self.growth.observe(snapshot)
-        context = ReportContext(growth, self.top, self.top_processes, self.min_bytes, self.contents, self.leak_check)
+        context = ReportContext(
+            growth, self.top, self.top_processes, self.min_bytes, self.contents, self.leak_check, self.measure
+        )
         write_fully(sys.stdout, STDOUT_FORMATS[self.stdout_format].render(symbolized, context))
-        file_context = FileContext(growth, snapshot.taken_at - self.started_at)
+        file_context = FileContext(growth, snapshot.taken_at - self.started_at, self.measure)
         for output in FILE_FORMATS:
             if output.option in self.files:
                 self._write(self.files[output.option], output.render(symbolized, file_context), output.what)

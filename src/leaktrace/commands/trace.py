@@ -144,6 +144,7 @@ class TraceCommand(Command):
             junit_file=args.junit,
             tool_argv=tuple(sys.argv),
             leak_check=leak_check,
+            measure=args.measure,
         )
 
     @staticmethod

@@ -20,6 +20,7 @@ from leaktrace.android.options import (
     parse_malloc_debug_options,
 )
 from leaktrace.errors import RuntimeFailure, UsageError
+from leaktrace.model.snapshot import MEASURES
 from leaktrace.outputs.files import FILE_FORMATS
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.platform.process import program_behind, resolve_executable
@@ -102,6 +103,14 @@ def _add_report_view(parser: ArgumentParser) -> None:
     """How much of each report, and the live view."""
     parser.add_argument(
         "--top", type=bounded_int(1), help="stacks per report (default 10), or per process with --all (default 5)"
+    )
+    parser.add_argument(
+        "--measure",
+        choices=MEASURES,
+        default="live",
+        help="what the text table, --folded, --html and --pprof's default sample type are drawn by: bytes live now "
+        "(default), allocated since the trace began, live at each process's peak, or short-lived blocks (freed by "
+        "their thread's next allocator call)",
     )
     parser.add_argument(
         "--top-view",

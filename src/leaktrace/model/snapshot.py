@@ -50,6 +50,40 @@ def keep_probability(size: int, rate: int) -> float:
 
 
 @dataclass(frozen=True)
+class SiteTotals:
+    """What one process made at one size and stack since the trace began, freed or not."""
+
+    pid: int
+    size: int
+    allocations: int  # blocks made (an estimate when sampled)
+    frees: int  # of those, freed
+    # Freed before their thread's next allocation (heaptrack's temporary); None: not counted (--sample).
+    short_lived: int | None
+    stack: tuple[int, ...] = ()
+    stack_status: StackStatus = StackStatus.CAPTURED
+    samples: int | None = None  # a sampled trace: the blocks kept, of which allocations is the estimate
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self.size * self.allocations
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A process's high-water mark of live bytes, and what was live then (memray's high-water mark)."""
+
+    pid: int
+    bytes: int  # the most live bytes it held (an estimate when sampled)
+    time: float  # wall-clock seconds when it first held them
+    groups: tuple[AllocationGroup, ...]  # live then: of a moment at most `bound` below bytes
+    bound: float = 0.0  # the groups' moment is within this fraction below bytes (0: the peak itself)
+    estimate: bool = False  # sampled: bytes and groups are estimates
+
+
+MEASURES = ("live", "allocated", "peak", "short-lived")  # what a flame graph or profile can be drawn by
+
+
+@dataclass(frozen=True)
 class LiveAllocation:
     """One live allocation, for outputs that list pointers (the exit leak log)."""
 
@@ -82,6 +116,7 @@ class Counters:
     python_frames_cut: int = 0  # stacks whose Python frames were cut at 32 (their native frames whole)
     python_codes_full: int = 0  # code objects the preload library had no room to keep (their frames show no name)
     stops_unshared: int = 0  # processes stopped while the map shared with other leaktraces was full
+    peak_map_full: int = 0  # processes whose peak was not followed (no room to keep it)
     stacks_truncated: int = 0  # stacks that end before the outermost frame (a frame not followed)
     # Why (their sum is stacks_truncated; the preload library's stacks are not counted here):
     stacks_truncated_no_tables: int = 0  # the process's unwind tables were not in yet
@@ -303,6 +338,9 @@ class UnreachableReport:
         return f"backtrace_min_size={low} backtrace_max_size={high}"
 
 
+Stacked = AllocationGroup | SiteTotals | LiveAllocation | UnreachableLeak | LossRecord  # what carries a stack
+
+
 @dataclass(frozen=True)
 class Snapshot:
     taken_at: float  # wall-clock seconds
@@ -323,12 +361,17 @@ class Snapshot:
     # A sampled trace (--sample): mean bytes between samples, and the generator's seed; 0: exact.
     sample_rate: int = 0
     sample_seed: int = 0
+    # Per site, since the trace began: every block made, the freed ones too.
+    sites: tuple[SiteTotals, ...] = ()
+    peaks: tuple[Peak, ...] = ()  # each process's high-water mark, where the source follows it
 
-    def stacked_items(self) -> tuple[AllocationGroup | LiveAllocation | UnreachableLeak | LossRecord, ...]:
+    def stacked_items(self) -> tuple[Stacked, ...]:
         """Everything here that carries a stack."""
         unreachable = self.unreachable.leaks if self.unreachable else ()
         return (
             *self.groups,
+            *self.sites,
+            *(group for peak in self.peaks for group in peak.groups),
             *(self.allocations or ()),
             *unreachable,
             *(record for check in self.leak_checks for record in check.records),
@@ -341,3 +384,17 @@ class Snapshot:
     @property
     def live_allocations(self) -> int:
         return sum(group.count for group in self.groups)
+
+    def measured(self, measure: str) -> tuple[AllocationGroup, ...]:
+        """Groups whose count is the measure's (one of MEASURES): blocks live now, made since
+        the trace began, live at each process's peak, or short-lived."""
+        if measure == "live":
+            return self.groups
+        if measure == "peak":
+            return tuple(group for peak in self.peaks for group in peak.groups)
+        counted = ((site, site.allocations if measure == "allocated" else site.short_lived or 0) for site in self.sites)
+        return tuple(
+            AllocationGroup(site.pid, site.size, count, site.stack, site.stack_status)
+            for site, count in counted
+            if count
+        )

@@ -20,6 +20,7 @@ class FileContext:
 
     growth: Growth  # the likely leaks so far
     seconds: float  # since the trace began
+    measure: str = "live"  # what the file is drawn by (MEASURES)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Collapsed ("folded") stacks, as flamegraph.pl, inferno and speedscope read them: one
-line per stack, frames root first joined by ';', then a space and the live bytes.
+line per stack, frames root first joined by ';', then a space and the live bytes (or the
+bytes of another measure: allocated since the trace began, live at the peak, short-lived).
 
 Each stack's root is its process, `comm (pid)`; a block a child inherited through fork
 sits under `[inherited]`, and one without a stack under `[filtered]` or `[lost]`; an
@@ -43,12 +44,12 @@ def stack_path(symbolized: SymbolizedSnapshot, group: AllocationGroup) -> list[s
     return path
 
 
-def render_folded(symbolized: SymbolizedSnapshot) -> str:
+def render_folded(symbolized: SymbolizedSnapshot, measure: str = "live") -> str:
     totals: Counter[tuple[str, ...]] = Counter()
-    for group in symbolized.snapshot.groups:
+    for group in symbolized.snapshot.measured(measure):
         totals[tuple(stack_path(symbolized, group))] += group.bytes
     return "".join(f"{';'.join(path)} {total}\n" for path, total in sorted(totals.items()) if total)
 
 
 def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
-    return render_folded(symbolized).encode()
+    return render_folded(symbolized, context.measure).encode()

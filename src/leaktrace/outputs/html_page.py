@@ -20,7 +20,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Snapshot, StackStatus, UnreachableLeak, UnreachableReport
 from leaktrace.outputs.files import FileContext
 from leaktrace.outputs.folded import stack_path
-from leaktrace.outputs.text import ranked_stacks, rate_text, sizes_text
+from leaktrace.outputs.text import MEASURE_TITLES, peak_text, ranked_stacks, rate_text, sizes_text
 
 WEB = Path(__file__).parent / "web"
 ASSETS = ("d3.min.js", "d3-flamegraph.umd.min.js", "d3-flamegraph.css")
@@ -36,12 +36,13 @@ def _asset(name: str) -> str:
         ) from None
 
 
-def flame_tree(symbolized: SymbolizedSnapshot) -> dict:
-    """Live bytes as a tree, root first: all -> process -> [inherited] -> frames; each node's
-    value is the bytes under it, with the blocks and the sizes seen there."""
+def flame_tree(symbolized: SymbolizedSnapshot, measure: str = "live") -> dict:
+    """The measure's bytes (live by default) as a tree, root first: all -> process ->
+    [inherited] -> frames; each node's value is the bytes under it, with the blocks and the
+    sizes seen there."""
     snapshot = symbolized.snapshot
     root: dict = {"name": "all", "value": 0, "count": 0, "sizes": {}, "children": {}}
-    for group in snapshot.groups:
+    for group in snapshot.measured(measure):
         node = root
         for name in [None, *stack_path(symbolized, group)]:
             if name is not None:
@@ -75,10 +76,10 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
 STACKS_SHOWN = 200  # rows of the top stacks' table
 
 
-def _stacks_table(symbolized: SymbolizedSnapshot) -> str:
-    """The top stacks with every frame (file:line included), filtered as the user types."""
+def _stacks_table(symbolized: SymbolizedSnapshot, measure: str) -> str:
+    """The top stacks by the measure, with every frame (file:line included), filtered as the user types."""
     rows = []
-    for groups in ranked_stacks(symbolized.snapshot.groups)[:STACKS_SHOWN]:
+    for groups in ranked_stacks(symbolized.snapshot.measured(measure), MEASURE_TITLES[measure][1])[:STACKS_SHOWN]:
         frames = symbolized.stack_of(groups[0])
         lines = [frame.describe() for frame in frames] or [groups[0].stack_status.value]
         cells = [groups[0].pid, sum(g.bytes for g in groups), sum(g.count for g in groups), sizes_text(groups)]
@@ -89,7 +90,8 @@ def _stacks_table(symbolized: SymbolizedSnapshot) -> str:
         )
     header = "".join(f"<th>{name}</th>" for name in ("pid", "bytes", "allocs", "sizes", "stack"))
     return (
-        "<h2>Top stacks</h2><input id='filter' placeholder='filter stacks (function, file, module)'>"
+        f"<h2>Top stacks by {html.escape(MEASURE_TITLES[measure][0])}</h2>"
+        "<input id='filter' placeholder='filter stacks (function, file, module)'>"
         f"<table id='stacks-table'><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -163,13 +165,17 @@ def _unreachable_section(symbolized: SymbolizedSnapshot, report: UnreachableRepo
     )
 
 
-def render_html(symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title: str | None = None) -> str:
+def render_html(
+    symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title: str | None = None, measure: str = "live"
+) -> str:
     snapshot = symbolized.snapshot
     if title is None:
         named = [f"{p.comm} ({p.pid})" for p in snapshot.processes.values()]
         title = "leaktrace: " + (named[0] if len(named) == 1 else f"{len(named)} processes")
     head = _head(snapshot, title)
-    parts = [_stacks_table(symbolized)]
+    parts = [_stacks_table(symbolized, measure)]
+    if snapshot.peaks:
+        parts.append(f"<h2>Peak</h2><p>{html.escape(peak_text(snapshot))}</p>".replace("\n", "<br>"))
     parts.append(
         "<h2>Drop counters</h2>" + _table(["counter", "value"], [[n, v] for n, v in snapshot.counters.losses().items()])
     )
@@ -192,13 +198,13 @@ td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }} .warnin
 td.frames {{ font-family: monospace; font-size: 90%; }}</style>
 </head><body>
 {head}
-<h2>Live bytes by stack</h2>
+<h2>{html.escape(MEASURE_TITLES[measure][0]).capitalize()} by stack</h2>
 <form id="search" onsubmit="return false"><input id="term" placeholder="search functions">
 <button id="find">Search</button> <button id="reset">Reset zoom</button></form>
 <div id="chart"></div><div id="details"></div>
 {"".join(parts)}
 <pre id="errors"></pre>
-<script type="application/json" id="stacks">{_script_json(flame_tree(symbolized))}</script>
+<script type="application/json" id="stacks">{_script_json(flame_tree(symbolized, measure))}</script>
 <script>window.onerror = function (message) {{
   document.getElementById("errors").textContent += message + "\\n"; }};</script>
 <script>{_asset("d3.min.js")}</script>
@@ -230,4 +236,4 @@ td.frames {{ font-family: monospace; font-size: 90%; }}</style>
 
 
 def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
-    return render_html(symbolized, context.growth).encode()
+    return render_html(symbolized, context.growth, measure=context.measure).encode()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from leaktrace.analysis.growth import Growth, bytes_by_process, stack_id
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
-from leaktrace.model.snapshot import LeakCheck, LeakKind, UnreachableReport
+from leaktrace.model.snapshot import AllocationGroup, LeakCheck, LeakKind, Peak, SiteTotals, UnreachableReport
 
 if TYPE_CHECKING:
     from leaktrace.outputs.stdout_reports import ReportContext
@@ -24,6 +24,8 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
     counts: dict[int, int] = {}
     for g in snap.groups:
         counts[g.pid] = counts.get(g.pid, 0) + g.count
+    peaks = {peak.pid: peak for peak in snap.peaks}
+    highest = max(snap.peaks, key=lambda peak: (peak.bytes, -peak.pid), default=None)
     return {
         "format": JSON_FORMAT,
         "time": snap.taken_at,
@@ -44,28 +46,62 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
                 "live_allocations": counts.get(p.pid, 0),
                 "growth_bytes": growth.of_process(p.pid).delta_bytes,
                 "growth_bytes_per_s": growth.of_process(p.pid).rate,
+                "peak_bytes": peaks[p.pid].bytes if p.pid in peaks else None,
+                "peak_time": peaks[p.pid].time if p.pid in peaks else None,
             }
             for p in sorted(snap.processes.values(), key=lambda p: p.pid)
         ],
-        "groups": [
-            {
-                "pid": g.pid,
-                "size": g.size,
-                "count": g.count,
-                "bytes": g.bytes,
-                "stack_status": g.stack_status.value,
-                "inherited": g.inherited,
-                "samples": g.samples,
-                # Set when the live bytes of this group's stack rose in each of the last intervals.
-                "likely_leak_bytes_per_s": growth.likely_leaks.get(stack_id(g)),
-                "frames": [frame_to_dict(f) for f in symbolized.stack_of(g)],
-            }
-            for g in groups
+        "groups": [group_to_dict(symbolized, g, growth) for g in groups],
+        "sites": [
+            site_to_dict(symbolized, site)
+            for site in sorted(snap.sites, key=lambda t: (t.pid, -t.allocated_bytes, t.size, t.stack))
         ],
+        "peak": None if highest is None else peak_to_dict(symbolized, highest),
         "unreachable": None if snap.unreachable is None else unreachable_to_dict(symbolized, snap.unreachable),
         "leak_checks": [leak_check_to_dict(symbolized, check) for check in snap.leak_checks],
         "sample_rate": snap.sample_rate,
         "sample_seed": snap.sample_seed,
+    }
+
+
+def group_to_dict(symbolized: SymbolizedSnapshot, g: AllocationGroup, growth: Growth = Growth()) -> dict:
+    return {
+        "pid": g.pid,
+        "size": g.size,
+        "count": g.count,
+        "bytes": g.bytes,
+        "stack_status": g.stack_status.value,
+        "inherited": g.inherited,
+        "samples": g.samples,
+        # Set when the live bytes of this group's stack rose in each of the last intervals.
+        "likely_leak_bytes_per_s": growth.likely_leaks.get(stack_id(g)),
+        "frames": [frame_to_dict(f) for f in symbolized.stack_of(g)],
+    }
+
+
+def site_to_dict(symbolized: SymbolizedSnapshot, site: SiteTotals) -> dict:
+    return {
+        "pid": site.pid,
+        "size": site.size,
+        "allocations": site.allocations,
+        "allocated_bytes": site.allocated_bytes,
+        "frees": site.frees,
+        "short_lived": site.short_lived,
+        "stack_status": site.stack_status.value,
+        "samples": site.samples,
+        "frames": [frame_to_dict(f) for f in symbolized.stack_of(site)],
+    }
+
+
+def peak_to_dict(symbolized: SymbolizedSnapshot, peak: Peak) -> dict:
+    groups = sorted(peak.groups, key=lambda g: (-g.bytes, g.size, g.stack))
+    return {
+        "pid": peak.pid,
+        "bytes": peak.bytes,
+        "time": peak.time,
+        "bound": peak.bound,
+        "estimate": peak.estimate,
+        "groups": [group_to_dict(symbolized, g) for g in groups],
     }
 
 

@@ -1,6 +1,7 @@
 """The agent's Prometheus exposition: a pure function of a symbolized snapshot and its growth,
 built with the Prometheus client library. Per traced process (labels pid, comm, exe): live
-bytes and blocks, growth rate, and whether a stack of it is a likely leak; the trace's
+bytes and blocks, growth rate, peak, bytes allocated since the trace began, and whether a
+stack of it is a likely leak; the trace's
 allocation and free totals; one drop counter series per counter; the agent's own report
 latency. Processes are bounded (those holding at least min_bytes, the top_processes largest)."""
 
@@ -39,6 +40,16 @@ class _SnapshotCollector:
             "1 when a stack of the process grew in each of the last intervals, beyond sampling's noise when sampled",
             labels=LABELS,
         )
+        peak = GaugeMetricFamily(
+            "leaktrace_peak_bytes",
+            f"The most live bytes the process held since the trace began{estimate}",
+            labels=LABELS,
+        )
+        allocated = CounterMetricFamily(
+            "leaktrace_allocated_bytes",
+            f"Bytes the process allocated since the trace began, freed or not{estimate}",
+            labels=LABELS,
+        )
         leaking_pids = {key[0] for key in self.growth.likely_leaks}
         rows = [row for row in process_rows(self.symbolized, self.growth) if row.live_bytes >= self.min_bytes]
         for row in rows[: self.top_processes]:
@@ -48,7 +59,9 @@ class _SnapshotCollector:
             blocks.add_metric(labels, row.live_allocations)
             rate.add_metric(labels, row.growth_rate)
             leaking.add_metric(labels, 1 if row.pid in leaking_pids else 0)
-        yield from (live, blocks, rate, leaking)
+            peak.add_metric(labels, row.peak_bytes)
+            allocated.add_metric(labels, row.allocated_bytes)
+        yield from (live, blocks, rate, leaking, peak, allocated)
         counters = snapshot.counters
         yield CounterMetricFamily(
             "leaktrace_allocations", "Allocations recorded since the trace began", counters.allocations

@@ -1,6 +1,8 @@
 """pprof's Profile message, gzip'd: what `go tool pprof`, Grafana Pyroscope, Parca and
-speedscope read. Sample types as Go's heap profiles name them (inuse_objects/count,
-inuse_space/bytes); one sample per (pid, size, stack) with labels pid, comm, bytes (the
+speedscope read. Sample types as Go's heap profiles name them (alloc_objects, alloc_space:
+every block made since the trace began; inuse_objects, inuse_space: live now, or at each
+process's peak with --measure peak; short_lived_objects and short_lived_space added with
+--measure short-lived); one sample per (pid, size, stack) with labels pid, comm, bytes (the
 block size) and inherited; locations with their mappings (file, offsets, build-id) and
 functions with file and line. The drop counters travel as comments.
 
@@ -16,9 +18,9 @@ from functools import cache
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from leaktrace.analysis.symbolize import AddressSpace, Frame, SymbolizedSnapshot
-from leaktrace.model.snapshot import AllocationGroup, StackStatus
+from leaktrace.model.snapshot import AllocationGroup, Snapshot, StackStatus
 from leaktrace.outputs.files import FileContext
-from leaktrace.outputs.text import drops_text, totals_text
+from leaktrace.outputs.text import drops_text, peak_text, totals_text
 
 _T = descriptor_pb2.FieldDescriptorProto
 _INT64, _UINT64, _STRING, _BOOL = _T.TYPE_INT64, _T.TYPE_UINT64, _T.TYPE_STRING, _T.TYPE_BOOL
@@ -204,10 +206,10 @@ class _ProfileBuilder:
                     location.line.add(function_id=self._function_id(frame), line=frame.line or 0)
         return self._location_ids[key]
 
-    def add_group(self, group: AllocationGroup) -> None:
-        """A sample of the group's count and bytes, its stack's locations and its labels."""
+    def add_sample(self, group: AllocationGroup, values: list[int]) -> None:
+        """A sample of these values at the group's stack, with its labels."""
         string = self.string
-        sample = self.profile.sample.add(value=[group.count, group.bytes])
+        sample = self.profile.sample.add(value=values)
         if group.stack_status == StackStatus.CAPTURED:
             sample.location_id.extend(self._location_id(group.pid, word) for word in self.symbolized.words_of(group))
         process = self.symbolized.snapshot.processes.get(group.pid)
@@ -222,26 +224,60 @@ class _ProfileBuilder:
             sample.label.add(key=string("stack"), str=string(group.stack_status.value))
 
 
-def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0) -> bytes:
-    """The snapshot as a gzip'd pprof profile."""
+SAMPLE_TYPES = (
+    ("alloc_objects", "count"),
+    ("alloc_space", "bytes"),
+    ("inuse_objects", "count"),
+    ("inuse_space", "bytes"),
+)
+SHORT_LIVED_TYPES = (("short_lived_objects", "count"), ("short_lived_space", "bytes"))
+DEFAULT_TYPE = {"live": "inuse_space", "peak": "inuse_space", "allocated": "alloc_space"}
+
+
+def sample_values(snapshot: Snapshot, measure: str) -> dict[tuple, tuple[AllocationGroup, list[int]]]:
+    """(pid, size, stack, stack status, inherited) -> a group of it (for its labels) and its
+    values, in the order of the sample types."""
+    width = len(SAMPLE_TYPES) + (len(SHORT_LIVED_TYPES) if measure == "short-lived" else 0)
+    found: dict[tuple, tuple[AllocationGroup, list[int]]] = {}
+
+    def add(group: AllocationGroup, column: int) -> None:
+        key = (group.pid, group.size, group.stack, group.stack_status, group.inherited)
+        values = found.setdefault(key, (group, [0] * width))[1]
+        values[column] += group.count
+        values[column + 1] += group.bytes
+
+    for group in snapshot.measured("allocated"):
+        add(group, 0)
+    for group in snapshot.measured("peak" if measure == "peak" else "live"):
+        add(group, 2)
+    if measure == "short-lived":
+        for group in snapshot.measured("short-lived"):
+            add(group, 4)
+    return found
+
+
+def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0, measure: str = "live") -> bytes:
+    """The snapshot as a gzip'd pprof profile, its default sample type that of the measure."""
     snapshot = symbolized.snapshot
     builder = _ProfileBuilder(symbolized)
     profile, string = builder.profile, builder.string
-    for kind, unit in (("inuse_objects", "count"), ("inuse_space", "bytes")):
+    for kind, unit in SAMPLE_TYPES + (SHORT_LIVED_TYPES if measure == "short-lived" else ()):
         profile.sample_type.add(type=string(kind), unit=string(unit))
-    profile.default_sample_type = string("inuse_space")
+    profile.default_sample_type = string(DEFAULT_TYPE.get(measure, "short_lived_space"))
     # Go's sampled heap profiles: the values are the estimates, the period the mean bytes between samples.
     profile.period_type.type, profile.period_type.unit = string("space"), string("bytes")
     profile.period = snapshot.sample_rate or 1
     profile.time_nanos = int(snapshot.taken_at * 1e9)
     profile.duration_nanos = int(duration_s * 1e9)
     sampled = [totals_text(snapshot)] if snapshot.sample_rate else []
-    for comment in (*drops_text(snapshot.counters).splitlines(), *sampled):  # the text report's lines
+    peak = [peak_text(snapshot)] if measure == "peak" else []
+    for comment in (*drops_text(snapshot.counters).splitlines(), *sampled, *peak):  # the text report's lines
         profile.comment.append(string(comment))
-    for group in sorted(snapshot.groups, key=lambda g: (g.pid, -g.bytes, g.size, g.stack)):
-        builder.add_group(group)
+    found = sample_values(snapshot, measure)
+    for key in sorted(found, key=lambda k: (k[0], -found[k][1][3], -found[k][1][1], k[1], k[2])):
+        builder.add_sample(*found[key])
     return gzip.compress(profile.SerializeToString(), compresslevel=GZIP_LEVEL, mtime=0)
 
 
 def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
-    return render_pprof(symbolized, context.seconds)
+    return render_pprof(symbolized, context.seconds, context.measure)

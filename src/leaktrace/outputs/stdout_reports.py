@@ -25,6 +25,7 @@ class ReportContext:
     min_bytes: int = 0  # the per-process report leaves out processes holding less
     contents: bool = False  # unreachable leaks with their first bytes
     leak_check: LeakCheckSettings | None = None
+    measure: str = "live"  # what the text report's table ranks (MEASURES)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""The text report: totals, drop counters, then the top stacks by live bytes."""
+"""The text report: totals, drop counters, then the top stacks by live bytes (or by another
+measure: bytes allocated since the trace began, live at the peak, short-lived blocks), and
+each process's peak."""
 
 from __future__ import annotations
 
@@ -82,15 +84,38 @@ def rate_text(bytes_per_second: float) -> str:
     return f"{bytes_per_second:+.0f} B/s"
 
 
-def ranked_stacks(groups) -> list[list[AllocationGroup]]:
-    """Groups merged per stack (one process, one stack), largest live bytes first."""
+def ranked_stacks(groups, by_count: bool = False) -> list[list[AllocationGroup]]:
+    """Groups merged per stack (one process, one stack), largest bytes first (most blocks first, by_count)."""
     by_stack: dict[StackId, list[AllocationGroup]] = defaultdict(list)
     for group in groups:
         by_stack[stack_id(group)].append(group)
-    return sorted(
-        by_stack.values(),
-        key=lambda gs: (-sum(g.bytes for g in gs), -sum(g.count for g in gs), gs[0].pid, gs[0].stack, gs[0].inherited),
-    )
+
+    def rank(gs: list[AllocationGroup]) -> tuple:
+        size, count = sum(g.bytes for g in gs), sum(g.count for g in gs)
+        return (-count, -size) if by_count else (-size, -count), gs[0].pid, gs[0].stack, gs[0].inherited
+
+    return sorted(by_stack.values(), key=rank)
+
+
+# measure -> what its table ranks, and whether by blocks rather than bytes
+MEASURE_TITLES = {
+    "live": ("live bytes", False),
+    "allocated": ("bytes allocated since the trace began", False),
+    "peak": ("bytes live at the peak", False),
+    "short-lived": ("short-lived blocks (freed by their thread's next allocator call)", True),
+}
+
+
+def peak_text(snapshot: Snapshot) -> str:
+    """Each process's peak: its bytes, when, and how near the groups drawn for it are."""
+    parts = []
+    for peak in sorted(snapshot.peaks, key=lambda p: (-p.bytes, p.pid)):
+        when = time.strftime("%H:%M:%S", time.localtime(peak.time))
+        shown = sum(g.bytes for g in peak.groups)
+        what = "estimated " if peak.estimate else ""
+        near = f"; its stacks from a moment within {peak.bound:.0%} below it ({shown} bytes)" if peak.bound else ""
+        parts.append(f"peak of pid {peak.pid}: {peak.bytes} {what}live bytes at {when}{near}")
+    return "\n".join(parts)
 
 
 def stack_table(
@@ -121,7 +146,11 @@ def stack_table(
 
 
 def render_text(
-    symbolized: SymbolizedSnapshot, top: int = 10, frames: int | None = None, growth: Growth | None = None
+    symbolized: SymbolizedSnapshot,
+    top: int = 10,
+    frames: int | None = None,
+    growth: Growth | None = None,
+    measure: str = "live",
 ) -> str:
     snap = symbolized.snapshot
     names = (
@@ -132,16 +161,22 @@ def render_text(
         or "none"
     )
     lines = [f"{clock(snap)} pid {names}: {totals_text(snap)}", drops_text(snap.counters)]
-    ranked = ranked_stacks(snap.groups)
+    title, by_count = MEASURE_TITLES[measure]
+    ranked = ranked_stacks(snap.measured(measure), by_count)
     if not ranked:
-        lines.append(
-            "no live allocations" if snap.counters.incompleteness() is None else "no live allocations recorded"
-        )
-        return "\n".join(lines) + "\n"
-    lines.append(f"top {min(top, len(ranked))} of {len(ranked)} stacks by live bytes:")
-    lines.append(stack_table(symbolized, ranked, top, frames, growth))
+        if measure != "live":
+            lines.append(f"no stacks by {title}")
+        elif snap.counters.incompleteness() is None:
+            lines.append("no live allocations")
+        else:
+            lines.append("no live allocations recorded")
+    else:
+        lines.append(f"top {min(top, len(ranked))} of {len(ranked)} stacks by {title}:")
+        lines.append(stack_table(symbolized, ranked, top, frames, growth if measure == "live" else None))
+    if snap.peaks:
+        lines.append(peak_text(snap))
     return "\n".join(lines) + "\n"
 
 
 def render_stdout(symbolized: SymbolizedSnapshot, context: ReportContext) -> str:
-    return render_text(symbolized, context.top, growth=context.growth)
+    return render_text(symbolized, context.top, growth=context.growth, measure=context.measure)

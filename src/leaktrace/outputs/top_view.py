@@ -22,10 +22,21 @@ from leaktrace.outputs.text import ranked_stacks, stack_text
 from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.pacing import poll_pause
 
-SORT_BY_KEY = {"l": "live", "a": "allocs", "g": "growth", "n": "pid", "c": "comm"}
+SORT_BY_KEY = {
+    "l": "live",
+    "a": "allocs",
+    "g": "growth",
+    "p": "peak",
+    "t": "allocated",
+    "s": "short-lived",
+    "n": "pid",
+    "c": "comm",
+}
 HELP = [
     "leaktrace top view: keys",
-    "  l a g n c   sort by live bytes, allocations, growth rate, pid, comm",
+    "  l a g       sort by live bytes, live allocations, growth rate",
+    "  p t s       sort by peak bytes, bytes allocated since the trace began, short-lived blocks",
+    "  n c         sort by pid, comm",
     "  r           reverse the sort (until another sort key is chosen)",
     "  up/down j/k choose a process; Enter shows its top stacks; Esc or Left goes back",
     "  space       pause (the trace goes on; the screen stops changing)",
@@ -127,13 +138,17 @@ def _header(snap: Snapshot, growth: Growth, state: ViewState, processes: int) ->
 def _process_table(symbolized: SymbolizedSnapshot, growth: Growth, state: ViewState) -> list[str]:
     rows = sort_rows(process_rows(symbolized, growth), state.sort, state.reverse)
     leaking = {key[0] for key in growth.likely_leaks}
-    lines = [f"{'PID':>8} {'COMM':<16} {'LIVE':>10} {'ALLOCS':>9} {'GROWTH/s':>11}  TOP SITE"]
+    lines = [
+        f"{'PID':>8} {'COMM':<16} {'LIVE':>10} {'ALLOCS':>9} {'GROWTH/s':>11}  {'PEAK':>10} {'ALLOCATED':>10} "
+        f"{'SHORT':>9}  TOP SITE"
+    ]
     for row in rows:
         mark = "!" if row.pid in leaking else " "
         comm = (row.comm + ("*" if row.exited else ""))[:16]
         lines.append(
             f"{row.pid:>8} {comm:<16} {human_bytes(row.live_bytes):>10} {row.live_allocations:>9} "
-            f"{human_bytes(row.growth_rate) + '/s':>11}{mark} {row.top_site}"
+            f"{human_bytes(row.growth_rate) + '/s':>11}{mark} {human_bytes(row.peak_bytes):>10} "
+            f"{human_bytes(row.allocated_bytes):>10} {row.short_lived:>9}  {row.top_site}"
         )
     if not rows:
         lines.append("  (no process holds live allocations)")

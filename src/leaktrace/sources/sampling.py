@@ -15,7 +15,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from leaktrace.model.snapshot import Snapshot, keep_probability
+from leaktrace.model.snapshot import AllocationGroup, Snapshot, keep_probability
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
 SEED_BITS = 63
@@ -36,15 +36,41 @@ EXACT = Sampling()  # every block kept
 def estimated(snapshot: Snapshot, sampling: Sampling) -> Snapshot:
     """The snapshot's groups as estimates of the whole heap: each group's count is the blocks
     its samples stand for (so its bytes, size x count, are the byte estimate), its samples
-    kept beside them."""
+    kept beside them; so are the sites' totals, and each peak is the estimate of its groups."""
     if not sampling.rate:
         return snapshot
-    groups = []
-    for group in snapshot.groups:
-        chance = keep_probability(group.size, sampling.rate)
-        count = round(group.count / chance) if chance else 0
-        groups.append(dataclasses.replace(group, count=count, samples=group.count))
-    return dataclasses.replace(snapshot, groups=tuple(groups), sample_rate=sampling.rate, sample_seed=sampling.seed)
+
+    def scaled(kept: int, size: int) -> int:
+        chance = keep_probability(size, sampling.rate)
+        return round(kept / chance) if chance else 0
+
+    def groups_of(groups: tuple[AllocationGroup, ...]) -> tuple[AllocationGroup, ...]:
+        return tuple(
+            dataclasses.replace(group, count=scaled(group.count, group.size), samples=group.count) for group in groups
+        )
+
+    sites = tuple(
+        dataclasses.replace(
+            site,
+            allocations=scaled(site.allocations, site.size),
+            frees=scaled(site.frees, site.size),
+            short_lived=None,  # a thread's next call is mostly unseen
+            samples=site.allocations,
+        )
+        for site in snapshot.sites
+    )
+    peaks = []
+    for peak in snapshot.peaks:
+        groups = groups_of(peak.groups)
+        peaks.append(dataclasses.replace(peak, groups=groups, bytes=sum(g.bytes for g in groups), estimate=True))
+    return dataclasses.replace(
+        snapshot,
+        groups=groups_of(snapshot.groups),
+        sites=sites,
+        peaks=tuple(peaks),
+        sample_rate=sampling.rate,
+        sample_seed=sampling.seed,
+    )
 
 
 def random_seed() -> int:

@@ -11,6 +11,7 @@ typedef uint16_t u16;
 typedef uint32_t u32;
 typedef int32_t s32;
 typedef uint64_t u64;
+typedef int64_t s64;
 #include "rows.h"  // one definition of a row for the kernel and for us
 
 #ifndef CFI_EXPORT

@@ -29,6 +29,7 @@ enum counter {
     C_PYTHON_CUT,    // python_frames_cut: a stack's Python frames cut at PYTHON_MAX_FRAMES (its native frames whole)
     C_PYTHON_CODES_FULL,  // python_codes_full: code objects the preload library had no room to keep (their frames show no name)
     C_STOPS_UNSHARED,   // stops_unshared: a process stopped with no entry in the shared stop_owners map (it was full)
+    C_PEAK_FULL,        // peak_map_full: a process's peak not followed: peak map full
     C_STACK_TRUNCATED,  // stacks_truncated: a stack ended early: a frame the walk could not follow or trust
     // Why, one counter each (their sum is stacks_truncated):
     C_TRUNCATED_NO_TABLES,     // stacks_truncated_no_tables: the process's unwind tables were not in yet
@@ -98,6 +99,30 @@ struct site_key {
     u64 stack_key;
     u64 size;
 };
+
+// A site's figures: live now, and its totals since the trace began.
+struct site_val {
+    s64 live;         // blocks live now
+    u64 allocations;  // blocks made
+    u64 frees;        // of those, freed
+    u64 short_lived;  // freed before their thread's next allocation (heaptrack's temporary ones)
+    s64 peak_live;    // blocks live when its process set peak epoch peak_epoch (see struct peak)
+    u64 peak_epoch;
+};
+
+// A process image's live bytes and their high-water mark. The epoch moves on when the live
+// bytes pass the last epoch's by PEAK_STEP_PERCENT or more; each site keeps its count as of
+// the latest epoch, copied at its first change after it (so the sites at the peak are those
+// of a moment less than PEAK_STEP_PERCENT below it).
+struct peak {
+    s64 live_bytes;
+    u64 peak_bytes;
+    u64 peak_ns;  // when peak_bytes was reached (bpf_ktime_get_ns)
+    u64 epoch;
+    u64 epoch_bytes;  // the live bytes when the epoch began
+    u64 epoch_ns;
+};
+#define PEAK_STEP_PERCENT 1
 
 struct proc {
     u32 gen;

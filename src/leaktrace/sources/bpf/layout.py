@@ -6,6 +6,7 @@ STACK_LOST = 1
 FIRST_STACK_KEY = 2
 COOKIE_FUNCTION_BITS = 8
 COOKIE_REGISTER_BITS = 4
+PEAK_STEP_PERCENT = 1
 IGNORED_UNSELECTED = 1
 IGNORED_TRACER = 2
 CTL_EXIT_STOP = 0
@@ -44,15 +45,16 @@ C_INHERIT_LOST = 13
 C_PYTHON_CUT = 14
 C_PYTHON_CODES_FULL = 15
 C_STOPS_UNSHARED = 16
-C_STACK_TRUNCATED = 17
-C_TRUNCATED_NO_TABLES = 18
-C_TRUNCATED_UNKNOWN_CODE = 19
-C_TRUNCATED_UNREADABLE_STACK = 20
-C_TRUNCATED_BAD_FRAME = 21
-C_TRUNCATED_NO_RULE = 22
-C_TRUNCATED_WALK_BUDGET = 23
-C_TRUNCATED_NOT_ENTERED = 24
-C_COUNTERS = 25
+C_PEAK_FULL = 17
+C_STACK_TRUNCATED = 18
+C_TRUNCATED_NO_TABLES = 19
+C_TRUNCATED_UNKNOWN_CODE = 20
+C_TRUNCATED_UNREADABLE_STACK = 21
+C_TRUNCATED_BAD_FRAME = 22
+C_TRUNCATED_NO_RULE = 23
+C_TRUNCATED_WALK_BUDGET = 24
+C_TRUNCATED_NOT_ENTERED = 25
+C_COUNTERS = 26
 COUNTER_FIELDS = (   # the Python names, in the enum's order
     'allocations',
     'frees',
@@ -71,6 +73,7 @@ COUNTER_FIELDS = (   # the Python names, in the enum's order
     'python_frames_cut',
     'python_codes_full',
     'stops_unshared',
+    'peak_map_full',
     'stacks_truncated',
     'stacks_truncated_no_tables',
     'stacks_truncated_unknown_code',
@@ -111,6 +114,10 @@ LIVE_KEY = struct.Struct('<IIQ')   # tgid, gen, addr
 LIVE_VAL = struct.Struct('<QQQII')   # size, ts_ns, stack_key, inherited, tombstone
 
 SITE_KEY = struct.Struct('<IIQQ')   # tgid, gen, stack_key, size
+
+SITE_VAL = struct.Struct('<qQQQqQ')   # live, allocations, frees, short_lived, peak_live, peak_epoch
+
+PEAK = struct.Struct('<qQQQQQ')   # live_bytes, peak_bytes, peak_ns, epoch, epoch_bytes, epoch_ns
 
 PROC = struct.Struct('<IIII16sIIII')   # gen, exited, parent, execed, comm, uid, ignored, inheritance_lost, whole
 

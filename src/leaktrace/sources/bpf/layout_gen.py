@@ -40,6 +40,8 @@ TYPES = {
     "int32_t": "i",
     "u64": "Q",
     "uint64_t": "Q",
+    "s64": "q",
+    "int64_t": "q",
     "uintptr_t": "Q",
     "size_t": "Q",
     "pointer": "Q",
@@ -47,7 +49,7 @@ TYPES = {
 _DEFINE = re.compile(r"^#define ([A-Z][A-Z0-9_]*) (0x[0-9a-fA-F]+|\d+)[uUlL]*\b", re.M)
 _ENUM = re.compile(r"^enum (\w+) \{\n(.*?)^\};", re.M | re.S)
 _STRUCT = re.compile(r"^struct (\w+) \{\n(.*?)^\};", re.M | re.S)
-_FIELD = re.compile(r"^\s*(?:const\s+)?(?:struct\s+)?(\w+)\s*(\*?)\s*(\w+)(?:\[(\d+)\])?;")
+_FIELD = re.compile(r"^\s*(?:const\s+)?(?:struct\s+)?(\w+)\s*(\*{0,2})\s*(\w+)(?:\[(\d+)\])?;")
 
 
 def struct_format(body: str) -> tuple[str, list[str]]:

@@ -95,6 +95,7 @@ struct pending_call {
     u64 sample_state;     // --sample: the thread's xorshift64* generator (0: not seeded yet)
     s64 bytes_to_sample;  // --sample: bytes to the thread's next sample point (0: none drawn yet)
     u64 return_ip;        // a uprobe session: where the call returns, which tells its return run
+    u64 last_made;        // the block the thread's last call made (0: its last call was a free)
     struct live_val old;
     struct stack_capture stack;
     struct walk_state walk;
@@ -105,7 +106,8 @@ struct pending_call {
 
 // Allocated as it fills: 1.2M preallocated records would cost ~115 MB and 0.5 s at start.
 BPF_F_TABLE("hash", struct live_key, struct live_val, live, MAX_LIVE, BPF_F_NO_PREALLOC);
-BPF_HASH(sites, struct site_key, s64, MAX_SITES);
+BPF_HASH(sites, struct site_key, struct site_val, MAX_SITES);
+BPF_HASH(peaks, u64, struct peak, MAX_PROCS);  // (tgid << 32 | gen) -> its image's live bytes and peak
 BPF_HASH(stacks, u64, struct stack_val, MAX_STACKS);
 BPF_HASH(procs, u32, struct proc, MAX_PROCS);
 BPF_TABLE("lru_hash", u32, u8, unfollowed, 1024);
@@ -268,13 +270,32 @@ static __always_inline int wants_stack(u64 size)
     return size >= LT_SIZE_MIN && size <= LT_SIZE_MAX;
 }
 
-// Returns 0 when the site map is full and the count could not be kept.
-static __always_inline int site_add(u32 tgid, u32 gen, u64 stack_key, u64 size, s64 delta)
+// The live bytes and peak of a process image, created at its first block (0: peak map full).
+static __always_inline struct peak *peak_of(u32 tgid, u32 gen)
 {
+    u64 key = (u64)tgid << 32 | gen;
+    struct peak *peak = peaks.lookup(&key);
+    if (!peak) {
+        struct peak zero = {};
+        peaks.insert(&key, &zero);  // fails on a racing insert (harmless) or a full map
+        peak = peaks.lookup(&key);
+        if (!peak)
+            count(C_PEAK_FULL);
+    }
+    return peak;
+}
+
+// Adds delta blocks (1: made, -1: freed, short_lived if before the thread's next one) to a
+// site, and their bytes to its process's live bytes and peak. Returns 0 when the site map is
+// full and the block could not be counted.
+static __always_inline int site_add(u32 tgid, u32 gen, u64 stack_key, u64 size, s64 delta, u64 short_lived)
+{
+    struct peak *peak = peak_of(tgid, gen);
+    u64 epoch = peak ? peak->epoch : 0;
     struct site_key key = {.tgid = tgid, .gen = gen, .stack_key = stack_key, .size = size};
-    s64 *value = sites.lookup(&key);
+    struct site_val *value = sites.lookup(&key);
     if (!value) {
-        s64 zero = 0;
+        struct site_val zero = {};
         sites.insert(&key, &zero);  // fails on a racing insert (harmless) or a full map
         value = sites.lookup(&key);
         if (!value) {
@@ -282,7 +303,29 @@ static __always_inline int site_add(u32 tgid, u32 gen, u64 stack_key, u64 size, 
             return 0;
         }
     }
-    __sync_fetch_and_add(value, delta);
+    if (value->peak_epoch != epoch) {  // its first change since the epoch began: its count then
+        value->peak_live = value->live;
+        value->peak_epoch = epoch;
+    }
+    __sync_fetch_and_add(&value->live, delta);
+    if (delta > 0)
+        __sync_fetch_and_add(&value->allocations, 1);
+    else
+        __sync_fetch_and_add(&value->frees, 1);
+    if (short_lived)
+        __sync_fetch_and_add(&value->short_lived, 1);
+    if (!peak)
+        return 1;
+    __sync_fetch_and_add(&peak->live_bytes, delta * (s64)size);
+    s64 live = peak->live_bytes;
+    if (delta > 0 && live > 0 && (u64)live > peak->peak_bytes) {
+        u64 now = bpf_ktime_get_ns();
+        peak->peak_bytes = live, peak->peak_ns = now;
+        if ((u64)live * 100 >= peak->epoch_bytes * (100 + PEAK_STEP_PERCENT)) {
+            peak->epoch_bytes = live, peak->epoch_ns = now;
+            __sync_fetch_and_add(&peak->epoch, 1);
+        }
+    }
     return 1;
 }
 
@@ -295,7 +338,7 @@ static __always_inline void live_add(u32 tgid, u32 gen, u64 addr, struct live_va
         if (stale && !stale->tombstone) {
             // The allocator handed out an address we still hold: its free went unseen.
             if (!stale->inherited)
-                site_add(tgid, gen, stale->stack_key, stale->size, -1);
+                site_add(tgid, gen, stale->stack_key, stale->size, -1, 0);
             count(C_MISSED_FREE);
         }
         err = live.update(&key, val);
@@ -304,7 +347,7 @@ static __always_inline void live_add(u32 tgid, u32 gen, u64 addr, struct live_va
         count(C_LIVE_FULL);
         return;
     }
-    if (!val->inherited && !site_add(tgid, gen, val->stack_key, val->size, 1)) {
+    if (!val->inherited && !site_add(tgid, gen, val->stack_key, val->size, 1, 0)) {
         live.delete(&key);  // recorded nowhere rather than half-recorded
         return;
     }
@@ -368,8 +411,9 @@ static __always_inline void hand_to_waiting_children(u32 tgid, u32 gen, u64 addr
 #endif
 }
 
-// Removes a recorded block; returns 1 and its record in *out when it was there.
-static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_val *out)
+// Removes a recorded block (short_lived: the thread's last one); returns 1 and its record in
+// *out when it was there.
+static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_val *out, u64 short_lived)
 {
     struct live_key key = {.tgid = tgid, .gen = gen, .addr = addr};
     struct live_val *val = live.lookup(&key);
@@ -380,7 +424,7 @@ static __always_inline int live_remove(u32 tgid, u32 gen, u64 addr, struct live_
         if (live.delete(&key) != 0)
             return 0;  // a racing free of the same block took it
         if (!out->inherited)
-            site_add(tgid, gen, out->stack_key, out->size, -1);
+            site_add(tgid, gen, out->stack_key, out->size, -1, short_lived);
     } else {
         if (!inherited_lookup(tgid, addr, out))
             return 0;
@@ -611,7 +655,7 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
     // another thread can be handed the same address without a clash.
     call->has_old = 0;
     if (kind == K_REALLOC && arg) {
-        call->has_old = live_remove(tgid, gen, arg, &call->old);
+        call->has_old = live_remove(tgid, gen, arg, &call->old, !SAMPLE_BYTES && arg == call->last_made);
         if (!call->has_old && !SAMPLE_BYTES)  // sampled, most blocks are not kept
             count(C_UNKNOWN_FREE);
     }
@@ -665,6 +709,8 @@ static __always_inline int exit_call(struct pt_regs *ctx)
     }
     // One call site here, one in unwind_frames: each inlined copy of live_add lengthens bcc's compile.
     live_add(tgid, call->gen, addr, &val);
+    if (made)
+        call->last_made = addr;
     return 0;
 }
 
@@ -767,6 +813,7 @@ int unwind_frames(struct pt_regs *ctx)
     struct live_val val = call->walked_val;
     val.stack_key = store_stack(&call->stack);
     live_add(w->tgid, call->gen, call->walked_addr, &val);
+    call->last_made = call->walked_addr;
     return 0;
 }
 
@@ -913,10 +960,15 @@ int free_enter(struct pt_regs *ctx)
     if (!gen)
         return 0;
     struct live_val gone;
-    if (live_remove(tgid, gen, addr, &gone) || SAMPLE_BYTES)
+    // Short-lived: the thread's next call after making the block frees it. Counted only when
+    // every block is kept (sampled, most of a thread's calls are unseen).
+    struct pending_call *outer = SAMPLE_BYTES ? 0 : thread_call(0);
+    u64 short_lived = outer && outer->last_made == addr;
+    if (outer)
+        outer->last_made = 0;
+    if (live_remove(tgid, gen, addr, &gone, short_lived) || SAMPLE_BYTES)
         return 0;  // sampled, most frees are of blocks not kept
     // Only a miss asks whether a call is in flight: most frees are not nested.
-    struct pending_call *outer = thread_call(0);
     if (outer && PT_REGS_SP(ctx) <= outer->entry_sp) {
         count(C_NESTED);  // e.g. realloc(p, 0) freeing p: handled at realloc
         return 0;

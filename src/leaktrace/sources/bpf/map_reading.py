@@ -9,7 +9,7 @@ import time
 from collections import Counter as Tally
 from typing import NamedTuple
 
-from leaktrace.model.snapshot import AllocationGroup, Counters, LiveAllocation, StackStatus
+from leaktrace.model.snapshot import AllocationGroup, Counters, LiveAllocation, Peak, SiteTotals, StackStatus
 from leaktrace.platform.process import printable
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (
@@ -17,8 +17,11 @@ from leaktrace.sources.bpf.layout import (
     CTL_FORKS,
     LIVE_KEY,
     LIVE_VAL,
+    PEAK,
+    PEAK_STEP_PERCENT,
     PROC,
     SITE_KEY,
+    SITE_VAL,
     STACK_LOST,
     STACK_NONE,
 )
@@ -159,12 +162,9 @@ class MapReader:
         tally: Tally[tuple[int, int, int, bool]] = Tally()
         gens = self.generations(pids) if images is None else images
         if older_than_ns is None:
-            keys, values, _ = dump_map(self.kernel.bpf[b"sites"])
-            for (tgid, gen, stack_key, size), (count,) in zip(
-                SITE_KEY.iter_unpack(keys), struct.iter_unpack("<q", values)
-            ):
-                if count > 0 and gens.get(tgid) == gen:
-                    tally[tgid, stack_key, size, False] += count
+            for (tgid, _, stack_key, size), site in self._site_records(gens):
+                if site[0] > 0:
+                    tally[tgid, stack_key, size, False] += site[0]
             if self.kernel.control(CTL_FORKS):  # inherited blocks are counted from the live map only
                 for (tgid, _, _), (size, _, stack_key, inherited, _) in self._current_live(gens):
                     if inherited:
@@ -177,6 +177,59 @@ class MapReader:
         return [
             AllocationGroup(tgid, size, count, *self._stack_of(key), inherited=inherited)
             for (tgid, key, size, inherited), count in tally.items()
+        ]
+
+    def _site_records(self, gens: dict[int, int]) -> list[tuple[tuple, tuple]]:
+        """The site map's records of these images: (tgid, gen, stack key, size), (live,
+        allocations, frees, short-lived, peak_live, peak_epoch)."""
+        keys, values, _ = dump_map(self.kernel.bpf[b"sites"])
+        return [
+            (key, value)
+            for key, value in zip(SITE_KEY.iter_unpack(keys), SITE_VAL.iter_unpack(values))
+            if gens.get(key[0]) == key[1]
+        ]
+
+    @gc_paused
+    def sites(self, pids: set[int] | None = None, images: dict[int, int] | None = None) -> list[SiteTotals]:
+        """What each site of the traced processes (or of pids, or of these images) made since the
+        trace began."""
+        gens = self.generations(pids) if images is None else images
+        return [
+            SiteTotals(tgid, size, allocations, frees, short, *self._stack_of(stack_key))
+            for (tgid, _, stack_key, size), (_, allocations, frees, short, _, _) in self._site_records(gens)
+            if allocations
+        ]
+
+    @gc_paused
+    def peaks(self, pids: set[int] | None = None, images: dict[int, int] | None = None) -> list[Peak]:
+        """Each process's high-water mark of live bytes, with its sites' blocks as of the last
+        peak epoch (a moment less than PEAK_STEP_PERCENT below it)."""
+        gens = self.generations(pids) if images is None else images
+        keys, values, _ = dump_map(self.kernel.bpf[b"peaks"])
+        found = {
+            key >> 32: value
+            for (key,), value in zip(struct.iter_unpack("<Q", keys), PEAK.iter_unpack(values))
+            if gens.get(key >> 32) == key & 0xFFFFFFFF and value[1]
+        }
+        tally: dict[int, Tally[tuple[int, int]]] = {tgid: Tally() for tgid in found}
+        for (tgid, _, stack_key, size), (live, _, _, _, peak_live, peak_epoch) in self._site_records(gens):
+            if tgid in found:
+                count = peak_live if peak_epoch == found[tgid][3] else live
+                if count > 0:
+                    tally[tgid][stack_key, size] += count
+        wall_offset = time.time() - time.monotonic_ns() / 1e9  # bpf_ktime_get_ns is CLOCK_MONOTONIC
+        return [
+            Peak(
+                tgid,
+                peak_bytes,
+                wall_offset + peak_ns / 1e9,
+                tuple(
+                    AllocationGroup(tgid, size, count, *self._stack_of(stack_key))
+                    for (stack_key, size), count in tally[tgid].items()
+                ),
+                PEAK_STEP_PERCENT / 100,
+            )
+            for tgid, (_, peak_bytes, peak_ns, _, _, _) in found.items()
         ]
 
     @gc_paused

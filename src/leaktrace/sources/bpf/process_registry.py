@@ -70,6 +70,9 @@ class ProcessRegistry:
         )
         keys, _, _ = dump_map(self.kernel.bpf[b"sites"])
         referenced |= self._drop_stale(b"sites", SITE_KEY, stale, ((key, key[2]) for key in SITE_KEY.iter_unpack(keys)))
+        keys, _, _ = dump_map(self.kernel.bpf[b"peaks"])
+        gone = [key for (key,) in struct.iter_unpack("<Q", keys) if stale(key >> 32, key & 0xFFFFFFFF)]
+        delete_keys(self.kernel.bpf[b"peaks"], struct.pack(f"<{len(gone)}Q", *gone))
         unreferenced = [key for (key,) in struct.iter_unpack("<Q", stacks) if key not in referenced]
         self.reader.forget_stacks(unreferenced)
         delete_keys(self.kernel.bpf[b"stacks"], struct.pack(f"<{len(unreferenced)}Q", *unreferenced))

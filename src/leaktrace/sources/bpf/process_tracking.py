@@ -10,8 +10,9 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.model.snapshot import AllocationGroup, LiveAllocation, Peak, ProcessInfo, SiteTotals
 from leaktrace.platform.process import MapsFollower, read_process
 from leaktrace.sources.bpf.engine import BpfEngine
 from leaktrace.sources.bpf.map_reading import TracedProcess
@@ -45,6 +46,16 @@ def executable_matches(pid: int, pattern: str) -> bool:
     return fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(os.path.basename(path), pattern)
 
 
+class Departed(NamedTuple):
+    """What a process that exited left in the maps, read before the sweep drops it."""
+
+    info: ProcessInfo
+    groups: list[AllocationGroup]
+    allocations: list[LiveAllocation]
+    sites: list[SiteTotals]
+    peaks: list[Peak]
+
+
 class ProcessTracking:
     """BpfTrace's bookkeeping of the processes it follows (the target is pid; 0: every process)."""
 
@@ -70,7 +81,7 @@ class ProcessTracking:
         self._swept_at = 0.0
         self._sweep_pause = 1.0
         # Children that exited since the last snapshot: their last state, shown once.
-        self._departed: list[tuple[ProcessInfo, list, list]] = []
+        self._departed: list[Departed] = []
         # --leak-check: the images judged in _exit, and those of whole processes that exited unjudged.
         self._judged: set[tuple[int, int]] = set()
         self._unjudged: list[int] = []
@@ -184,8 +195,18 @@ class ProcessTracking:
             self.engine.reader.allocations(images=images) if self.engine.settings.exit_allocations else ()
         ):
             allocations[allocation.pid].append(allocation)
+        sites = self.engine.reader.sites(images=images)
+        peaks = self.engine.reader.peaks(images=images)
         for pid in sorted(images):
-            self._departed.append((self._gone[pid][1], groups[pid], allocations[pid]))
+            self._departed.append(
+                Departed(
+                    self._gone[pid][1],
+                    groups[pid],
+                    allocations[pid],
+                    [site for site in sites if site.pid == pid],
+                    [peak for peak in peaks if peak.pid == pid],
+                )
+            )
         self._exited_images.update(images)
         self._gone = {}
 

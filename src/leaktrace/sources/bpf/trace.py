@@ -206,11 +206,15 @@ class BpfTrace(PollingSource, ProcessTracking):
         processes = {pid: self._process_info(pid) for pid in pids}
         groups = self.engine.reader.groups(older_than_ns, set(pids))
         allocations = self.engine.reader.allocations(set(pids)) if with_allocations else None
-        for info, departed_groups, departed_allocations in self._departed:
-            processes[info.pid] = info
-            groups += departed_groups
+        sites = self.engine.reader.sites(set(pids))
+        peaks = self.engine.reader.peaks(set(pids))
+        for departed in self._departed:
+            processes[departed.info.pid] = departed.info
+            groups += departed.groups
+            sites += departed.sites
+            peaks += departed.peaks
             if self.engine.settings.exit_allocations:  # for their exit leak log, even when not asked for the rest
-                allocations = (allocations or []) + departed_allocations
+                allocations = (allocations or []) + departed.allocations
         self._departed = []
         judged, self._exit_checks = self._exit_checks, []
         snapshot = Snapshot(
@@ -221,6 +225,8 @@ class BpfTrace(PollingSource, ProcessTracking):
             self.engine.settings.stack_depth,
             None if allocations is None else tuple(allocations),
             leak_checks=tuple(judged),
+            sites=tuple(sites),
+            peaks=tuple(peaks),
         )
         snapshot = estimated(snapshot, self.engine.settings.sampling)
         return self._python_code.attach(snapshot)  # the code its Python frames name, read while they live

@@ -5,11 +5,16 @@ MAX_FRAMES = 256
 RECORD_INHERITED = 1
 RECORD_UNTRACED = 2
 TABLE_SHARDS = 16
+SITE_SHARDS = 16
 PYTHON_CODES = 4096
 PYTHON_TEXT = 0x100000
 PYTHON_TABLE_MOST = 0x4000
 
-RECORD = struct.Struct('<QQIIQ')   # pointer, size, flags, frame_count, frames
+RECORD = struct.Struct('<QQIIQQ')   # pointer, size, flags, frame_count, frames, site
+
+SITE = struct.Struct('<IIQQQqQQQqQ')   # lock, frame_count, hash, size, frames, live, allocations, frees, short_lived, peak_live, peak_epoch
+
+SITE_SHARD = struct.Struct('<IIQQQ32s')   # lock, unused, slots, slot_count, used, pad
 
 TABLE_SHARD = struct.Struct('<IIQQQQQQ72s')   # lock, unused, records, slots, used, live, allocations, frees, pad
 

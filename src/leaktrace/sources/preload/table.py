@@ -30,18 +30,24 @@ from leaktrace.model.snapshot import (
     Counters,
     Credentials,
     LiveAllocation,
+    Peak,
     ProcessInfo,
     PythonCode,
+    SiteTotals,
     Snapshot,
+    StackStatus,
 )
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.platform.process import Mapping, maps_device, parse_maps, proc_path, read_target
-from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS  # the library counts as the BPF engine
+from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS, PEAK  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import (  # from native/record.h
     MAX_FRAMES,
     RECORD,
     RECORD_INHERITED,
+    SITE,
+    SITE_SHARD,
+    SITE_SHARDS,
     TABLE_SHARD,
     TABLE_SHARDS,
 )
@@ -119,7 +125,14 @@ def library_base(pid: int, maps: list[Mapping]) -> int | None:
 @functools.lru_cache(maxsize=1)
 def _table_symbols() -> dict[str, int]:
     symbols = ElfFile(preload_library()).dynamic_objects
-    names = ("leaktrace_shards", "leaktrace_forked", "leaktrace_counters", "leaktrace_python_codes")
+    names = (
+        "leaktrace_shards",
+        "leaktrace_forked",
+        "leaktrace_counters",
+        "leaktrace_python_codes",
+        "leaktrace_site_shards",
+        "leaktrace_peak",
+    )
     return {name: symbols[name] for name in names}
 
 
@@ -211,15 +224,17 @@ class CopiedTable:
     pid: int
     maps: list[Mapping]
     occupied: tuple[tuple[int, int], ...]  # the ranges the shards' slots take in the target
-    records: list[tuple[int, ...]]  # live ones: pointer, size, flags, frame count, frames at
+    records: list[tuple[int, ...]]  # live ones: pointer, size, flags, frame count, frames at, site
     spans: list[tuple[int, bytes]]  # (start, bytes) of the memory holding the frames, sorted
     forked: bool  # the library's leaktrace_forked
     counters: Counters  # the library's leaktrace_counters
+    sites: list[SiteRecord] = dataclasses.field(default_factory=list)
+    peak: tuple[int, ...] = (0,) * len(PEAK.format[1:])  # the library's leaktrace_peak (PEAK's fields)
 
     def own_blocks(self) -> list[int]:
-        """The heap blocks that are the library's own (the shards' arrays of slots, and each
-        record's copied frames): not the program's, whatever a heap walk finds."""
-        return [start for start, _ in self.occupied] + [at for _, _, _, count, at in self.records if count]
+        """The heap blocks that are the library's own (the shards' arrays of slots; the sites
+        and their frames are in memory of its own): not the program's, whatever a heap walk finds."""
+        return [start for start, _ in self.occupied]
 
     def _frames(self, at: int, count: int, starts: list[int]) -> bytes:
         i = bisect.bisect_right(starts, at) - 1
@@ -234,7 +249,7 @@ class CopiedTable:
         readable, starts = _Readable(self.maps), [start for start, _ in self.spans]
         stacks: dict[bytes, tuple[int, ...]] = {}  # records of one call site share their frames' values
         allocations = []
-        for pointer, size, flags, frame_count, frames_at in self.records:
+        for pointer, size, flags, frame_count, frames_at, _ in self.records:
             pcs = b""
             if frame_count:
                 pcs = self._frames(frames_at, frame_count, starts)
@@ -250,6 +265,125 @@ class CopiedTable:
                 LiveAllocation(self.pid, pointer, size, stack, stack_status(stack), bool(flags & RECORD_INHERITED))
             )
         return allocations
+
+
+SiteRecord = tuple[tuple[int, ...], bytes]  # a struct site's fields (SITE), and its frames
+
+
+def _stack_and_status(pcs: bytes) -> tuple[tuple[int, ...], StackStatus]:
+    stack = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
+    return stack, stack_status(stack)
+
+
+def site_totals(pid: int, sites: list[SiteRecord]) -> tuple[SiteTotals, ...]:
+    """What each site made since the trace began (sites that made nothing left out)."""
+    return tuple(
+        SiteTotals(pid, site[3], site[6], site[7], site[8], *_stack_and_status(pcs)) for site, pcs in sites if site[6]
+    )
+
+
+def peak_of(pid: int, sites: list[SiteRecord], peak: tuple[int, ...]) -> tuple[Peak, ...]:
+    """The high-water mark (PEAK's fields), with each site's blocks then; none before the first block."""
+    _, peak_bytes, peak_ns, epoch, _, _ = peak
+    if not peak_bytes:
+        return ()
+    groups = []
+    for site, pcs in sites:
+        count = site[9] if site[10] == epoch else site[5]  # peak_live, peak_epoch, live
+        if count > 0:
+            groups.append(AllocationGroup(pid, site[3], count, *_stack_and_status(pcs)))
+    wall = time.time() - time.monotonic() + peak_ns / 1e9  # the library's clock is CLOCK_MONOTONIC
+    return (Peak(pid, peak_bytes, wall, tuple(groups)),)
+
+
+def _check_site(site: tuple[int, ...], pid: int) -> None:
+    if site[1] > MAX_FRAMES:
+        raise DamagedTable(
+            f"the library's sites in pid {pid} are damaged: a site of {site[3]} bytes with {site[1]} frames"
+        )
+
+
+def parse_sites(data: bytes, pid: int) -> tuple[list[SiteRecord], tuple[int, ...]]:
+    """The sites file the library writes at exit (write_sites): the peak, then each site and its frames."""
+    if len(data) < PEAK.size:
+        raise DamagedTable(f"pid {pid}'s sites file is cut short")
+    peak, at, sites = PEAK.unpack_from(data), PEAK.size, []
+    while at < len(data):
+        if len(data) - at < SITE.size:
+            raise DamagedTable(f"pid {pid}'s sites file is cut short")
+        site = SITE.unpack_from(data, at)
+        _check_site(site, pid)
+        at += SITE.size
+        pcs = data[at : at + 8 * site[1]]
+        if len(pcs) != 8 * site[1]:
+            raise DamagedTable(f"pid {pid}'s sites file is cut short")
+        at += len(pcs)
+        sites.append((site, pcs))
+    return sites, peak
+
+
+def sites_in_place(pid: int) -> tuple[list[SiteRecord], tuple[int, ...]] | None:
+    """The sites and peak, read from the process as it runs; None if a site was changing."""
+    maps = parse_maps(read_target(pid).maps)
+    addresses = _table_addresses(maps, pid)
+    fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+
+        def read(address: int, size: int) -> bytes:
+            return os.pread(fd, size, address)
+
+        sites = _read_sites(read, addresses, pid, _Readable(maps))
+        peak = read(addresses["leaktrace_peak"], PEAK.size)
+    finally:
+        os.close(fd)
+    return None if sites is None or len(peak) != PEAK.size else (sites, PEAK.unpack(peak))
+
+
+def _read_sites(read: ReadMemory, addresses: dict[str, int], pid: int, readable: _Readable) -> list[SiteRecord] | None:
+    """Every site with its frames; None while a site shard or a site is locked."""
+    data = read(addresses["leaktrace_site_shards"], SITE_SHARDS * SITE_SHARD.size)
+    if len(data) != SITE_SHARDS * SITE_SHARD.size:
+        raise DamagedTable(f"the library's sites in pid {pid} could not be read")
+    pointers: list[int] = []
+    for lock, _, slots, slot_count, _, _ in SITE_SHARD.iter_unpack(data):
+        if lock:
+            return None
+        if not slot_count:
+            continue
+        if slot_count & (slot_count - 1) or not readable.holds(slots, 8 * slot_count):
+            raise DamagedTable(f"the library's sites in pid {pid} are damaged: {slot_count} slots at {slots:#x}")
+        words = read(slots, 8 * slot_count)
+        pointers += [word for (word,) in struct.iter_unpack("<Q", words[: len(words) // 8 * 8]) if word]
+    spans = _read_spans(read, [(at, SITE.size) for at in pointers])
+    starts = [start for start, _ in spans]
+    sites = []
+    for at in sorted(pointers):
+        i = bisect.bisect_right(starts, at) - 1
+        start, span = spans[i] if i >= 0 else (0, b"")
+        raw = span[at - start : at - start + SITE.size]
+        if len(raw) != SITE.size:
+            raise DamagedTable(f"the library's sites in pid {pid} are damaged: a site at {at:#x} is not in its memory")
+        site = SITE.unpack(raw)
+        if site[0]:
+            return None
+        _check_site(site, pid)
+        if site[1] and not readable.holds(site[4], 8 * site[1]):
+            raise DamagedTable(
+                f"the library's sites in pid {pid} are damaged: a site of {site[3]} bytes with {site[1]} frames "
+                f"at {site[4]:#x}"
+            )
+        sites.append(site)
+    frames = _read_spans(read, [(site[4], 8 * site[1]) for site in sites if site[1]])
+    frame_starts = [start for start, _ in frames]
+    found = []
+    for site in sites:
+        pcs = b""
+        if site[1]:
+            i = bisect.bisect_right(frame_starts, site[4]) - 1
+            start, span = frames[i] if i >= 0 else (0, b"")
+            pcs = span[site[4] - start : site[4] - start + 8 * site[1]]
+        found.append((site, pcs))
+    return found
 
 
 def _copy_table(read: ReadMemory, maps: list[Mapping], pid: int, addresses: dict[str, int]) -> CopiedTable | None:
@@ -274,16 +408,20 @@ def _copy_table(read: ReadMemory, maps: list[Mapping], pid: int, addresses: dict
         whole = len(records) // RECORD.size * RECORD.size
         live += [record for record in RECORD.iter_unpack(records[:whole]) if record[0] > 1]  # 0 empty, 1 deleted
         occupied.append((shard.records, shard.records + shard.slots * RECORD.size))
-    for pointer, size, _, frame_count, frames_at in live:
+    for pointer, size, _, frame_count, frames_at, _ in live:
         if pointer + size >= ADDRESS_LIMIT or frame_count > MAX_FRAMES:
             raise DamagedTable(
                 f"the library's table in pid {pid} is damaged: a record of {size} bytes at "
                 f"{pointer:#x} with {frame_count} frames at {frames_at:#x}"
             )
-    spans = _read_spans(read, [(frames_at, 8 * count) for _, _, _, count, frames_at in live if count])
+    spans = _read_spans(read, [(frames_at, 8 * count) for _, _, _, count, frames_at, _ in live if count])
     forked = read(addresses["leaktrace_forked"], 4) not in (b"\0\0\0\0", b"")
     counters = _read_counters(read, addresses, pid, shards)
-    return CopiedTable(pid, maps, tuple(occupied), live, spans, forked, counters)
+    sites = _read_sites(read, addresses, pid, readable)
+    peak = read(addresses["leaktrace_peak"], PEAK.size)
+    if sites is None or len(peak) != PEAK.size:
+        return None
+    return CopiedTable(pid, maps, tuple(occupied), live, spans, forked, counters, sites, PEAK.unpack(peak))
 
 
 def _read_spans(read: ReadMemory, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
@@ -358,5 +496,13 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Cred
     )
     info = ProcessInfo(pid, comm, comm, maps, credentials=credentials, forked=table.forked)
     return Snapshot(
-        time.time(), groups, table.counters, {pid: info}, backtrace_frames, tuple(allocations), python_code=codes
+        time.time(),
+        groups,
+        table.counters,
+        {pid: info},
+        backtrace_frames,
+        tuple(allocations),
+        python_code=codes,
+        sites=site_totals(pid, table.sites),
+        peaks=peak_of(pid, table.sites, table.peak),
     )

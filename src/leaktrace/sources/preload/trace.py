@@ -59,11 +59,17 @@ from leaktrace.sources.bpf.layout import C_COUNTERS
 from leaktrace.sources.preload.inject import Injection
 from leaktrace.sources.preload.python_codes import TABLE_BYTES, DamagedCodes, parse_python_codes
 from leaktrace.sources.preload.table import (
+    DamagedTable,
+    SiteRecord,
     copy_with_table,
     counters_from_words,
     counters_in_place,
     library_base,
+    parse_sites,
+    peak_of,
     preload_library,
+    site_totals,
+    sites_in_place,
     table_snapshot,
 )
 from leaktrace.sources.protocol import PollingSource
@@ -261,7 +267,14 @@ class PreloadTrace(PollingSource):
                 data.decode(errors="replace"), self.pid, self.comm, time.time(), exited, self.credentials
             )
             codes = self._python_codes_at_exit() if exited else {}
-            return dataclasses.replace(found, counters=self._counters_of_dump(exited), python_code=codes)
+            sites, peak = self._sites_of_dump(exited)
+            return dataclasses.replace(
+                found,
+                counters=self._counters_of_dump(exited),
+                python_code=codes,
+                sites=site_totals(self.pid, sites),
+                peaks=peak_of(self.pid, sites, peak) if peak else (),
+            )
         except RefusedFile as e:
             self._refuse_dumps(str(e))
         except ValueError as e:
@@ -278,6 +291,20 @@ class PreloadTrace(PollingSource):
         except DamagedCodes as e:
             self._notices.append(f"{e}: its Python frames are not named")
             return {}
+
+    def _sites_of_dump(self, exited: bool) -> tuple[list[SiteRecord], tuple[int, ...] | None]:
+        """The sites and peak at a dump: read in place, or at exit from the file the library writes
+        before its exit dump (none where there is none, said in a notice when it is damaged)."""
+        try:
+            if not exited:
+                return sites_in_place(self.pid) or ([], None)
+            data = read_target_file(self.credentials, f"{self.prefix}.{self.pid}.exit.sites", DUMP_READ_LIMIT)
+            return parse_sites(data, self.pid) if data is not None else ([], None)
+        except DamagedTable as e:
+            self._notices.append(f"{e}: its totals and peak are not shown")
+        except (OSError, RuntimeFailure):  # gone since its dump
+            pass
+        return [], None
 
     def _counters_of_dump(self, exited: bool) -> Counters:
         """The library's counters at a dump: read in place, or at exit from the file it writes

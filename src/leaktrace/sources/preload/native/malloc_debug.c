@@ -35,6 +35,10 @@ struct pending_call {
 
 static volatile sig_atomic_t dump_requested, stacks_on;
 static __thread int depth __attribute__((tls_model("initial-exec")));
+// The block the thread's last allocator call made (0: it was a free): freed by its next call,
+// it is short-lived. Followed only when every block is kept. Kept inverted: a reachability
+// check scans this thread's memory, where the pointer itself would keep a lost block reachable.
+static __thread uintptr_t last_made_inverted __attribute__((tls_model("initial-exec")));
 
 // --- sampling (leaktrace --sample BYTES) -------------------------------------
 // Poisson sampling over bytes, per thread: each thread counts down the bytes to its next
@@ -218,10 +222,12 @@ static void before_fork(void)
 {
     blocks_before_fork();
     table_before_fork();
+    sites_before_fork();
 }
 
 static void after_fork(int child)
 {
+    sites_after_fork(child);
     table_after_fork(child);
     blocks_after_fork(child);
 }
@@ -346,8 +352,9 @@ static void release(void *pointer, const char *function)
     struct record gone;
     if (!block_valid(pointer, function, 0))
         return;
-    if (table_take((uintptr_t)pointer, &gone)) {
-        __libc_free(gone.frames);
+    int short_lived = ~(uintptr_t)pointer == last_made_inverted;
+    last_made_inverted = 0;
+    if (table_take((uintptr_t)pointer, &gone, short_lived)) {
         filter_remove(pointer);
     } else {
         if (sample_bytes) {  // a false positive of the filter: not a block of ours
@@ -373,6 +380,20 @@ static void free_block(void *pointer, const char *function)
         release(pointer, function);
 }
 
+// A new block in the table, counted in the site of its size and frames (without one, not
+// recorded: site_map_full, as in the BPF engine).
+static void record_in_site(uintptr_t pointer, size_t size, uint32_t flags, const uintptr_t *frames, size_t count)
+{
+    struct site *site = site_of(size, frames, count);
+    if (!site) {
+        count_event(C_SITE_FULL);
+        return;
+    }
+    table_insert(pointer, size, flags, site);
+    if (!sample_bytes)
+        last_made_inverted = ~pointer;
+}
+
 void library_leave(void)
 {
     if (depth > 1 || !pending_count) {
@@ -388,7 +409,7 @@ void library_leave(void)
             if (call.is_free)
                 release(call.pointer, "free");
             else
-                table_insert((uintptr_t)call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
+                record_in_site((uintptr_t)call.pointer, call.size, config.frames ? RECORD_UNTRACED : 0, NULL, 0);
         }
     } while (!__sync_bool_compare_and_swap(&pending_count, seen, 0));
     depth--;  // a call queued by a handler from here on waits for this thread's next call
@@ -412,10 +433,7 @@ static void note_allocation(void *pointer, size_t size)
         count = take_stack(frames, config.frames);
         count += python_stack(frames + count, MAX_FRAMES - count);
     }
-    uintptr_t *kept = count ? copy_frames(frames, count) : NULL;
-    if (count && !kept)
-        count_event(C_STACK_FULL);  // no memory to keep its frames: recorded without them
-    table_insert((uintptr_t)pointer, size, flags, kept, kept ? (uint32_t)count : 0);
+    record_in_site((uintptr_t)pointer, size, flags, frames, count);
 }
 
 // A new block kept: in the filter before it is anyone else's to free, then recorded.
@@ -466,6 +484,7 @@ __attribute__((destructor)) static void at_exit(void)
         log_leaks();
     if (config.dump_on_exit) {
         write_python_codes(".exit.python");
+        write_sites(".exit.sites");
         write_counters(".exit.counters");  // first: the dump's arrival says these are there
         write_dump(".exit.txt");
     }
@@ -598,7 +617,7 @@ __attribute__((noinline)) static void *realloc_slow(void *pointer, size_t size)
     } else if (outer && !blocks_changed()) {
         // Out of the table before glibc may hand the address to another thread.
         // Counted as the BPF engine counts it: a free here, and a failed realloc's block recorded again.
-        int had = table_take((uintptr_t)pointer, &old);
+        int had = table_take((uintptr_t)pointer, &old, ~(uintptr_t)pointer == last_made_inverted);
         if (!had && !sample_bytes)
             count_event(C_UNKNOWN_FREE);
         if (!had && config.track_allocs) {
@@ -608,10 +627,8 @@ __attribute__((noinline)) static void *realloc_slow(void *pointer, size_t size)
                 filter_remove(pointer);
             result = next_realloc(pointer, size);
             if (had && !result) {  // failed: the block stays
-                table_insert(old.pointer, old.size, old.flags, old.frames, old.frame_count);
+                table_insert(old.pointer, old.size, old.flags, old.site);
                 filter_add(pointer);
-            } else if (had) {
-                __libc_free(old.frames);
             }
             if (result && take_sample(size))
                 record_block(result, size);

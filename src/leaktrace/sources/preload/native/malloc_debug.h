@@ -47,8 +47,10 @@ int parse_options(const char *text);
 #include "layout.h"  // enum counter: the BPF engine's counters, read in place
 
 // Counted in allocations, or in live_map_full when the table has no room and no memory to grow.
-void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count);
-int table_take(uintptr_t pointer, struct record *out);  // 0 if not there; counted (frees) if there
+// A block of site's (its frames shared) counted there too, but for inherited ones.
+void table_insert(uintptr_t pointer, size_t size, uint32_t flags, struct site *site);
+// 0 if not there; counted (frees, and in its site) if there.
+int table_take(uintptr_t pointer, struct record *out, int short_lived);
 int table_contains(uintptr_t pointer);
 size_t table_frames(uintptr_t pointer, uintptr_t *frames, size_t max);
 // Android's zygote bit: made by this process after it was forked from a traced one.
@@ -61,6 +63,17 @@ void table_after_fork(int child);
 void table_clear(void);                // every record and counter dropped (a new attach starts from nothing)
 void count_event(enum counter which);  // leaktrace_counters[which] + 1
 uint64_t counter_value(enum counter which);
+
+// --- sites: totals and the peak (sites.c) ------------------------------------
+
+struct site *site_of(size_t size, const uintptr_t *frames, size_t count);  // found or made; NULL: no memory
+void site_made(struct site *site);
+void site_freed(struct site *site, int short_lived);
+void sites_before_fork(void);
+void sites_after_fork(int child);
+void sites_clear(void);
+extern struct site_shard leaktrace_site_shards[SITE_SHARDS];
+extern struct peak leaktrace_peak;
 
 // --- stacks and the log on stderr (stacks.c) -----------------------------
 
@@ -133,6 +146,7 @@ void blocks_after_fork(int child);
 
 void write_dump(const char *suffix);
 void write_counters(const char *suffix);      // PREFIX.PID<suffix>: the counters as one line, in enum order
+void write_sites(const char *suffix);         // PREFIX.PID<suffix>: the peak and the sites, as kept (record.h)
 void write_python_codes(const char *suffix);  // PREFIX.PID<suffix>: the Python code table, as kept (record.h)
 void log_leaks(void);
 

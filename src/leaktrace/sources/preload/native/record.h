@@ -16,7 +16,36 @@ struct record {
     size_t size;
     uint32_t flags;  // RECORD_*
     uint32_t frame_count;
-    uintptr_t *frames;  // pcs inside the call instruction, as bionic stores them
+    uintptr_t *frames;  // pcs inside the call instruction, as bionic stores them (its site's)
+    struct site *site;  // NULL: counted in no site (none could be made)
+};
+
+// A (size, stack) the program allocated at (sites.c): its counts are the BPF engine's struct
+// site_val, field for field; its frames follow it.
+#define SITE_SHARDS 16
+struct site {
+    uint32_t lock;  // 0: free; 1: held, while its counts change
+    uint32_t frame_count;
+    uint64_t hash;  // of size and frames
+    size_t size;
+    uintptr_t *frames;
+    int64_t live;  // blocks live now
+    uint64_t allocations;
+    uint64_t frees;
+    uint64_t short_lived;  // freed by the thread's next allocator call after it made them
+    int64_t peak_live;     // blocks live at the peak of epoch peak_epoch (leaktrace_peak)
+    uint64_t peak_epoch;
+};
+
+// One part of the site table (leaktrace_site_shards[SITE_SHARDS]), found by a site's hash:
+// open addressing of pointers to sites, changed under its lock.
+struct site_shard {
+    uint32_t lock;
+    uint32_t unused;
+    struct site **slots;  // mmapped; NULL: empty slot
+    size_t slot_count;    // a power of two; 0 before its first site
+    size_t used;
+    char pad[32];  // to 64 bytes
 };
 
 // One part of the table (leaktrace_shards[TABLE_SHARDS]), changed only under its lock: a

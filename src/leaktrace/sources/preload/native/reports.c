@@ -150,6 +150,33 @@ void write_python_codes(const char *suffix)
     put_in_place(fd, &file);
 }
 
+// The peak (layout.h's struct peak), then every site (record.h's struct site) each followed by
+// its frames: what leaktrace reads in place, for a process that is gone.
+void write_sites(const char *suffix)
+{
+    struct report_file file;
+    int fd = open_report(&file, "sites", suffix);
+    if (fd < 0)
+        return;
+    sites_before_fork();  // every shard locked: no site is added while they are written
+    struct peak peak = leaktrace_peak;
+    write_all(fd, (const char *)&peak, sizeof peak);
+    for (int s = 0; s < SITE_SHARDS; s++) {
+        const struct site_shard *shard = &leaktrace_site_shards[s];
+        for (size_t i = 0; i < shard->slot_count; i++) {
+            const struct site *site = shard->slots[i];
+            if (!site)
+                continue;
+            struct site copy = *site;
+            copy.lock = 0;
+            write_all(fd, (const char *)&copy, sizeof copy);
+            write_all(fd, (const char *)site->frames, site->frame_count * sizeof *site->frames);
+        }
+    }
+    sites_after_fork(0);
+    put_in_place(fd, &file);
+}
+
 // The v1.2 heap dump, written to a temporary file and renamed into place.
 void write_dump(const char *suffix)
 {

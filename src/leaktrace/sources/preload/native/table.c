@@ -103,18 +103,23 @@ static int grow(struct table_shard *shard)
     return 1;
 }
 
-void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *frames, uint32_t frame_count)
+// A record's site, where its blocks are counted (an inherited one is in none).
+static struct site *counted_in(const struct record *r)
+{
+    return r->flags & RECORD_INHERITED ? NULL : r->site;
+}
+
+void table_insert(uintptr_t pointer, size_t size, uint32_t flags, struct site *site)
 {
     struct table_shard *shard = lock_shard_of(pointer);
     if ((shard->used + 1) * 2 > shard->slots && !grow(shard)) {
         unlock_shard(shard);
-        __libc_free(frames);
         count_event(C_LIVE_FULL);
         return;
     }
     size_t j = find_slot(shard, pointer);
     if (shard->records[j].pointer == pointer) {
-        __libc_free(shard->records[j].frames);  // glibc handed the address out again: its free went unseen
+        site_freed(counted_in(&shard->records[j]), 0);  // glibc handed the address out again: its free went unseen
         count_event(C_MISSED_FREE);
     } else {
         for (j = slot_of(shard, pointer); shard->records[j].pointer > 1; j = (j + 1) & (shard->slots - 1))
@@ -123,12 +128,14 @@ void table_insert(uintptr_t pointer, size_t size, uint32_t flags, uintptr_t *fra
             shard->used++;
         shard->live++;
     }
-    shard->records[j] = (struct record){pointer, size, flags, frame_count, frames};
+    uint32_t frame_count = site ? site->frame_count : 0;
+    shard->records[j] = (struct record){pointer, size, flags, frame_count, frame_count ? site->frames : NULL, site};
     count_under_lock(&shard->allocations);
+    site_made(site);
     unlock_shard(shard);
 }
 
-int table_take(uintptr_t pointer, struct record *out)
+int table_take(uintptr_t pointer, struct record *out, int short_lived)
 {
     int found = 0;
     struct table_shard *shard = lock_shard_of(pointer);
@@ -139,6 +146,7 @@ int table_take(uintptr_t pointer, struct record *out)
             shard->records[j].pointer = 1;
             shard->live--;
             count_under_lock(&shard->frees);
+            site_freed(counted_in(out), short_lived);
             found = 1;
         }
     }
@@ -262,9 +270,6 @@ void table_clear(void)
     for (int i = 0; i < TABLE_SHARDS; i++) {
         struct table_shard *shard = &leaktrace_shards[i];
         lock_shard(shard);
-        for (size_t j = 0; j < shard->slots; j++)
-            if (shard->records[j].pointer > 1)
-                __libc_free(shard->records[j].frames);
         if (shard->slots)
             memset(shard->records, 0, shard->slots * sizeof *shard->records);
         shard->used = shard->live = shard->allocations = shard->frees = 0;
@@ -272,4 +277,5 @@ void table_clear(void)
     }
     for (int i = 0; i < C_COUNTERS; i++)
         __atomic_store_n(&leaktrace_counters[i], 0, __ATOMIC_RELAXED);
+    sites_clear();
 }
