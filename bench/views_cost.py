@@ -1,15 +1,18 @@
 """What the totals per site, the peak and the short-lived count cost, against the code before
-them, in one run of interleaved rounds: alloc_bench's mix (with 1 and 2 threads) traced from
-its start with -c, by the preload library (stacks on) and by the BPF engine, each from this
-tree and from BASE, a git revision built in a worktree of its own. Prints the median ns per
-call of each and the difference; run from the repo:
+them, in one run: alloc_bench's mix (with 1 and 2 threads) under the preload library (stacks
+on, put in with LD_PRELOAD: leaktrace's launch adds nothing a call) and under the BPF engine
+(leaktrace -c), each from this tree and from BASE, a git revision built in a worktree of its
+own. This VM's speed moves between two levels minutes apart, so runs alternate, base then
+now, and each pair's difference is taken: prints the median ns per call of each and the
+median of the paired differences. Run from the repo:
 
-    .venv/bin/python bench/views_cost.py [--base 228898d] [--rounds 5] [--threads 1 2]
+    .venv/bin/python bench/views_cost.py [--base 228898d] [--pairs 15] [--threads 1 2] [--engines preload bpf]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import statistics
 import subprocess
@@ -23,6 +26,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent
 CALLS = {"preload": 1_000_000, "bpf": 200_000}  # a BPF call costs ~20x a library one: runs of a few seconds
 LEAK_PERMILLE = 5
+OPTIONS = "backtrace=16"  # leaktrace's default depth
 
 
 def worktree(base: str, into: Path) -> Path:
@@ -33,36 +37,46 @@ def worktree(base: str, into: Path) -> Path:
     return tree
 
 
+def one_run(engine: str, tree: Path, program: Path, threads: int) -> float:
+    """ns per call of one run of the workload under the engine of this tree."""
+    workload = [str(program), str(threads), str(CALLS[engine] // threads), str(LEAK_PERMILLE)]
+    if engine == "preload":
+        (library,) = glob.glob(str(tree / "src/leaktrace/sources/preload/_malloc_debug*.so"))
+        env = {**os.environ, "LD_PRELOAD": library, "LIBC_DEBUG_MALLOC_OPTIONS": OPTIONS}
+        return run_to_end(workload, env)
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    argv = [sys.executable, "-m", "leaktrace.cli", "-c", " ".join(workload), "--engine", "bpf", "--json", "3600"]
+    return run_to_end(argv, env)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="228898d", help="the revision before the views (default 228898d)")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pairs", type=int, default=15)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--engines", nargs="+", choices=list(CALLS), default=list(CALLS))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch)
         program, _ = build(out)
-        trees = {"now": ROOT, "base": worktree(args.base, out)}
+        base = worktree(args.base, out)
         try:
-            times: dict[tuple[str, int, str], list[float]] = {}
-            for round_number in range(args.rounds):
-                for engine, threads, (name, tree) in (
-                    (e, t, item) for e in CALLS for t in args.threads for item in trees.items()
-                ):
-                    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-                    workload = f"{program} {threads} {CALLS[engine] // threads} {LEAK_PERMILLE}"
-                    argv = [sys.executable, "-m", "leaktrace.cli", "-c", workload, "--engine", engine, "--json"]
-                    times.setdefault((engine, threads, name), []).append(run_to_end([*argv, "3600"], env))
-                print(f"round {round_number + 1} of {args.rounds} done", file=sys.stderr)
+            runs: dict[tuple[str, int], list[tuple[float, float]]] = {}
+            for pair in range(args.pairs):
+                for engine in args.engines:
+                    for threads in args.threads:
+                        before = one_run(engine, base, program, threads)
+                        runs.setdefault((engine, threads), []).append((before, one_run(engine, ROOT, program, threads)))
+                print(f"pair {pair + 1} of {args.pairs} done", file=sys.stderr)
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees["base"])], check=False)
-    print(f"median ns per call over {args.rounds} rounds, this tree against {args.base}:")
-    print(f"{'engine':<8} {'threads':>7} {'base':>9} {'now':>9} {'change':>9} {'ratio':>7}")
-    for engine in CALLS:
-        for threads in args.threads:
-            base = statistics.median(times[engine, threads, "base"])
-            now = statistics.median(times[engine, threads, "now"])
-            print(f"{engine:<8} {threads:>7} {base:>9.1f} {now:>9.1f} {now - base:>+9.1f} {now / base:>7.3f}")
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=False)
+    print(f"ns per call, {args.pairs} pairs of runs (base {args.base}, then this tree), medians:")
+    print(f"{'engine':<8} {'threads':>7} {'base':>9} {'now':>9} {'paired change':>14}")
+    for (engine, threads), pairs in runs.items():
+        before = statistics.median(b for b, _ in pairs)
+        now = statistics.median(n for _, n in pairs)
+        change = statistics.median(n - b for b, n in pairs)
+        print(f"{engine:<8} {threads:>7} {before:>9.1f} {now:>9.1f} {change:>+14.1f}")
 
 
 if __name__ == "__main__":

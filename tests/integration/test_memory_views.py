@@ -47,7 +47,8 @@ def test_peak_totals_and_short_lived_blocks_of_a_known_shape(program, tmp_path, 
     report, _, pprof = trace(program, tmp_path, engine)
     peak = report["peak"]
     assert SPIKE_BYTES <= peak["bytes"] <= SPIKE_BYTES + (1 << 20), peak["bytes"]
-    assert peak["bound"] == (0.01 if engine == "bpf" else 0) and not peak["estimate"]
+    # The BPF engine's groups are of the last epoch, at most 1% below; the library's, of the peak itself.
+    assert (peak["bound"] <= peak["bytes"] // 100 if engine == "bpf" else peak["bound"] == 0) and not peak["estimate"]
     at_peak = by_function(peak["groups"])
     assert (at_peak["spike_site"]["bytes"], at_peak["spike_site"]["count"]) == (SPIKE_BYTES, 40)
     assert "leak_site" not in at_peak and "churn_site" not in at_peak  # made after the spike was freed

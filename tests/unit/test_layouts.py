@@ -44,4 +44,5 @@ def test_struct_formats_have_the_c_sizes():
     ) == (16, 32, 24, 48, 12, 48)
     # native/table.c asserts the same of struct table_shard: two shards never share a cache line
     assert (preload_layout.RECORD.size, preload_layout.TABLE_SHARD.size) == (40, 128)
-    assert (preload_layout.SITE.size, preload_layout.SITE_SHARD.size) == (80, 64)  # sites.c asserts the shard's
+    # sites.c asserts the same: a line each
+    assert (preload_layout.SITE.size, preload_layout.SITE_COUNTS.size, preload_layout.SITE_SHARD.size) == (64, 64, 64)

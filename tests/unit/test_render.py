@@ -235,7 +235,7 @@ def viewed() -> SymbolizedSnapshot:
         8 * 4096 + 20 * 64,
         1_700_000_000.0,
         (AllocationGroup(10, 4096, 8, STACK[1:]), AllocationGroup(10, 64, 20, STACK)),
-        bound=0.01,
+        bound=340,
     )
     symbolized = snapshot([AllocationGroup(10, 64, 10, STACK)])
     return dataclasses.replace(
@@ -252,7 +252,7 @@ def test_json_carries_the_totals_and_the_peak():
         (64, 100, 6400, 90, 80),
     ]
     peak = report["peak"]
-    assert (peak["pid"], peak["bytes"], peak["bound"], peak["estimate"]) == (10, 34048, 0.01, False)
+    assert (peak["pid"], peak["bytes"], peak["bound"], peak["estimate"]) == (10, 34048, 340, False)
     assert [(g["size"], g["count"], g["frames"][0]["function"]) for g in peak["groups"]] == [
         (4096, 8, "main"),
         (64, 20, "make_node"),
@@ -273,7 +273,7 @@ def test_each_measure_ranks_the_text_table_and_draws_the_folded_stacks():
     assert tables["short-lived"][5].split()[:2] == ["5120", "80"]
     assert tables["live"][-1] == (
         "peak of pid 10: 34048 live bytes at "
-        f"{time.strftime('%H:%M:%S', time.localtime(1_700_000_000.0))}; its stacks from a moment within 1% below it "
+        f"{time.strftime('%H:%M:%S', time.localtime(1_700_000_000.0))}; its stacks from a moment up to 340 bytes away "
         "(34048 bytes)"
     )
     folded = {measure: render_folded(symbolized, measure) for measure in ("allocated", "peak", "short-lived")}

@@ -75,8 +75,8 @@ class Peak:
     pid: int
     bytes: int  # the most live bytes it held (an estimate when sampled)
     time: float  # wall-clock seconds when it first held them
-    groups: tuple[AllocationGroup, ...]  # live then: of a moment at most `bound` below bytes
-    bound: float = 0.0  # the groups' moment is within this fraction below bytes (0: the peak itself)
+    groups: tuple[AllocationGroup, ...]  # live then: of a moment at most `bound` bytes below it
+    bound: int = 0  # how far below bytes the groups' moment may be, and bytes below the true peak (0: exact)
     estimate: bool = False  # sampled: bytes and groups are estimates
 
 

@@ -113,7 +113,7 @@ def peak_text(snapshot: Snapshot) -> str:
         when = time.strftime("%H:%M:%S", time.localtime(peak.time))
         shown = sum(g.bytes for g in peak.groups)
         what = "estimated " if peak.estimate else ""
-        near = f"; its stacks from a moment within {peak.bound:.0%} below it ({shown} bytes)" if peak.bound else ""
+        near = f"; its stacks from a moment up to {peak.bound} bytes away ({shown} bytes)" if peak.bound else ""
         parts.append(f"peak of pid {peak.pid}: {peak.bytes} {what}live bytes at {when}{near}")
     return "\n".join(parts)
 

@@ -121,6 +121,7 @@ struct peak {
     u64 epoch;
     u64 epoch_bytes;  // the live bytes when the epoch began
     u64 epoch_ns;
+    u64 unpublished;  // the preload library: live bytes its threads may not have added yet (BPF: 0)
 };
 #define PEAK_STEP_PERCENT 1
 

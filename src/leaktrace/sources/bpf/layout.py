@@ -117,7 +117,7 @@ SITE_KEY = struct.Struct('<IIQQ')   # tgid, gen, stack_key, size
 
 SITE_VAL = struct.Struct('<qQQQqQ')   # live, allocations, frees, short_lived, peak_live, peak_epoch
 
-PEAK = struct.Struct('<qQQQQQ')   # live_bytes, peak_bytes, peak_ns, epoch, epoch_bytes, epoch_ns
+PEAK = struct.Struct('<qQQQQQQ')   # live_bytes, peak_bytes, peak_ns, epoch, epoch_bytes, epoch_ns, unpublished
 
 PROC = struct.Struct('<IIII16sIIII')   # gen, exited, parent, execed, comm, uid, ignored, inheritance_lost, whole
 

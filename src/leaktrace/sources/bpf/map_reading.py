@@ -18,7 +18,6 @@ from leaktrace.sources.bpf.layout import (
     LIVE_KEY,
     LIVE_VAL,
     PEAK,
-    PEAK_STEP_PERCENT,
     PROC,
     SITE_KEY,
     SITE_VAL,
@@ -227,9 +226,9 @@ class MapReader:
                     AllocationGroup(tgid, size, count, *self._stack_of(stack_key))
                     for (stack_key, size), count in tally[tgid].items()
                 ),
-                PEAK_STEP_PERCENT / 100,
+                peak_bytes - epoch_bytes,
             )
-            for tgid, (_, peak_bytes, peak_ns, _, _, _) in found.items()
+            for tgid, (_, peak_bytes, peak_ns, _, epoch_bytes, _, _) in found.items()
         ]
 
     @gc_paused

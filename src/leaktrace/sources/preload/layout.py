@@ -5,6 +5,7 @@ MAX_FRAMES = 256
 RECORD_INHERITED = 1
 RECORD_UNTRACED = 2
 TABLE_SHARDS = 16
+SITE_SLOTS = 4
 SITE_SHARDS = 16
 PYTHON_CODES = 4096
 PYTHON_TEXT = 0x100000
@@ -12,7 +13,9 @@ PYTHON_TABLE_MOST = 0x4000
 
 RECORD = struct.Struct('<QQIIQQ')   # pointer, size, flags, frame_count, frames, site
 
-SITE = struct.Struct('<IIQQQqQQQqQ')   # lock, frame_count, hash, size, frames, live, allocations, frees, short_lived, peak_live, peak_epoch
+SITE = struct.Struct('<IIQQQ32s')   # frame_count, unused, hash, size, frames, pad
+
+SITE_COUNTS = struct.Struct('<IIqQQQqQ8s')   # lock, unused, live, allocations, frees, short_lived, peak_live, peak_epoch, pad
 
 SITE_SHARD = struct.Struct('<IIQQQ32s')   # lock, unused, slots, slot_count, used, pad
 

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from leaktrace.android.records import return_addresses, stack_status
 from leaktrace.errors import RuntimeFailure
@@ -46,8 +46,10 @@ from leaktrace.sources.preload.layout import (  # from native/record.h
     RECORD,
     RECORD_INHERITED,
     SITE,
+    SITE_COUNTS,
     SITE_SHARD,
     SITE_SHARDS,
+    SITE_SLOTS,
     TABLE_SHARD,
     TABLE_SHARDS,
 )
@@ -267,58 +269,78 @@ class CopiedTable:
         return allocations
 
 
-SiteRecord = tuple[tuple[int, ...], bytes]  # a struct site's fields (SITE), and its frames
+SITE_BYTES = SITE.size + SITE_SLOTS * SITE_COUNTS.size  # a site's header and its slots, before its frames
 
 
-def _stack_and_status(pcs: bytes) -> tuple[tuple[int, ...], StackStatus]:
-    stack = return_addresses(struct.unpack(f"<{len(pcs) // 8}Q", pcs))
-    return stack, stack_status(stack)
+class SiteRecord(NamedTuple):
+    """One site as the library keeps it: its size, each slot's counts (SITE_COUNTS), its frames."""
+
+    size: int
+    slots: tuple[tuple[int, ...], ...]
+    pcs: bytes
+
+    def count(self, field: int) -> int:
+        """A SITE_COUNTS field summed over the slots."""
+        return sum(slot[field] for slot in self.slots)
+
+    def at_epoch(self, epoch: int) -> int:
+        """Its blocks at the start of epoch: a slot changed since keeps them, one unchanged has them still."""
+        return sum(slot[6] if slot[7] == epoch else slot[2] for slot in self.slots)  # peak_live, live
+
+    def stack_and_status(self) -> tuple[tuple[int, ...], StackStatus]:
+        stack = return_addresses(struct.unpack(f"<{len(self.pcs) // 8}Q", self.pcs))
+        return stack, stack_status(stack)
+
+
+def _site_head(data: bytes, pid: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """A site's header (SITE) and slots, from SITE_BYTES bytes; DamagedTable past MAX_FRAMES."""
+    head = SITE.unpack_from(data)
+    if head[0] > MAX_FRAMES:
+        raise DamagedTable(
+            f"the library's sites in pid {pid} are damaged: a site of {head[3]} bytes with {head[0]} frames"
+        )
+    return head, tuple(SITE_COUNTS.iter_unpack(data[SITE.size : SITE_BYTES]))
 
 
 def site_totals(pid: int, sites: list[SiteRecord]) -> tuple[SiteTotals, ...]:
     """What each site made since the trace began (sites that made nothing left out)."""
     return tuple(
-        SiteTotals(pid, site[3], site[6], site[7], site[8], *_stack_and_status(pcs)) for site, pcs in sites if site[6]
+        SiteTotals(pid, site.size, site.count(3), site.count(4), site.count(5), *site.stack_and_status())
+        for site in sites
+        if site.count(3)
     )
 
 
 def peak_of(pid: int, sites: list[SiteRecord], peak: tuple[int, ...]) -> tuple[Peak, ...]:
     """The high-water mark (PEAK's fields), with each site's blocks then; none before the first block."""
-    _, peak_bytes, peak_ns, epoch, _, _ = peak
+    _, peak_bytes, peak_ns, epoch, epoch_bytes, _, unpublished = peak
     if not peak_bytes:
         return ()
     groups = []
-    for site, pcs in sites:
-        count = site[9] if site[10] == epoch else site[5]  # peak_live, peak_epoch, live
+    for site in sites:
+        count = site.at_epoch(epoch)
         if count > 0:
-            groups.append(AllocationGroup(pid, site[3], count, *_stack_and_status(pcs)))
+            groups.append(AllocationGroup(pid, site.size, count, *site.stack_and_status()))
     wall = time.time() - time.monotonic() + peak_ns / 1e9  # the library's clock is CLOCK_MONOTONIC
-    return (Peak(pid, peak_bytes, wall, tuple(groups)),)
-
-
-def _check_site(site: tuple[int, ...], pid: int) -> None:
-    if site[1] > MAX_FRAMES:
-        raise DamagedTable(
-            f"the library's sites in pid {pid} are damaged: a site of {site[3]} bytes with {site[1]} frames"
-        )
+    return (Peak(pid, peak_bytes, wall, tuple(groups), peak_bytes - epoch_bytes + unpublished),)
 
 
 def parse_sites(data: bytes, pid: int) -> tuple[list[SiteRecord], tuple[int, ...]]:
-    """The sites file the library writes at exit (write_sites): the peak, then each site and its frames."""
+    """The sites file the library writes at exit (write_sites): the peak, then each site, its
+    slots and its frames."""
     if len(data) < PEAK.size:
         raise DamagedTable(f"pid {pid}'s sites file is cut short")
     peak, at, sites = PEAK.unpack_from(data), PEAK.size, []
     while at < len(data):
-        if len(data) - at < SITE.size:
+        if len(data) - at < SITE_BYTES:
             raise DamagedTable(f"pid {pid}'s sites file is cut short")
-        site = SITE.unpack_from(data, at)
-        _check_site(site, pid)
-        at += SITE.size
-        pcs = data[at : at + 8 * site[1]]
-        if len(pcs) != 8 * site[1]:
+        head, slots = _site_head(data[at : at + SITE_BYTES], pid)
+        at += SITE_BYTES
+        pcs = data[at : at + 8 * head[0]]
+        if len(pcs) != 8 * head[0]:
             raise DamagedTable(f"pid {pid}'s sites file is cut short")
         at += len(pcs)
-        sites.append((site, pcs))
+        sites.append(SiteRecord(head[3], slots, pcs))
     return sites, peak
 
 
@@ -340,7 +362,7 @@ def sites_in_place(pid: int) -> tuple[list[SiteRecord], tuple[int, ...]] | None:
 
 
 def _read_sites(read: ReadMemory, addresses: dict[str, int], pid: int, readable: _Readable) -> list[SiteRecord] | None:
-    """Every site with its frames; None while a site shard or a site is locked."""
+    """Every site with its slots and frames; None while a site shard or a slot is locked."""
     data = read(addresses["leaktrace_site_shards"], SITE_SHARDS * SITE_SHARD.size)
     if len(data) != SITE_SHARDS * SITE_SHARD.size:
         raise DamagedTable(f"the library's sites in pid {pid} could not be read")
@@ -354,35 +376,34 @@ def _read_sites(read: ReadMemory, addresses: dict[str, int], pid: int, readable:
             raise DamagedTable(f"the library's sites in pid {pid} are damaged: {slot_count} slots at {slots:#x}")
         words = read(slots, 8 * slot_count)
         pointers += [word for (word,) in struct.iter_unpack("<Q", words[: len(words) // 8 * 8]) if word]
-    spans = _read_spans(read, [(at, SITE.size) for at in pointers])
+    spans = _read_spans(read, [(at, SITE_BYTES) for at in pointers])
     starts = [start for start, _ in spans]
-    sites = []
+    heads = []
     for at in sorted(pointers):
         i = bisect.bisect_right(starts, at) - 1
         start, span = spans[i] if i >= 0 else (0, b"")
-        raw = span[at - start : at - start + SITE.size]
-        if len(raw) != SITE.size:
+        raw = span[at - start : at - start + SITE_BYTES]
+        if len(raw) != SITE_BYTES:
             raise DamagedTable(f"the library's sites in pid {pid} are damaged: a site at {at:#x} is not in its memory")
-        site = SITE.unpack(raw)
-        if site[0]:
+        head, slots = _site_head(raw, pid)
+        if any(slot[0] for slot in slots):
             return None
-        _check_site(site, pid)
-        if site[1] and not readable.holds(site[4], 8 * site[1]):
+        if head[0] and not readable.holds(head[4], 8 * head[0]):
             raise DamagedTable(
-                f"the library's sites in pid {pid} are damaged: a site of {site[3]} bytes with {site[1]} frames "
-                f"at {site[4]:#x}"
+                f"the library's sites in pid {pid} are damaged: a site of {head[3]} bytes with {head[0]} frames "
+                f"at {head[4]:#x}"
             )
-        sites.append(site)
-    frames = _read_spans(read, [(site[4], 8 * site[1]) for site in sites if site[1]])
+        heads.append((head, slots))
+    frames = _read_spans(read, [(head[4], 8 * head[0]) for head, _ in heads if head[0]])
     frame_starts = [start for start, _ in frames]
     found = []
-    for site in sites:
+    for head, slots in heads:
         pcs = b""
-        if site[1]:
-            i = bisect.bisect_right(frame_starts, site[4]) - 1
+        if head[0]:
+            i = bisect.bisect_right(frame_starts, head[4]) - 1
             start, span = frames[i] if i >= 0 else (0, b"")
-            pcs = span[site[4] - start : site[4] - start + 8 * site[1]]
-        found.append((site, pcs))
+            pcs = span[head[4] - start : head[4] - start + 8 * head[0]]
+        found.append(SiteRecord(head[3], slots, pcs))
     return found
 
 

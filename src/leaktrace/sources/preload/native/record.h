@@ -20,23 +20,33 @@ struct record {
     struct site *site;  // NULL: counted in no site (none could be made)
 };
 
-// A (size, stack) the program allocated at (sites.c): its counts are the BPF engine's struct
-// site_val, field for field; its frames follow it.
-#define SITE_SHARDS 16
+// A (size, stack) the program allocated at (sites.c): this header, then SITE_SLOTS struct
+// site_counts (a thread counts in the slot of its ordinal, so that threads at one site seldom
+// share a lock or a line), then its frames. Its counts are the sums over the slots'.
+#define SITE_SLOTS 4
 struct site {
-    uint32_t lock;  // 0: free; 1: held, while its counts change
     uint32_t frame_count;
+    uint32_t unused;
     uint64_t hash;  // of size and frames
     size_t size;
     uintptr_t *frames;
+    char pad[32];  // to 64 bytes: the slots start on a line of their own
+};
+
+// A slot's counts: the BPF engine's struct site_val, field for field, under the slot's lock.
+struct site_counts {
+    uint32_t lock;  // 0: free; 1: held, while its counts change
+    uint32_t unused;
     int64_t live;  // blocks live now
     uint64_t allocations;
     uint64_t frees;
     uint64_t short_lived;  // freed by the thread's next allocator call after it made them
     int64_t peak_live;     // blocks live at the peak of epoch peak_epoch (leaktrace_peak)
     uint64_t peak_epoch;
+    char pad[8];  // to 64 bytes
 };
 
+#define SITE_SHARDS 16
 // One part of the site table (leaktrace_site_shards[SITE_SHARDS]), found by a site's hash:
 // open addressing of pointers to sites, changed under its lock.
 struct site_shard {

@@ -150,8 +150,8 @@ void write_python_codes(const char *suffix)
     put_in_place(fd, &file);
 }
 
-// The peak (layout.h's struct peak), then every site (record.h's struct site) each followed by
-// its frames: what leaktrace reads in place, for a process that is gone.
+// The peak (layout.h's struct peak), then every site as it lies in memory (record.h's struct
+// site, its slots, its frames): what leaktrace reads in place, for a process that is gone.
 void write_sites(const char *suffix)
 {
     struct report_file file;
@@ -167,9 +167,12 @@ void write_sites(const char *suffix)
             const struct site *site = shard->slots[i];
             if (!site)
                 continue;
-            struct site copy = *site;
-            copy.lock = 0;
-            write_all(fd, (const char *)&copy, sizeof copy);
+            struct site_counts slots[SITE_SLOTS];
+            memcpy(slots, site + 1, sizeof slots);
+            for (int k = 0; k < SITE_SLOTS; k++)
+                slots[k].lock = 0;  // a thread stopped with it held at exit changes nothing now
+            write_all(fd, (const char *)site, sizeof *site);
+            write_all(fd, (const char *)slots, sizeof slots);
             write_all(fd, (const char *)site->frames, site->frame_count * sizeof *site->frames);
         }
     }
