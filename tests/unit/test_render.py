@@ -303,3 +303,14 @@ def test_process_rows_carry_the_peak_and_totals_the_top_view_sorts_by():
     (row,) = process_rows(viewed(), Growth())
     assert (row.peak_bytes, row.allocated_bytes, row.short_lived) == (34048, 39168, 80)
     assert {SORT_BY_KEY[key] for key in "pts"} == {"peak", "allocated", "short-lived"} <= set(SORT_KEYS)
+
+
+def test_the_top_view_shows_the_column_of_a_measure_it_sorts_by():
+    from leaktrace.analysis.growth import Growth
+    from leaktrace.outputs.top_view import ViewState, render_top_screen
+
+    default = render_top_screen(viewed(), Growth(), ViewState())
+    by_peak = render_top_screen(viewed(), Growth(), ViewState(sort="peak"))
+    header = next(i for i, line in enumerate(default) if line.split()[:2] == ["PID", "COMM"])
+    assert "PEAK" not in default[header] and by_peak[header].split()[5] == "PEAK"
+    assert by_peak[header + 1].split()[5] == "33.2KiB"

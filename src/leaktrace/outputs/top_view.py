@@ -32,6 +32,12 @@ SORT_BY_KEY = {
     "n": "pid",
     "c": "comm",
 }
+# sort key -> the column it adds: header, and the row's value as shown
+EXTRA_COLUMNS = {
+    "peak": ("PEAK", lambda row: human_bytes(row.peak_bytes)),
+    "allocated": ("ALLOCATED", lambda row: human_bytes(row.allocated_bytes)),
+    "short-lived": ("SHORT", lambda row: str(row.short_lived)),
+}
 HELP = [
     "leaktrace top view: keys",
     "  l a g       sort by live bytes, live allocations, growth rate",
@@ -138,17 +144,21 @@ def _header(snap: Snapshot, growth: Growth, state: ViewState, processes: int) ->
 def _process_table(symbolized: SymbolizedSnapshot, growth: Growth, state: ViewState) -> list[str]:
     rows = sort_rows(process_rows(symbolized, growth), state.sort, state.reverse)
     leaking = {key[0] for key in growth.likely_leaks}
+    # Sorted by a measure beyond live bytes, its column before the top site (80 columns hold one).
+    extra = EXTRA_COLUMNS.get(state.sort)
     lines = [
-        f"{'PID':>8} {'COMM':<16} {'LIVE':>10} {'ALLOCS':>9} {'GROWTH/s':>11}  {'PEAK':>10} {'ALLOCATED':>10} "
-        f"{'SHORT':>9}  TOP SITE"
+        f"{'PID':>8} {'COMM':<16} {'LIVE':>10} {'ALLOCS':>9} {'GROWTH/s':>11}  "
+        + (f"{extra[0]:>10} " if extra else "")
+        + "TOP SITE"
     ]
     for row in rows:
         mark = "!" if row.pid in leaking else " "
         comm = (row.comm + ("*" if row.exited else ""))[:16]
         lines.append(
             f"{row.pid:>8} {comm:<16} {human_bytes(row.live_bytes):>10} {row.live_allocations:>9} "
-            f"{human_bytes(row.growth_rate) + '/s':>11}{mark} {human_bytes(row.peak_bytes):>10} "
-            f"{human_bytes(row.allocated_bytes):>10} {row.short_lived:>9}  {row.top_site}"
+            f"{human_bytes(row.growth_rate) + '/s':>11}{mark} "
+            + (f"{extra[1](row):>10} " if extra else "")
+            + row.top_site
         )
     if not rows:
         lines.append("  (no process holds live allocations)")

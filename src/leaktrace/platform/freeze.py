@@ -91,11 +91,22 @@ class FrozenImage:
         ]
 
     def read(self, address: int, size: int) -> bytes:
-        """Bytes of the copy at address (fewer where the copy ends; none outside it)."""
-        for start, data in self.memory.items():
-            if start <= address < start + len(data):
-                return data[address - start : address - start + size]
-        return b""
+        """Bytes of the copy at address, across mappings that adjoin (a library's .data and its
+        .bss); fewer where the copy ends, none outside it."""
+        found = b""
+        while size > 0:
+            chunk = next(
+                (
+                    data[address - start : address - start + size]
+                    for start, data in self.memory.items()
+                    if start <= address < start + len(data)
+                ),
+                b"",
+            )
+            if not chunk:
+                break
+            found, address, size = found + chunk, address + len(chunk), size - len(chunk)
+        return found
 
 
 def _threads(pid: int) -> set[int]:

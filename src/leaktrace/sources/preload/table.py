@@ -45,6 +45,7 @@ from leaktrace.sources.preload.layout import (  # from native/record.h
     MAX_FRAMES,
     RECORD,
     RECORD_INHERITED,
+    SHARD_SITES_MOST,
     SITE,
     SITE_COUNTS,
     SITE_SHARD,
@@ -372,7 +373,11 @@ def _read_sites(read: ReadMemory, addresses: dict[str, int], pid: int, readable:
             return None
         if not slot_count:
             continue
-        if slot_count & (slot_count - 1) or not readable.holds(slots, 8 * slot_count):
+        if (
+            slot_count & (slot_count - 1)
+            or slot_count > 4 * SHARD_SITES_MOST
+            or not readable.holds(slots, 8 * slot_count)
+        ):
             raise DamagedTable(f"the library's sites in pid {pid} are damaged: {slot_count} slots at {slots:#x}")
         words = read(slots, 8 * slot_count)
         pointers += [word for (word,) in struct.iter_unpack("<Q", words[: len(words) // 8 * 8]) if word]

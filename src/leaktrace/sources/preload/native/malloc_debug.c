@@ -27,11 +27,14 @@
 #define TOGGLE_SIGNAL (SIGRTMAX - 19)
 #define PENDING_SLOTS 64
 
+// 16 bytes: the library's thread-local data must fit the static TLS that glibc keeps for a
+// library loaded by dlopen (an attach), about 1.6 KB.
 struct pending_call {
     void *pointer;
-    size_t size;
-    int is_free;
+    size_t size : 63;
+    size_t is_free : 1;
 };
+_Static_assert(sizeof(struct pending_call) == 16, "a pending call in two words");
 
 static volatile sig_atomic_t dump_requested, stacks_on;
 static __thread int depth __attribute__((tls_model("initial-exec")));
@@ -339,7 +342,7 @@ static void defer(void *pointer, size_t size, int is_free)
 {
     unsigned slot = __atomic_fetch_add(&pending_count, 1, __ATOMIC_RELAXED);
     if (slot < PENDING_SLOTS) {
-        pending[slot] = (struct pending_call){pointer, size, is_free};
+        pending[slot] = (struct pending_call){pointer, size, is_free != 0};
     } else {
         __atomic_fetch_sub(&pending_count, 1, __ATOMIC_RELAXED);
         count_event(C_PENDING_LOST);  // a free is then left undone: its block stays valid

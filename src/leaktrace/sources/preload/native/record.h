@@ -47,6 +47,7 @@ struct site_counts {
 };
 
 #define SITE_SHARDS 16
+#define SHARD_SITES_MOST 262144  // sites a shard makes (4 Mi in all); past them a block is not recorded
 // One part of the site table (leaktrace_site_shards[SITE_SHARDS]), found by a site's hash:
 // open addressing of pointers to sites, changed under its lock.
 struct site_shard {

@@ -121,7 +121,7 @@ struct site *site_of(size_t size, const uintptr_t *frames, size_t count)
         }
     }
     size_t counts_bytes = SITE_SLOTS * sizeof(struct site_counts);
-    if (!found && ((shard->used + 1) * 2 <= shard->slot_count || grow_sites(shard)) &&
+    if (!found && shard->used < SHARD_SITES_MOST && ((shard->used + 1) * 2 <= shard->slot_count || grow_sites(shard)) &&
         (found = arena_take(sizeof *found + counts_bytes + count * sizeof *frames))) {
         *found = (struct site){.hash = hash, .size = size, .frame_count = (uint32_t)count};
         memset(found + 1, 0, counts_bytes);  // fresh from mmap, or reused after a fork: zeros
