@@ -314,3 +314,15 @@ def test_the_top_view_shows_the_column_of_a_measure_it_sorts_by():
     header = next(i for i, line in enumerate(default) if line.split()[:2] == ["PID", "COMM"])
     assert "PEAK" not in default[header] and by_peak[header].split()[5] == "PEAK"
     assert by_peak[header + 1].split()[5] == "33.2KiB"
+
+
+def test_the_html_page_draws_the_measure_and_says_the_peak():
+    from leaktrace.outputs.html_page import flame_tree, render_html
+
+    page = render_html(viewed(), measure="peak")
+    assert (
+        "<h2>Bytes live at the peak by stack</h2>" in page and "<h2>Top stacks by bytes live at the peak</h2>" in page
+    )
+    assert "<h2>Peak</h2><p>peak of pid 10: 34048 live bytes at " in page
+    assert flame_tree(viewed(), "peak")["value"] == 34048 and flame_tree(viewed(), "allocated")["value"] == 39168
+    assert flame_tree(viewed(), "short-lived")["value"] == 80 * 64

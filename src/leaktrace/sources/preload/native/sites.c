@@ -1,8 +1,9 @@
 // The sites: one per (size, stack) the program has allocated at, with its blocks live now,
-// its totals since the trace began, and its count at the peak (struct site_val, as the BPF
-// engine keeps them, record.h); the records of its blocks share its frames. Sites are never removed
-// (a site whose blocks are all freed still has its totals), and live in mmapped memory of
-// their own, not the program's heap. leaktrace reads them in place, as it reads the table.
+// its totals since the trace began and its count at the peak, in counter slots (record.h's
+// struct site_counts, the BPF engine's struct site_val); the records of its blocks share its
+// frames. Sites are never removed (a site whose blocks are all freed keeps its totals) and
+// live in memory the library maps itself, not the program's heap (they hold no pointer to a
+// block). leaktrace reads them in place, as it reads the table, and from the exit file.
 #include "malloc_debug.h"
 
 #include <pthread.h>
