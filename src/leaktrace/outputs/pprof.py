@@ -231,7 +231,12 @@ SAMPLE_TYPES = (
     ("inuse_space", "bytes"),
 )
 SHORT_LIVED_TYPES = (("short_lived_objects", "count"), ("short_lived_space", "bytes"))
-DEFAULT_TYPE = {"live": "inuse_space", "peak": "inuse_space", "allocated": "alloc_space"}
+DEFAULT_TYPE = {
+    "live": "inuse_space",
+    "peak": "inuse_space",
+    "allocated": "alloc_space",
+    "short-lived": "short_lived_space",
+}
 
 
 def sample_values(snapshot: Snapshot, measure: str) -> dict[tuple, tuple[AllocationGroup, list[int]]]:
@@ -263,7 +268,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0, measur
     profile, string = builder.profile, builder.string
     for kind, unit in SAMPLE_TYPES + (SHORT_LIVED_TYPES if measure == "short-lived" else ()):
         profile.sample_type.add(type=string(kind), unit=string(unit))
-    profile.default_sample_type = string(DEFAULT_TYPE.get(measure, "short_lived_space"))
+    profile.default_sample_type = string(DEFAULT_TYPE[measure])
     # Go's sampled heap profiles: the values are the estimates, the period the mean bytes between samples.
     profile.period_type.type, profile.period_type.unit = string("space"), string("bytes")
     profile.period = snapshot.sample_rate or 1

@@ -189,21 +189,20 @@ class MapReader:
         ]
 
     @gc_paused
-    def sites(self, pids: set[int] | None = None, images: dict[int, int] | None = None) -> list[SiteTotals]:
-        """What each site of the traced processes (or of pids, or of these images) made since the
-        trace began."""
+    def sites_and_peaks(
+        self, pids: set[int] | None = None, images: dict[int, int] | None = None
+    ) -> tuple[list[SiteTotals], list[Peak]]:
+        """From one read of the site map, of the traced processes (or of pids, or of these
+        images): what each site made since the trace began, and each process's high-water mark
+        of live bytes with its sites' blocks as of the last peak epoch (a moment less than
+        PEAK_STEP_PERCENT below it)."""
         gens = self.generations(pids) if images is None else images
-        return [
+        records = self._site_records(gens)
+        sites = [
             SiteTotals(tgid, size, allocations, frees, short, *self._stack_of(stack_key))
-            for (tgid, _, stack_key, size), (_, allocations, frees, short, _, _) in self._site_records(gens)
+            for (tgid, _, stack_key, size), (_, allocations, frees, short, _, _) in records
             if allocations
         ]
-
-    @gc_paused
-    def peaks(self, pids: set[int] | None = None, images: dict[int, int] | None = None) -> list[Peak]:
-        """Each process's high-water mark of live bytes, with its sites' blocks as of the last
-        peak epoch (a moment less than PEAK_STEP_PERCENT below it)."""
-        gens = self.generations(pids) if images is None else images
         keys, values, _ = dump_map(self.kernel.bpf[b"peaks"])
         found = {
             key >> 32: value
@@ -211,13 +210,13 @@ class MapReader:
             if gens.get(key >> 32) == key & 0xFFFFFFFF and value[1]
         }
         tally: dict[int, Tally[tuple[int, int]]] = {tgid: Tally() for tgid in found}
-        for (tgid, _, stack_key, size), (live, _, _, _, peak_live, peak_epoch) in self._site_records(gens):
+        for (tgid, _, stack_key, size), (live, _, _, _, peak_live, peak_epoch) in records:
             if tgid in found:
                 count = peak_live if peak_epoch == found[tgid][3] else live
                 if count > 0:
                     tally[tgid][stack_key, size] += count
         wall_offset = time.time() - time.monotonic_ns() / 1e9  # bpf_ktime_get_ns is CLOCK_MONOTONIC
-        return [
+        peaks = [
             Peak(
                 tgid,
                 peak_bytes,
@@ -230,6 +229,7 @@ class MapReader:
             )
             for tgid, (_, peak_bytes, peak_ns, _, epoch_bytes, _, _) in found.items()
         ]
+        return sites, peaks
 
     @gc_paused
     def allocations(self, pids: set[int] | None = None, images: dict[int, int] | None = None) -> list[LiveAllocation]:

@@ -195,8 +195,7 @@ class ProcessTracking:
             self.engine.reader.allocations(images=images) if self.engine.settings.exit_allocations else ()
         ):
             allocations[allocation.pid].append(allocation)
-        sites = self.engine.reader.sites(images=images)
-        peaks = self.engine.reader.peaks(images=images)
+        sites, peaks = self.engine.reader.sites_and_peaks(images=images)
         for pid in sorted(images):
             self._departed.append(
                 Departed(

@@ -206,8 +206,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         processes = {pid: self._process_info(pid) for pid in pids}
         groups = self.engine.reader.groups(older_than_ns, set(pids))
         allocations = self.engine.reader.allocations(set(pids)) if with_allocations else None
-        sites = self.engine.reader.sites(set(pids))
-        peaks = self.engine.reader.peaks(set(pids))
+        sites, peaks = self.engine.reader.sites_and_peaks(set(pids))
         for departed in self._departed:
             processes[departed.info.pid] = departed.info
             groups += departed.groups

@@ -190,18 +190,22 @@ def _read_counters(read: ReadMemory, addresses: dict[str, int], pid: int, shards
     )
 
 
-def counters_in_place(pid: int) -> Counters:
-    """The library's counters, read from the process as it runs (each one a word written whole)."""
-    addresses = _table_addresses(parse_maps(read_target(pid).maps), pid)
+def _in_place(pid: int, work: Callable[[ReadMemory, dict[str, int], list[Mapping]], T]) -> T:
+    """work(read, the table's addresses, maps) on the process as it runs, through its mem file."""
+    maps = parse_maps(read_target(pid).maps)
+    addresses = _table_addresses(maps, pid)
     fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
     try:
-
-        def read(address: int, size: int) -> bytes:
-            return os.pread(fd, size, address)
-
-        return _read_counters(read, addresses, pid, _read_shards(read, addresses, pid))
+        return work(lambda address, size: os.pread(fd, size, address), addresses, maps)
     finally:
         os.close(fd)
+
+
+def counters_in_place(pid: int) -> Counters:
+    """The library's counters, read from the process as it runs (each one a word written whole)."""
+    return _in_place(
+        pid, lambda read, addresses, _: _read_counters(read, addresses, pid, _read_shards(read, addresses, pid))
+    )
 
 
 ADDRESS_LIMIT = 1 << 47  # user addresses end below this on x86-64 (4-level page tables)
@@ -347,19 +351,15 @@ def parse_sites(data: bytes, pid: int) -> tuple[list[SiteRecord], tuple[int, ...
 
 def sites_in_place(pid: int) -> tuple[list[SiteRecord], tuple[int, ...]] | None:
     """The sites and peak, read from the process as it runs; None if a site was changing."""
-    maps = parse_maps(read_target(pid).maps)
-    addresses = _table_addresses(maps, pid)
-    fd = os.open(proc_path(pid, "mem"), os.O_RDONLY | os.O_CLOEXEC)
-    try:
 
-        def read(address: int, size: int) -> bytes:
-            return os.pread(fd, size, address)
-
+    def work(
+        read: ReadMemory, addresses: dict[str, int], maps: list[Mapping]
+    ) -> tuple[list[SiteRecord], tuple[int, ...]] | None:
         sites = _read_sites(read, addresses, pid, _Readable(maps))
         peak = read(addresses["leaktrace_peak"], PEAK.size)
-    finally:
-        os.close(fd)
-    return None if sites is None or len(peak) != PEAK.size else (sites, PEAK.unpack(peak))
+        return None if sites is None or len(peak) != PEAK.size else (sites, PEAK.unpack(peak))
+
+    return _in_place(pid, work)
 
 
 def _read_sites(read: ReadMemory, addresses: dict[str, int], pid: int, readable: _Readable) -> list[SiteRecord] | None:
