@@ -1,4 +1,5 @@
-"""Builds the LD_PRELOAD library (src/leaktrace/sources/preload/native/*.c) and the CFI module
+"""Builds the LD_PRELOAD library (src/leaktrace/sources/preload/native/*.c, with the Python walk
+of interpreters/python/) and the CFI module
 (src/leaktrace/unwind/cfi.c, in the library too) with the package; the rest of the package is
 described in pyproject.toml. Both are ordinary shared objects that setuptools builds as extension
 modules, so that pip install builds them."""
@@ -23,6 +24,7 @@ class build_py_with_web_assets(build_py):
 NATIVE = "src/leaktrace/sources/preload/native"
 BPF = "src/leaktrace/sources/bpf"
 UNWIND = "src/leaktrace/unwind"
+PYTHON = "src/leaktrace/interpreters/python"
 ALLOCATORS = "src/leaktrace/allocators"
 
 FLAGS = ["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"]
@@ -31,9 +33,11 @@ CFI = [f"{UNWIND}/cfi.h", f"{UNWIND}/rows.h"]  # the CFI interpreter both engine
 setup(cmdclass={"build_py": build_py_with_web_assets}, ext_modules=[
     Extension(
         "leaktrace.sources.preload._malloc_debug",
-        sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{UNWIND}/cfi.c"],
-        depends=sorted(glob(f"{NATIVE}/*.h")) + CFI + [f"{BPF}/layout.h", f"{ALLOCATORS}/allocators.h"],
-        include_dirs=[NATIVE, BPF, UNWIND, ALLOCATORS],
+        sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{UNWIND}/cfi.c", f"{PYTHON}/python_stack.c"],
+        depends=sorted(glob(f"{NATIVE}/*.h"))
+        + CFI
+        + [f"{BPF}/layout.h", f"{ALLOCATORS}/allocators.h", f"{PYTHON}/python_frames.h", f"{PYTHON}/python_versions.h"],
+        include_dirs=[NATIVE, BPF, UNWIND, ALLOCATORS, PYTHON],
         libraries=["gcc_s", "dl", "pthread"],
         # Whole-library optimisation: the unsampled call's path crosses files (forward.c, blocks.c).
         extra_compile_args=FLAGS + ["-flto"],

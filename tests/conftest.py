@@ -22,6 +22,13 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     return None
 
 
+def pytest_report_header(config) -> str | None:
+    """Which CPython versions the Python-frame tests run on."""
+    from python_interpreters import header
+
+    return header()
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     if os.geteuid() != 0:
         terminalreporter.write_line("not root: tests/integration left out (they load BPF programs); tests/unit ran")

@@ -13,15 +13,16 @@ import pytest
 PACKAGE = Path(__file__).parents[2] / "src" / "leaktrace"
 # layer -> layers it may not import
 FORBIDDEN = {
-    "model": ("sources", "reachability", "analysis", "outputs", "android", "commands", "platform"),
+    "model": ("sources", "reachability", "analysis", "outputs", "android", "commands", "platform", "interpreters"),
     "outputs": ("sources", "reachability", "commands"),
     "android": ("sources", "reachability", "outputs", "commands"),
     "analysis": ("sources", "reachability", "outputs", "commands"),
     "sources": ("outputs", "commands"),
     "reachability": ("sources", "outputs", "commands"),  # sources call the check, never the other way
-    "platform": ("sources", "reachability", "analysis", "outputs", "android", "commands", "allocators"),
+    "platform": ("sources", "reachability", "analysis", "outputs", "android", "commands", "allocators", "interpreters"),
     "allocators": ("sources", "reachability", "analysis", "outputs", "android", "commands", "model"),
     "unwind": ("sources", "reachability", "analysis", "outputs", "android", "commands", "model", "allocators"),
+    "interpreters": ("sources", "reachability", "analysis", "outputs", "android", "commands", "allocators", "unwind"),
 }
 
 

@@ -10,9 +10,10 @@ import dataclasses
 import pytest
 
 from leaktrace.allocators import c_header
+from leaktrace.interpreters.python import versions
 from leaktrace.model.snapshot import Counters
 from leaktrace.sources.bpf import layout
-from leaktrace.sources.bpf.layout_gen import LAYOUTS, generated
+from leaktrace.sources.bpf.layout_gen import LAYOUTS, PYTHON, generated, struct_body, struct_format
 from leaktrace.sources.preload import layout as preload_layout
 from leaktrace.unwind import rows
 
@@ -20,6 +21,18 @@ from leaktrace.unwind import rows
 @pytest.mark.parametrize("header", sorted(LAYOUTS), ids=lambda path: path.name)
 def test_generated_layout_is_current(header):
     assert LAYOUTS[header].read_text() == generated(header), "stale: run python -m leaktrace.sources.bpf.layout_gen"
+
+
+def test_python_versions_header_is_current():
+    """The preload library reads the version table through python_versions.h."""
+    assert versions.HEADER.read_text() == versions.generated(), (
+        "stale: run python -m leaktrace.interpreters.python.versions"
+    )
+
+
+def test_python_offsets_follow_the_c_struct():
+    _, names = struct_format(struct_body((PYTHON / "python_frames.h").read_text(), "python_offsets"))
+    assert tuple(names) == versions.PythonOffsets._fields
 
 
 def test_allocators_header_is_current():

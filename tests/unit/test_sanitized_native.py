@@ -20,6 +20,7 @@ BPF = ROOT / "src/leaktrace/sources/bpf"
 UNWIND = ROOT / "src/leaktrace/unwind"
 ALLOCATORS = ROOT / "src/leaktrace/allocators"
 NATIVE = ROOT / "src/leaktrace/sources/preload/native"
+PYTHON = ROOT / "src/leaktrace/interpreters/python"
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
 
@@ -64,10 +65,12 @@ def ubsan_library(tmp_path_factory) -> Path:
             f"-I{BPF}",
             f"-I{UNWIND}",
             f"-I{ALLOCATORS}",
+            f"-I{PYTHON}",
             "-o",
             built,
             *sorted(NATIVE.glob("*.c")),
             UNWIND / "cfi.c",
+            PYTHON / "python_stack.c",
         ]
         + ["-lgcc_s", "-ldl", "-lpthread", "-Wl,-Bsymbolic-functions"],
         check=True,

@@ -17,6 +17,13 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from leaktrace.interpreters.python.frame_words import (
+    EVAL_FUNCTIONS,
+    is_python_word,
+    line_of,
+    python_word,
+    spliced_stack,
+)
 from leaktrace.model.snapshot import (
     ProcessInfo,
     PythonCode,
@@ -26,7 +33,6 @@ from leaktrace.model.snapshot import (
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, parse_maps, printable
-from leaktrace.unwind.python_code import EVAL_FUNCTIONS, is_python_word, line_of, python_word, spliced_stack
 
 
 @dataclass(frozen=True)

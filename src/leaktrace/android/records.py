@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from functools import cmp_to_key
 from typing import Protocol
 
+from leaktrace.interpreters.python.frame_words import is_python_word
 from leaktrace.model.snapshot import ProcessInfo, Snapshot, StackStatus
-from leaktrace.unwind.python_code import is_python_word
 
 
 @dataclass(frozen=True)

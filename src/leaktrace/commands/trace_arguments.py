@@ -20,13 +20,13 @@ from leaktrace.android.options import (
     parse_malloc_debug_options,
 )
 from leaktrace.errors import RuntimeFailure, UsageError
+from leaktrace.interpreters.python.frame_words import named_like_python
 from leaktrace.model.snapshot import MEASURES
 from leaktrace.outputs.files import FILE_FORMATS
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.platform.process import program_behind, resolve_executable
 from leaktrace.sources.sampling import EXACT, Sampling, parse_size, random_seed
 from leaktrace.sources.settings import EngineSettings
-from leaktrace.unwind.python_code import named_like_python
 
 from . import ArgumentParser, bounded_int
 

@@ -10,7 +10,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-const unsigned long Py_Version = 0x030b04f0;
+#ifndef FAKE_VERSION
+#define FAKE_VERSION 0x030b04f0  // -DFAKE_VERSION=...: another version's (an unknown one's, in a test)
+#endif
+const unsigned long Py_Version = FAKE_VERSION;
 struct {
     char head[24];
     const char *name;

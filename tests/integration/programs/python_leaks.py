@@ -1,5 +1,7 @@
-"""Leaks from known lines of nested Python functions, through a C call (ctypes' malloc, which
-releases the GIL while it runs): 3 blocks of 100003 bytes through outer -> nested, 4 of 100019
+"""Leaks from known lines of nested Python functions, through a C call (ctypes' strdup, which
+releases the GIL while it runs, and mallocs through libc's GOT: an attach, which hooks GOT
+slots, sees it on every interpreter, where a malloc that ctypes took by dlsym before the
+attach would not be seen): 3 blocks of 100003 bytes through outer -> nested, 4 of 100019
 from a generator, 2 of 100043 in a thread of its own; all the while another thread runs
 Python code. argv: the file to write "ready" in once they are made, then "now", or
 "on_signal" to wait for SIGUSR1 first. Waits for SIGTERM at the end. Each site's line ends
@@ -11,14 +13,15 @@ import sys
 import threading
 
 libc = ctypes.CDLL(None)
-libc.malloc.restype = ctypes.c_void_p
-libc.malloc.argtypes = [ctypes.c_size_t]
+libc.strdup.restype = ctypes.c_void_p
+libc.strdup.argtypes = [ctypes.c_char_p]
+TEXTS = {size: b"x" * (size - 1) for size in (100003, 100019, 100043)}  # strdup mallocs size bytes
 kept = []
 stop = threading.Event()
 
 
 def allocate(size):
-    kept.append(libc.malloc(size))  # ALLOCATE
+    kept.append(libc.strdup(TEXTS[size]))  # ALLOCATE
 
 
 def nested(size, times):

@@ -17,12 +17,12 @@ import threading
 from bcc import BPF
 
 from leaktrace.errors import RuntimeFailure
+from leaktrace.interpreters.python.layout import PYTHON_MAX_FRAMES
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION
 from leaktrace.sources.bpf.stop_owners import stop_owners_cflags
 from leaktrace.sources.settings import EngineSettings
-from leaktrace.unwind.python_layout import PYTHON_MAX_FRAMES
 
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
 # the allocating calls' return tail-calls, which must be loaded as its caller is.
@@ -58,12 +58,14 @@ VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack d
 # Paths beside the package, not importlib.resources: that import costs 12 ms of start-up.
 _HERE = os.path.dirname(__file__)
 _UNWIND = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "unwind")
+_PYTHON = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "interpreters", "python")
 BPF_HEADERS = {
     "layout.h": os.path.join(_HERE, "layout.h"),
     "rows.h": os.path.join(_UNWIND, "rows.h"),
     "walk_state.h": os.path.join(_UNWIND, "walk_state.h"),
     "walk.bpf.h": os.path.join(_UNWIND, "walk.bpf.h"),
-    "python_frames.h": os.path.join(_UNWIND, "python_frames.h"),
+    "python_frames.h": os.path.join(_PYTHON, "python_frames.h"),
+    "python_walk.bpf.h": os.path.join(_PYTHON, "python_walk.bpf.h"),
 }
 
 

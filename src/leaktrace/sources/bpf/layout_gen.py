@@ -8,7 +8,8 @@ library's table records):
 The headers are the one source of truth; tests/unit/test_layouts.py fails when a generated
 file is stale.
 It reads only what layout.h is kept to: `#define NAME NUMBER`, enums, and structs whose
-fields are u8/s16/u16/u32/s32/u64 (or the C names of those), pointers and char[N].
+fields are u8/s16/u16/u32/s32/u64 (or the C names of those), pointers, char[N] and structs
+defined above them in the same header.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pathlib import Path
 SOURCES = Path(__file__).parents[1]
 # header -> the Python module written from it
 UNWIND = SOURCES.parent / "unwind"
+PYTHON = SOURCES.parent / "interpreters" / "python"
 LAYOUTS = {
     SOURCES / "bpf" / "layout.h": SOURCES / "bpf" / "layout.py",
     UNWIND / "rows.h": UNWIND / "rows.py",
     SOURCES / "preload" / "native" / "record.h": SOURCES / "preload" / "layout.py",
-    UNWIND / "python_frames.h": UNWIND / "python_layout.py",
+    PYTHON / "python_frames.h": PYTHON / "layout.py",
 }
 # C type -> struct format character (native sizes and alignment: x86-64)
 TYPES = {
@@ -52,8 +54,9 @@ _STRUCT = re.compile(r"^struct (\w+) \{\n(.*?)^\};", re.M | re.S)
 _FIELD = re.compile(r"^\s*(?:const\s+)?(?:struct\s+)?(\w+)\s*(\*{0,2})\s*(\w+)(?:\[(\d+)\])?;")
 
 
-def struct_format(body: str) -> tuple[str, list[str]]:
-    """A struct's little-endian format, with its padding spelled out, and its field names."""
+def struct_format(body: str, inner: dict[str, str] | None = None) -> tuple[str, list[str]]:
+    """A struct's little-endian format, with its padding spelled out, and its field names
+    (inner: the formats of structs it may hold, by name)."""
     fmt, names, offset, alignment = "<", [], 0, 1
     for line in body.splitlines():
         found = _FIELD.match(line)
@@ -62,6 +65,12 @@ def struct_format(body: str) -> tuple[str, list[str]]:
         ctype, pointer, name, count = found.groups()
         if ctype == "char" and count:
             code, size, align = f"{count}s", int(count), 1
+        elif inner and ctype in inner and not pointer and not count:
+            code = inner[ctype][1:]
+            size, align = (
+                struct.calcsize(inner[ctype]),
+                max(struct.calcsize(c) for c in code if c.isalpha() and c != "x"),
+            )
         else:
             code = TYPES["pointer" if pointer else ctype]
             size = align = struct.calcsize(code)
@@ -73,6 +82,11 @@ def struct_format(body: str) -> tuple[str, list[str]]:
         alignment = max(alignment, align)
         names.append(name)
     return fmt + "x" * (-offset % alignment), names
+
+
+def struct_body(header: str, name: str) -> str:
+    """The fields of the struct name in a header's text."""
+    return next(body for found, body in _STRUCT.findall(header) if found == name)
 
 
 def python_layout(header: str, source: str) -> str:
@@ -93,8 +107,10 @@ def python_layout(header: str, source: str) -> str:
         if fields:
             lines.append(f"{enum.upper()}_FIELDS = (   # the Python names, in the enum's order")
             lines += [f"    {field!r}," for field in fields] + [")"]
+    formats: dict[str, str] = {}
     for name, body in _STRUCT.findall(header):
-        fmt, names = struct_format(body)
+        fmt, names = struct_format(body, formats)
+        formats[name] = fmt
         lines += ["", f"{name.upper()} = struct.Struct({fmt!r})   # {', '.join(names)}"]
     return "\n".join(lines) + "\n"
 

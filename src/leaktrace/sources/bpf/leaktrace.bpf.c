@@ -41,7 +41,7 @@
 #include "layout.h"         // shared with user space (layout.py is generated from it)
 #include "rows.h"           // the unwinder's rows and mappings (unwind/; rows.py)
 #include "walk_state.h"     // the walk's state and its stack, handed between tail calls
-#include "python_frames.h"  // the words of Python frames (unwind/; python_layout.py)
+#include "python_frames.h"  // the words of Python frames, the versions' rows (interpreters/python/)
 
 #define CLONE_VM 0x00000100  // uapi/linux/sched.h, spelled out: that header slows the compile
 #define CLONE_THREAD 0x00010000
@@ -125,7 +125,7 @@ BPF_HASH(holds, u32, struct hold, MAX_PROCS);  // tgid -> the image stopped for 
 BPF_RINGBUF_OUTPUT(hold_wakeups, 1);           // a tgid per hold: wakes user space at once
 #endif
 #if PYTHON_FRAMES
-BPF_HASH(python_procs, u32, struct python_proc, MAX_PROCS);  // tgid -> its CPython 3.11's thread-state key
+BPF_HASH(python_procs, u32, struct python_proc, MAX_PROCS);  // tgid -> its CPython's thread-state key and row
 #endif
 // [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
 // [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
@@ -715,69 +715,7 @@ static __always_inline int exit_call(struct pt_regs *ctx)
 }
 
 #if PYTHON_FRAMES
-#define PYTHON_FRAME_HEAD (PY311_FRAME_IS_ENTRY / 8 * 8 + 8)  // a frame's bytes up to its entry flag's word
-
-// Copies the window that ends at the head of the Python frame at frame into stack_copy (which
-// the native walk is done with): STACK_COPY bytes, else those from the start of its page;
-// returns its size (0: none). One thread's frames sit below each other in its data stack, so
-// one window holds several; a generator's frame lies in its object, and gets one of its own.
-static __always_inline u32 python_window(struct pending_call *call, u64 frame)
-{
-    u64 end = frame + PYTHON_FRAME_HEAD;
-    if (read_user(call->stack_copy, STACK_COPY, (void *)(end - STACK_COPY)) == 0)
-        return STACK_COPY;
-    u64 reach = end - (frame & ~(u64)(PAGE_BYTES - 1));
-    u32 size = reach < STACK_COPY ? (u32)reach : STACK_COPY;
-    if (size < PYTHON_FRAME_HEAD || read_user(call->stack_copy, size, (void *)(end - size)) != 0)
-        return 0;
-    return size;
-}
-
-// The Python frames of the calling thread, after its native ones: its own thread state from
-// the interpreter's key in the thread's TLS (glibc's first block of keys), so right while the
-// thread has released the GIL, then the frames' chain through windows; cut at PYTHON_FRAMES (counted).
-static __always_inline void python_walk(struct pending_call *call)
-{
-    struct walk_state *w = &call->walk;
-    struct python_proc *python = python_procs.lookup(&w->tgid);
-    if (!python || python->gen != call->gen)
-        return;
-    u32 key[2];  // made, then the key
-    u64 fsbase = 0, thread = 0, cframe = 0, frame = 0;
-    if (read_user(key, sizeof(key), (void *)(python->key_address - 4)) || key[0] != 1 ||
-        key[1] >= GLIBC_SPECIFIC_FIRST_KEYS)
-        return;
-    bpf_probe_read_kernel(&fsbase, sizeof(fsbase), (void *)(bpf_get_current_task() + TASK_FSBASE));
-    u64 slot = fsbase + GLIBC_SPECIFIC_FIRST + key[1] * GLIBC_SPECIFIC_SLOT + GLIBC_SPECIFIC_DATA;
-    if (!fsbase || read_user(&thread, 8, (void *)slot) || !thread ||
-        read_user(&cframe, 8, (void *)(thread + PY311_TSTATE_CFRAME)) || !cframe ||
-        read_user(&frame, 8, (void *)(cframe + PY311_CFRAME_CURRENT_FRAME)))
-        return;
-    u64 base = 0;  // the window's start (its size: 0, none yet)
-    u32 size = 0, at = w->depth;
-#pragma clang loop unroll(disable)
-    for (u32 i = 0; i < PYTHON_FRAMES && frame; i++) {
-        u64 into = (u64)at + i;
-        asm volatile("" : "+r"(into));  // an index checked here, not a pointer carried from the last frame
-        if (into >= STACK_WORDS)
-            return;
-        u64 offset = frame - base;
-        if (frame < base || size < PYTHON_FRAME_HEAD || offset > size - PYTHON_FRAME_HEAD) {
-            size = python_window(call, frame);
-            base = frame + PYTHON_FRAME_HEAD - size;
-            offset = size - PYTHON_FRAME_HEAD;
-        }
-        asm volatile("" : "+r"(offset));  // checked here, as the index used
-        if (size < PYTHON_FRAME_HEAD || offset > STACK_COPY - PYTHON_FRAME_HEAD)
-            return;
-        u8 *head = &call->stack_copy[offset];
-        u64 code = *(u64 *)(head + PY311_FRAME_CODE), last = *(u64 *)(head + PY311_FRAME_PREV_INSTR);
-        call->stack.walk.ip[into] = python_frame_word(code, last, head[PY311_FRAME_IS_ENTRY]);
-        frame = *(u64 *)(head + PY311_FRAME_PREVIOUS);
-    }
-    if (frame)
-        count(C_PYTHON_CUT);
-}
+#include "python_walk.bpf.h"  // the walk of Python frames (interpreters/python/)
 #endif
 
 // The stack walk, FRAMES_PER_PROGRAM frames per program run, continued by tail calls

@@ -9,6 +9,7 @@ import time
 from collections import Counter as Tally
 from typing import NamedTuple
 
+from leaktrace.interpreters.python.frame_words import folded_shims
 from leaktrace.model.snapshot import AllocationGroup, Counters, LiveAllocation, Peak, SiteTotals, StackStatus
 from leaktrace.platform.process import printable
 from leaktrace.sources.bpf.kernel_state import KernelState
@@ -85,7 +86,7 @@ class MapReader:
                 raw = self.kernel.bpf[b"stacks"][ct.c_uint64(key)]
             except KeyError:
                 return ()
-            frames = tuple(ip for ip in raw.ip if ip)
+            frames = folded_shims(tuple(ip for ip in raw.ip if ip))
             self._stack_cache[key] = frames
         return frames
 

@@ -12,6 +12,7 @@ import os
 import time
 
 from leaktrace.errors import RuntimeFailure
+from leaktrace.interpreters.python.code_objects import PythonCodeCapture
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, LeakCheck, ProcessInfo, Snapshot, UnreachableReport
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process, libc_libraries
@@ -35,7 +36,6 @@ from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
 from leaktrace.sources.bpf.stop_owners import UNSHARED_NOTICE, StopOwners, stop_owners_cflags
 from leaktrace.sources.protocol import PollingSource
-from leaktrace.sources.python_code import PythonCodeCapture
 from leaktrace.sources.sampling import estimated
 
 MAPS_REFRESH = 0.2  # seconds between reads of traced processes' maps (dlopen'ed modules get tables)
@@ -90,7 +90,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         self.final_snapshot: Snapshot | None = None
         self.exit_status: int | None = None
         self._exited = False
-        self._python_code = PythonCodeCapture()
+        self._python_code = PythonCodeCapture(engine.upload.python_rows.get)
         self._start_tracking(info)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
         # Continues what this trace stopped, once no other leaktrace holds it.

@@ -8,6 +8,9 @@ import struct
 import threading
 from typing import Any
 
+from leaktrace.interpreters.python.interpreter import interpreter_offsets, thread_state_key, unknown_interpreter
+from leaktrace.interpreters.python.layout import PYTHON_PROC
+from leaktrace.interpreters.python.versions import PythonOffsets
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
@@ -15,8 +18,6 @@ from leaktrace.platform.process import Mapping, MapsFollower
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.maps import update_array
 from leaktrace.sources.settings import EngineSettings
-from leaktrace.unwind.python_interpreter import thread_state_key, unknown_interpreter
-from leaktrace.unwind.python_layout import PYTHON_PROC
 from leaktrace.unwind.rows import MAX_EXEC_MAPS
 from leaktrace.unwind.tables import FileTable, UnwindTables, exec_map_entry
 
@@ -40,13 +41,16 @@ class UnwindUpload:
         # pid -> (generation, maps version, entries, whether the image had more mappings than fit)
         self._exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes], bool]] = {}
         self._tables_lock = threading.Lock()  # load_tables runs in the image holds' thread too
-        self._python_keys: dict[tuple, int | None] = {}  # each file's thread-state key (None: not CPython 3.11)
+        # Each file's thread-state key and row (None: not a CPython the walk knows).
+        self._pythons: dict[tuple, tuple[int, PythonOffsets] | None] = {}
+        self.python_rows: dict[int, PythonOffsets] = {}  # pid -> the row of the CPython it runs
 
     def forget(self, pids: set[int]) -> None:
         """These processes exited: their mappings are loaded afresh if the pids come back."""
         with self._tables_lock:
             for pid in pids:
                 self._exec_maps.pop(pid, None)
+                self.python_rows.pop(pid, None)
                 procs = self._python_procs
                 if procs is not None:
                     procs.pop(ct.c_uint32(pid), None)
@@ -62,21 +66,25 @@ class UnwindUpload:
             return None
 
     def _note_python(self, pid: int, gen: int, mapping: Mapping, elf: ElfFile | None) -> None:
-        """Tells the Python walk where the thread-state key of a CPython 3.11 module mapped here is."""
+        """Tells the Python walk where the thread-state key of a CPython module mapped here is,
+        and its version's row."""
         procs = self._python_procs
         if procs is None or elf is None:
             return
-        if elf.identity not in self._python_keys:
-            self._python_keys[elf.identity] = thread_state_key(elf)
-            unknown = unknown_interpreter(elf, self._python_keys[elf.identity] is not None)
+        if elf.identity not in self._pythons:
+            key, row = thread_state_key(elf), interpreter_offsets(elf)
+            self._pythons[elf.identity] = (key, row) if key is not None and row is not None else None
+            unknown = unknown_interpreter(elf, self._pythons[elf.identity] is not None)
             if unknown:
                 self.notices.append(unknown)
-        key, start = self._python_keys[elf.identity], elf.file_offset_to_vaddr(mapping.offset)
-        if key is not None and start is not None:
+        python, start = self._pythons[elf.identity], elf.file_offset_to_vaddr(mapping.offset)
+        if python is not None and start is not None:
+            key, row = python
             value = procs.Leaf()
-            packed = PYTHON_PROC.pack(key + mapping.start - start, gen, 0)
+            packed = PYTHON_PROC.pack(key + mapping.start - start, gen, 0, *row)
             ct.memmove(ct.addressof(value), packed, len(packed))
             procs[ct.c_uint32(pid)] = value
+            self.python_rows[pid] = row
 
     def _upload(self, path: str, table: FileTable) -> tuple[int, int, int, int]:
         """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded

@@ -54,7 +54,7 @@ from leaktrace.sources.preload.layout import (  # from native/record.h
     TABLE_SHARD,
     TABLE_SHARDS,
 )
-from leaktrace.sources.preload.python_codes import DamagedCodes, python_codes_in_place
+from leaktrace.sources.preload.python_code_table import DamagedCodes, python_codes_in_place
 
 MEMFD_NAME = b"leaktrace-preload"  # an attach's sealed copy of the library (inject.py)
 F_GET_SEALS = 1034

@@ -27,6 +27,10 @@ from leaktrace.android.heap_dump import read_heap_dump
 from leaktrace.android.leak_info import LeakInfoEntry, decode_leak_info
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
 from leaktrace.errors import RuntimeFailure
+from leaktrace.interpreters.python.code_objects import PythonCodeCapture
+from leaktrace.interpreters.python.frame_words import named_like_python
+from leaktrace.interpreters.python.interpreter import interpreter_offsets, unknown_interpreter
+from leaktrace.interpreters.python.versions import PythonOffsets
 from leaktrace.model.snapshot import (
     UNREACHABLE_LIMIT,
     Counters,
@@ -57,7 +61,7 @@ from leaktrace.platform.target_files import (
 )
 from leaktrace.sources.bpf.layout import C_COUNTERS
 from leaktrace.sources.preload.inject import Injection
-from leaktrace.sources.preload.python_codes import TABLE_BYTES, DamagedCodes, parse_python_codes
+from leaktrace.sources.preload.python_code_table import TABLE_BYTES, DamagedCodes, parse_python_codes
 from leaktrace.sources.preload.table import (
     DamagedTable,
     SiteRecord,
@@ -73,11 +77,7 @@ from leaktrace.sources.preload.table import (
     table_snapshot,
 )
 from leaktrace.sources.protocol import PollingSource
-from leaktrace.sources.python_code import PythonCodeCapture
 from leaktrace.sources.sampling import EXACT, Sampling, estimated
-from leaktrace.unwind.python_code import named_like_python
-from leaktrace.unwind.python_interpreter import interpreter_version, unknown_interpreter
-from leaktrace.unwind.python_layout import PY311_VERSION
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the dump asked for
@@ -159,7 +159,9 @@ class PreloadTrace(PollingSource):
         self._exit_checks: tuple[LeakCheck, ...] = ()  # the leak check made while it was held
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
         self.sampling = EXACT  # what the library samples (--sample); its blocks then stand for more
-        self._python_code = PythonCodeCapture()  # what its stacks' Python frames name, read while it lives
+        self._python_row: PythonOffsets | None = None  # the row of the CPython it runs (versions.py)
+        # What its stacks' Python frames name, read while it lives.
+        self._python_code = PythonCodeCapture(lambda pid: self._python_row if pid == self.pid else None)
         self._interpreters_checked = False  # whether its modules were looked at for a CPython not walked
 
     @classmethod
@@ -326,13 +328,13 @@ class PreloadTrace(PollingSource):
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live blocks now, with the code objects their Python frames name (_blocks)."""
-        found = self._python_code.attach(self._blocks(older_than_ms, with_allocations))
-        self._say_unknown_interpreters(found.processes.get(self.pid))
-        return estimated(found, self.sampling)
+        found = self._blocks(older_than_ms, with_allocations)
+        self._look_at_interpreters(found.processes.get(self.pid))
+        return estimated(self._python_code.attach(found), self.sampling)
 
-    def _say_unknown_interpreters(self, process: ProcessInfo | None) -> None:
-        """Once: a module named python* or libpython* that is a CPython the library does not walk
-        (not 3.11: it asks the interpreter itself for the rest) is said in a notice."""
+    def _look_at_interpreters(self, process: ProcessInfo | None) -> None:
+        """Once: the row of the CPython in a module named python* or libpython* (the library
+        judges by the same table), or a notice that it is one the library does not walk."""
         if self._interpreters_checked or process is None:
             return
         self._interpreters_checked = True
@@ -340,8 +342,9 @@ class PreloadTrace(PollingSource):
         for elf in ModuleFiles().open(process, named).values():
             if elf is None:
                 continue
-            version = interpreter_version(elf)
-            unknown = unknown_interpreter(elf, version is not None and version >> 16 == PY311_VERSION)
+            row = interpreter_offsets(elf)
+            self._python_row = row or self._python_row
+            unknown = unknown_interpreter(elf, row is not None)
             if unknown:
                 self._notices.append(unknown)
 

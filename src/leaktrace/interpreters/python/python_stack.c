@@ -1,6 +1,7 @@
-// The Python frames of the allocating thread, when the program is CPython 3.11: its own
-// thread state (from the interpreter's key, so right while the thread has released the GIL),
-// then the frames' chain, one word each (unwind/python_frames.h).
+// The preload library's walk of the allocating thread's Python frames (python_walk.bpf.h is
+// the BPF engine's), when the program is a CPython of the version table (python_versions.h; 3.13
+// on, its _Py_DebugOffsets): its own thread state (from the interpreter's key, so right while
+// the thread has released the GIL), then the frames' chain, one word each (python_frames.h).
 #include "malloc_debug.h"
 
 #include <dlfcn.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "python_frames.h"
+#include "python_versions.h"
 
 // Readable memory of the process as /proc/self/maps listed it at the last look: every read of
 // the walk is checked against it first, so a program that only looks like CPython (its words
@@ -132,7 +134,8 @@ static int readable(uintptr_t address, size_t length)
     return readable_as(address, length, HINT_OTHER);
 }
 
-static uintptr_t (*this_thread_state)(void);  // PyGILState_GetThisThreadState; NULL: not CPython 3.11
+static uintptr_t (*this_thread_state)(void);  // PyGILState_GetThisThreadState; NULL: not a CPython walked
+static struct python_offsets row;             // where that CPython keeps what the walk reads
 EXPORT struct python_code_table
     *leaktrace_python_codes;  // the code objects seen (record.h), once the program is CPython
 
@@ -149,24 +152,24 @@ static char *code_text(void)
 // What tells one code object from another at the same address.
 static uint64_t code_fields(uintptr_t code)
 {
-    return *(uint64_t *)(code + PY311_CODE_FILENAME) * 0x9e3779b97f4a7c15u ^
-           *(uint64_t *)(code + PY311_CODE_QUALNAME) * 0xbf58476d1ce4e5b9u ^
-           *(uint64_t *)(code + PY311_CODE_LINETABLE) ^ (uint64_t) * (uint32_t *)(code + PY311_CODE_FIRSTLINENO) << 32;
+    return *(uint64_t *)(code + row.code_filename) * 0x9e3779b97f4a7c15u ^
+           *(uint64_t *)(code + row.code_qualname) * 0xbf58476d1ce4e5b9u ^ *(uint64_t *)(code + row.code_linetable) ^
+           (uint64_t) * (uint32_t *)(code + row.code_first_line) << 32;
 }
 
 // Copies a str object's characters (PEP 393's compact forms) into the text; 0 if it is not one.
 static uint32_t copy_string(uintptr_t text, char *into, size_t room, uint16_t *kind)
 {
-    if (!readable(text, PY311_STR_COMPACT_DATA))
+    if (!readable(text, row.str_compact_data))
         return 0;
-    int64_t length = *(int64_t *)(text + PY311_STR_LENGTH);
-    uint32_t state = *(uint32_t *)(text + PY311_STR_STATE);
+    int64_t length = *(int64_t *)(text + PYTHON_STR_LENGTH);
+    uint32_t state = *(uint32_t *)(text + PYTHON_STR_STATE);
     uint32_t width = state >> 2 & 7, compact = state >> 5 & 1, ascii = state >> 6 & 1;
     if (!compact || (width != 1 && width != 2 && width != 4) || length < 0)
         return 0;
     size_t bytes = (size_t)(length < PYTHON_NAME_MOST ? length : PYTHON_NAME_MOST) * width;
     bytes = bytes < room ? bytes : room / width * width;
-    uintptr_t data = text + (ascii ? PY311_STR_ASCII_DATA : PY311_STR_COMPACT_DATA);
+    uintptr_t data = text + (ascii ? row.str_ascii_data : row.str_compact_data);
     if (!readable(data, bytes))
         return 0;
     memcpy(into, (const char *)data, bytes);
@@ -182,19 +185,19 @@ static void keep_code(struct python_code *slot, uintptr_t code, uint64_t fields)
     char *text = code_text() + codes->text_used;
     size_t room = PYTHON_TEXT - codes->text_used;
     struct python_code kept = {.fields = fields, .text = codes->text_used};
-    kept.first_line = *(uint32_t *)(code + PY311_CODE_FIRSTLINENO);
-    kept.name_length = copy_string(*(uintptr_t *)(code + PY311_CODE_QUALNAME), text, room, &kept.name_kind);
-    kept.file_length = copy_string(*(uintptr_t *)(code + PY311_CODE_FILENAME), text + kept.name_length,
+    kept.first_line = *(uint32_t *)(code + row.code_first_line);
+    kept.name_length = copy_string(*(uintptr_t *)(code + row.code_qualname), text, room, &kept.name_kind);
+    kept.file_length = copy_string(*(uintptr_t *)(code + row.code_filename), text + kept.name_length,
                                    room - kept.name_length, &kept.file_kind);
-    uintptr_t table = *(uintptr_t *)(code + PY311_CODE_LINETABLE);
+    uintptr_t table = *(uintptr_t *)(code + row.code_linetable);
     size_t used = kept.name_length + kept.file_length, length = 0;
-    if (readable(table, PY311_BYTES_DATA)) {
-        length = (size_t) * (int64_t *)(table + PY311_BYTES_SIZE);
+    if (readable(table, PYTHON_BYTES_DATA)) {
+        length = (size_t) * (int64_t *)(table + PYTHON_BYTES_SIZE);
         length = length < PYTHON_TABLE_MOST ? length : PYTHON_TABLE_MOST;
         length = length < room - used ? length : room - used;
-        length = readable(table + PY311_BYTES_DATA, length) ? length : 0;
+        length = readable(table + PYTHON_BYTES_DATA, length) ? length : 0;
     }
-    memcpy(text + used, (const char *)table + PY311_BYTES_DATA, length);
+    memcpy(text + used, (const char *)table + PYTHON_BYTES_DATA, length);
     kept.table_length = (uint32_t)length;
     codes->text_used += used + length;
     *slot = kept;
@@ -264,6 +267,42 @@ static int may_be_python(void)
     return !strncmp(slash ? slash + 1 : program, "python", 6) || dl_iterate_phdr(is_libpython, NULL);
 }
 
+// The row of the CPython whose Py_Version is version: the table's, else (3.13 on) the one its
+// _Py_DebugOffsets gives (dlsym asked only then: _PyRuntime is not exported by every 3.11);
+// 0 for a version, or a layout, the walk does not know.
+static int row_of(unsigned long version, struct python_offsets *into)
+{
+    for (size_t i = 0; i < PYTHON_ROWS; i++)
+        if (python_rows[i].version == version >> 16) {
+            *into = python_rows[i];
+            return 1;
+        }
+    const unsigned long known[] = PYTHON_DEBUG_VERSIONS;
+    int layout_known = 0;
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        layout_known |= known[i] == version >> 16;
+    const uint64_t *debug = layout_known ? dlsym(RTLD_DEFAULT, "_PyRuntime") : NULL;
+    if (!debug || memcmp(debug, PYTHON_DEBUG_COOKIE, 8) || debug[PYTHON_DEBUG_VERSION_WORD] != version ||
+        debug[PYTHON_DEBUG_FREE_THREADED_WORD])
+        return 0;
+    for (size_t i = 0; i < sizeof python_debug_checks / sizeof *python_debug_checks; i++)
+        if (debug[python_debug_checks[i][0]] != python_debug_checks[i][1])
+            return 0;
+    uint32_t *field = (uint32_t *)into;
+    for (size_t i = 0; i < sizeof(struct python_offsets) / sizeof(uint32_t); i++)
+        field[i] =
+            (uint32_t)((python_debug_words[i] >= 0 ? debug[python_debug_words[i]] : 0) + python_debug_addends[i]);
+    into->version = (uint32_t)(version >> 16);
+    return 1;
+}
+
+// Whether a row's frame fields lie in the head the walk checks is readable (versions.py's sound).
+static int sound(const struct python_offsets *offsets)
+{
+    return offsets->frame_code <= PYTHON_FRAME_HEAD - 8 && offsets->frame_previous <= PYTHON_FRAME_HEAD - 8 &&
+           offsets->frame_instruction <= PYTHON_FRAME_HEAD - 8 && offsets->frame_entry < PYTHON_FRAME_HEAD;
+}
+
 void find_python(void)
 {
     if (this_thread_state)
@@ -274,10 +313,11 @@ void find_python(void)
     const unsigned long *version = dlsym(RTLD_DEFAULT, "Py_Version");
     const char *code_type = dlsym(RTLD_DEFAULT, "PyCode_Type");
     void *state = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
-    const char *name = code_type ? *(const char *const *)(code_type + PY311_TYPE_NAME) : NULL;
-    const intptr_t *sizes = code_type ? (const intptr_t *)(code_type + PY311_TYPE_BASICSIZE) : NULL;
-    if (version && state && *version >> 16 == PY311_VERSION && name && !strcmp(name, "code") &&
-        sizes[0] == PY311_CODE_ADAPTIVE && sizes[1] == PY311_CODE_UNIT) {
+    const char *name = code_type ? *(const char *const *)(code_type + PYTHON_TYPE_NAME) : NULL;
+    const intptr_t *sizes = code_type ? (const intptr_t *)(code_type + PYTHON_TYPE_BASICSIZE) : NULL;
+    struct python_offsets found;
+    if (version && state && name && !strcmp(name, "code") && row_of(*version, &found) && sound(&found) &&
+        sizes[0] == found.code_instructions && sizes[1] == PYTHON_CODE_UNIT) {
         size_t size = sizeof(struct python_code_table) + PYTHON_CODES * sizeof(struct python_code) + PYTHON_TEXT;
         void *codes = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         size_t spans_size = 2 * sizeof(struct spans) + MAPS_CHUNK;
@@ -292,6 +332,7 @@ void find_python(void)
         spans_buffers = spans;
         look_at_maps();
         leaktrace_python_codes = codes;
+        row = found;
         this_thread_state = (uintptr_t(*)(void))state;
     }
 }
@@ -302,21 +343,30 @@ size_t python_stack(uintptr_t *words, size_t room)
         return 0;
     size_t max = room < PYTHON_MAX_FRAMES ? room : PYTHON_MAX_FRAMES;
     uintptr_t thread = this_thread_state();  // NULL before the interpreter is up, and in threads it never saw
-    uintptr_t cframe =
-        thread && readable(thread + PY311_TSTATE_CFRAME, 8) ? *(uintptr_t *)(thread + PY311_TSTATE_CFRAME) : 0;
-    uintptr_t frame = cframe && readable(cframe + PY311_CFRAME_CURRENT_FRAME, 8)
-                          ? *(uintptr_t *)(cframe + PY311_CFRAME_CURRENT_FRAME)
-                          : 0;
+    uintptr_t frame = thread && readable(thread + row.tstate_frame, 8) ? *(uintptr_t *)(thread + row.tstate_frame) : 0;
+    if (frame && row.cframe_frame != PYTHON_NO_CFRAME)
+        frame = readable(frame + row.cframe_frame, 8) ? *(uintptr_t *)(frame + row.cframe_frame) : 0;
     size_t count = 0;
-    for (; frame && count < max; frame = *(uintptr_t *)(frame + PY311_FRAME_PREVIOUS)) {
-        if (!readable_as(frame, PY311_FRAME_IS_ENTRY + 1, HINT_FRAME))
+    while (frame) {
+        if (!readable_as(frame, PYTHON_FRAME_HEAD, HINT_FRAME))
             break;  // not a frame: counted as cut below
-        uintptr_t code = *(uintptr_t *)(frame + PY311_FRAME_CODE);
-        if (!readable_as(code, PY311_CODE_ADAPTIVE, HINT_CODE))
+        uint8_t entry = *(uint8_t *)(frame + row.frame_entry);
+        uintptr_t previous = *(uintptr_t *)(frame + row.frame_previous);
+        if (row.shim_owner && entry == row.shim_owner) {  // the eval loop's own: the frame before it began a run
+            if (count)
+                words[count - 1] |= PYTHON_FRAME_ENTRY;
+            frame = previous;
+            continue;
+        }
+        if (count == max)
+            break;
+        uintptr_t code = *(uintptr_t *)(frame + row.frame_code);
+        if (!readable_as(code, row.code_instructions, HINT_CODE))
             break;
         see_code(code);
-        uintptr_t last = *(uintptr_t *)(frame + PY311_FRAME_PREV_INSTR);
-        words[count++] = python_frame_word(code, last, *(uint8_t *)(frame + PY311_FRAME_IS_ENTRY));
+        uintptr_t last = *(uintptr_t *)(frame + row.frame_instruction);
+        words[count++] = python_frame_word(code, last, row.code_instructions, !row.shim_owner && entry);
+        frame = previous;
     }
     if (frame)
         count_event(C_PYTHON_CUT);

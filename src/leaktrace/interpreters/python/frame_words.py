@@ -1,5 +1,5 @@
-"""Python frames in a stack (python_frames.h's words): what a word says, and the line an
-instruction is on from a code object's line table (CPython 3.11's location table,
+"""Python frames in a stack (python_frames.h's words): what a word says, and the line an instruction
+is on from a code object's line table (the location table of CPython 3.11 to 3.13,
 Objects/locations.md)."""
 
 from __future__ import annotations
@@ -8,13 +8,14 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple
 
-from leaktrace.unwind.python_layout import (
+from leaktrace.interpreters.python.layout import (
     PYTHON_FRAME_CODE_MASK,
     PYTHON_FRAME_CODE_SHIFT,
     PYTHON_FRAME_ENTRY,
     PYTHON_FRAME_INDEX_MASK,
     PYTHON_FRAME_INDEX_SHIFT,
     PYTHON_FRAME_TAG,
+    PYTHON_SHIM_WORD,
 )
 
 # The interpreter's C function whose frames the Python frames stand for (its cold part is
@@ -55,6 +56,20 @@ def encode_python_word(code: int, index: int | None, entry: bool) -> int:
         | held << PYTHON_FRAME_INDEX_SHIFT
         | (code >> PYTHON_FRAME_CODE_SHIFT) & PYTHON_FRAME_CODE_MASK
     )
+
+
+def folded_shims(stack: tuple[int, ...]) -> tuple[int, ...]:
+    """A stack as the BPF walk wrote it, each eval loop's shim word (3.12 on) folded into the
+    Python frame before it, which began that run (the preload library folds them itself)."""
+    if PYTHON_SHIM_WORD not in stack:
+        return stack
+    folded: list[int] = []
+    for word in stack:
+        if word != PYTHON_SHIM_WORD:
+            folded.append(word)
+        elif folded and is_python_word(folded[-1]):
+            folded[-1] |= PYTHON_FRAME_ENTRY
+    return tuple(folded)
 
 
 def _varint(table: bytes, at: int) -> tuple[int, int]:

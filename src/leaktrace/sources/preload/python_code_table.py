@@ -6,9 +6,9 @@ and every range checked."""
 from __future__ import annotations
 
 from leaktrace.errors import RuntimeFailure
+from leaktrace.interpreters.python.code_objects import ENCODINGS, Read
 from leaktrace.model.snapshot import PythonCode
 from leaktrace.sources.preload.layout import PYTHON_CODE, PYTHON_CODE_TABLE, PYTHON_CODES, PYTHON_TEXT
-from leaktrace.sources.python_code import ENCODINGS, Read
 
 SLOTS_AT = PYTHON_CODE_TABLE.size
 TEXT_AT = SLOTS_AT + PYTHON_CODES * PYTHON_CODE.size
