@@ -10,7 +10,8 @@
 #   scripts/setup.sh --tests   the same, and what the tests and benches use (scripts/test.sh):
 #     bpftool, g++, tmux, setpriv, the other allocators, redis, libc6-dbg, golang-go (go tool pprof),
 #     chromium (the HTML page), valgrind (the heap walk's oracle), debuginfod's server, mypy,
-#     clang-format, heaptrack and memray (bench/), speedscope (npm, in build/: the folded stacks' reader)
+#     clang-format, heaptrack and memray (bench/), speedscope (npm, in build/: the folded stacks' reader),
+#     debootstrap and a Debian 13 root in build/debian13 with its python3.13 (the Python frames' tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,7 @@ tests=0
 packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
 if [ $tests -eq 1 ]; then
     command -v npm >/dev/null 2>&1 || packages+=(npm)   # speedscope's; a machine's own Node.js is kept
-    packages+=(bpfcc-tools bpftool g++ util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake)
+    packages+=(bpfcc-tools bpftool g++ util-linux tmux libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap)
 fi
 
 missing=()
@@ -71,6 +72,14 @@ fi
 # speedscope (npm registry), for the tests only: its own parser reads the folded stacks in Chromium.
 if [ $tests -eq 1 ] && [ ! -f build/speedscope/node_modules/speedscope/dist/release/index.html ]; then
     npm install --prefix build/speedscope --no-audit --no-fund --silent speedscope@1.25.0
+fi
+
+# Debian 13's CPython 3.13 in a root of its own (tests/python_interpreters.py): a registry's
+# interpreter of a version Debian 12 lacks, traced in another mount namespace as a container's.
+if [ $tests -eq 1 ] && [ ! -x build/debian13/usr/bin/python3.13 ]; then
+    mkdir -p build && rm -rf build/debian13.partial
+    debootstrap --variant=minbase --include=python3.13 trixie build/debian13.partial http://deb.debian.org/debian >/dev/null
+    mv build/debian13.partial build/debian13
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -32,8 +32,11 @@ ADDRESS_AT = 17
 # In a shared libpython 3.12 on: `mov &_PyRuntime(%rip), %rax`, `push %rbx`, then
 # `lea autoTSSkey(%rax), %rbx` (PyThread_tss_is_created, then PyThread_tss_get, of it).
 PUSH_RBX_ADDRESS_RAX_RBX = b"\x53\x48\x8d\x98"
-# In a program 3.12 on: `push %rbx`, then `lea autoTSSkey(%rip), %rbx`.
-PUSH_RBX_ADDRESS_RIP_RBX = b"\x53\x48\x8d\x1d"
+# In a program 3.13 (Debian 13's python3.13): `endbr64`, `cmpl $0, autoTSSkey._is_initialized(%rip)`,
+# `je` (near), then `mov autoTSSkey._key(%rip), %edi`.
+ENDBR64 = b"\xf3\x0f\x1e\xfa"
+COMPARE_INT_RIP = b"\x83\x3d"  # then rel32 and the byte compared with
+JE_NEAR = b"\x0f\x84"
 
 
 def interpreter_version(elf: ElfFile) -> int | None:
@@ -83,8 +86,10 @@ def thread_state_key(elf: ElfFile) -> int | None:
         code = elf.read(function, ADDRESS_AT + 7)
         if code.startswith(COMPARE_RIP) and code[LOAD_AT : LOAD_AT + 2] == LOAD_RIP_EDI:
             return function + LOAD_AT + 6 + struct.unpack_from("<i", code, LOAD_AT + 2)[0]
-        if code.startswith(PUSH_RBX_ADDRESS_RIP_RBX):
-            return function + 8 + struct.unpack_from("<i", code, 4)[0] + 4
+        at = len(ENDBR64) if code.startswith(ENDBR64) else 0
+        if code[at : at + 2] == COMPARE_INT_RIP and code[at + 6] == 0 and code[at + 7 : at + 9] == JE_NEAR:
+            if code[at + 13 : at + 15] == LOAD_RIP_EDI:
+                return function + at + 19 + struct.unpack_from("<i", code, at + 15)[0]
         if not code.startswith(RUNTIME_FROM_GOT):
             return None
         runtime = elf.dynamic_objects["_PyRuntime"]
