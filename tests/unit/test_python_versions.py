@@ -3,19 +3,29 @@
 _Py_DebugOffsets) holds where a live code object and str keep their fields, the thread-state
 key it finds gives the interpreter's own thread state, and the line-table parser gives the
 interpreter's own line (co_positions) for every instruction of some of its modules. Then a
-_Py_DebugOffsets that is not one the walk knows is refused, and the BPF walk's shim words fold."""
+_Py_DebugOffsets that is not one the walk knows is refused, the BPF walk's shim words fold, and
+the eval loop's cold part is found from the FDEs where the module has no name for it."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from python_interpreters import INTERPRETERS, Interpreter, placed
 
-from leaktrace.interpreters.python.frame_words import encode_python_word, folded_shims, line_of
+from leaktrace.analysis.symbolize import Symbolizer
+from leaktrace.interpreters.python.frame_words import (
+    EVAL_COLD,
+    EVAL_FUNCTION,
+    cold_part,
+    encode_python_word,
+    folded_shims,
+    line_of,
+)
 from leaktrace.interpreters.python.interpreter import interpreter_offsets, thread_state_key
 from leaktrace.interpreters.python.layout import PYTHON_NO_CFRAME, PYTHON_SHIM_WORD
 from leaktrace.interpreters.python.versions import (
@@ -29,7 +39,10 @@ from leaktrace.interpreters.python.versions import (
     debug_words,
     offsets_from_debug,
 )
+from leaktrace.model.snapshot import AllocationGroup, Counters, ProcessInfo, Snapshot
 from leaktrace.platform.elf import ElfFile
+from leaktrace.platform.process import parse_maps
+from leaktrace.unwind.tables import compile_eh_frame
 
 FACTS = Path(__file__).parent / "native" / "python_facts.py"
 
@@ -127,3 +140,69 @@ def test_shim_words_mark_the_frame_before_them_and_go():
     )
     assert folded_shims((native, PYTHON_SHIM_WORD)) == (native,)  # no Python frame before it: nothing to mark
     assert folded_shims((native, one)) == (native, one)
+
+
+def jumps_before(module: str, function: int, end: int) -> set[int]:
+    """Targets of the function's jumps that lie before its start (objdump's reading)."""
+    listing = subprocess.run(
+        ["objdump", "-d", f"--start-address={function:#x}", f"--stop-address={end:#x}", module],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    targets = set()
+    for line in listing.splitlines():
+        words = line.split("\t")
+        if len(words) == 3 and words[2].startswith("j"):
+            target = words[2].split()[1:2]
+            if target and all(c in "0123456789abcdef" for c in target[0]) and int(target[0], 16) < function:
+                targets.add(int(target[0], 16))
+    return targets
+
+
+def named_cold_part(module: str) -> tuple[int, int] | None:
+    """The cold part's range where the module's own symbols name it (nm's reading)."""
+    listing = subprocess.run(["nm", "-S", "--defined-only", module], capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        words = line.split()
+        if len(words) == 4 and words[3] == EVAL_COLD:
+            return int(words[0], 16), int(words[0], 16) + int(words[1], 16)
+    return None
+
+
+def test_the_eval_loop_s_cold_part_is_found_from_its_fdes(facts):
+    """cold_part, from the FDEs alone, against the module's own name for it where it keeps one
+    (pyenv's 3.12), else against the function's code: its jumps out to before its start all
+    land in the part found; where it was not split there are none (pyenv's 3.13)."""
+    _, elf, _ = facts
+    function = elf.dynamic_functions[EVAL_FUNCTION]
+    fdes = [(start, end) for start, end, _ in compile_eh_frame(elf)]
+    [end] = [end for start, end in fdes if start == function]
+    cold, named = cold_part(fdes, function), named_cold_part(elf.path)
+    if named is not None:
+        assert cold == named
+        return
+    targets = jumps_before(elf.path, function, end)
+    if cold is None:
+        assert not targets
+    else:
+        assert targets and all(cold[0] <= target < cold[1] for target in targets), (cold, sorted(targets)[:5])
+
+
+def test_a_frame_in_the_unnamed_cold_part_is_spliced():
+    """Debian's python3.11 (this process's program) keeps no name for the cold part: a return
+    address there is named for it, and the Python run takes its place."""
+    elf = ElfFile("/usr/bin/python3.11")
+    cold = cold_part([(s, e) for s, e, _ in compile_eh_frame(elf)], elf.dynamic_functions[EVAL_FUNCTION])
+    assert cold is not None and elf.function_at(cold[0] + 16) is None
+    with open("/proc/self/maps") as maps:
+        text = maps.read()
+    program = os.path.realpath(sys.executable)
+    start = min(m.start for m in parse_maps(text) if m.path == program)
+    address = start - elf.file_offset_to_vaddr(0) + cold[0] + 17  # a return address in the cold part
+    native, python = 0x1000, encode_python_word(0x7000, 2, True)
+    me = ProcessInfo(os.getpid(), "pytest", maps=text)
+    snapshot = Snapshot(0.0, (AllocationGroup(me.pid, 8, 1, (native, address, python)),), Counters(), {me.pid: me})
+    symbolized = Symbolizer(line_info=False).symbolize(snapshot)
+    assert symbolized.frames[me.pid, address].function == EVAL_COLD
+    assert symbolized.words_of(symbolized.snapshot.groups[0]) == (native, python)

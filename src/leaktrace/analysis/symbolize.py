@@ -18,7 +18,10 @@ import subprocess
 from dataclasses import dataclass, field
 
 from leaktrace.interpreters.python.frame_words import (
+    EVAL_COLD,
+    EVAL_FUNCTION,
     EVAL_FUNCTIONS,
+    cold_part,
     is_python_word,
     line_of,
     python_word,
@@ -33,6 +36,7 @@ from leaktrace.model.snapshot import (
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import Mapping, parse_maps, printable
+from leaktrace.unwind.tables import compile_eh_frame
 
 
 @dataclass(frozen=True)
@@ -206,6 +210,7 @@ class Symbolizer:
         self._lines: dict[tuple[tuple, int], tuple[tuple[str | None, str | None, int | None], ...]] = {}
         self._demangled: dict[str, str] = {}
         self._spaces: dict[int, tuple[tuple[str, str], AddressSpace]] = {}
+        self._cold_parts: dict[tuple, tuple[int, int] | None] = {}  # module identity -> its eval loop's cold part
 
     def _space(self, process: ProcessInfo) -> AddressSpace:
         cached = self._spaces.get(process.pid)
@@ -246,12 +251,27 @@ class Symbolizer:
             local = debug.function_at(vaddr - 1)
             symbol = local if local and (symbol is None or local.value != symbol.value) else symbol
         if symbol is None:
+            cold = self._eval_cold_part(elf)
+            if cold and cold[0] <= vaddr - 1 < cold[1]:
+                return Frame(
+                    address, EVAL_COLD, vaddr - cold[0], mapping.path, module_offset=vaddr, build_id=elf.build_id
+                ), line_key
             return Frame(
                 address, offset=vaddr, module=mapping.path, module_offset=vaddr, build_id=elf.build_id
             ), line_key
         return Frame(
             address, symbol.name, vaddr - symbol.value, mapping.path, module_offset=vaddr, build_id=elf.build_id
         ), line_key
+
+    def _eval_cold_part(self, elf: ElfFile) -> tuple[int, int] | None:
+        """The cold part of a CPython module's eval loop, which a stripped module leaves unnamed
+        (from its FDEs, once per module; None for any other module)."""
+        if elf.identity not in self._cold_parts:
+            function = elf.dynamic_functions.get(EVAL_FUNCTION)
+            fdes = compile_eh_frame(elf) if function is not None else None
+            found = cold_part([(start, end) for start, end, _ in fdes], function) if fdes and function else None
+            self._cold_parts[elf.identity] = found
+        return self._cold_parts[elf.identity]
 
     def _lookup_lines(self, wanted: dict[ElfFile, set[int]]) -> None:
         for elf, vaddrs in wanted.items():

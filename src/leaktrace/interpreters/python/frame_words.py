@@ -18,9 +18,22 @@ from leaktrace.interpreters.python.layout import (
     PYTHON_SHIM_WORD,
 )
 
-# The interpreter's C function whose frames the Python frames stand for (its cold part is
-# named only where the module keeps its local symbols).
-EVAL_FUNCTIONS = frozenset({"_PyEval_EvalFrameDefault", "_PyEval_EvalFrameDefault.cold"})
+# The interpreter's C function whose frames the Python frames stand for, and its cold part
+# (named by the module's local symbols, else found by cold_part).
+EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
+EVAL_COLD = EVAL_FUNCTION + ".cold"
+EVAL_FUNCTIONS = frozenset({EVAL_FUNCTION, EVAL_COLD})
+
+
+def cold_part(fdes: list[tuple[int, int]], function: int) -> tuple[int, int] | None:
+    """The range of a function's cold part, from a module's FDE ranges in .eh_frame's order: GCC
+    emits a split function's two FDEs one after the other, so the FDE after the function's own,
+    where it lies before it (.text.unlikely comes first), is the cold part. Where the function
+    was not split the next FDE is another function's, after it (pyenv's 3.13.0): none."""
+    for (start, _), after in zip(fdes, fdes[1:]):
+        if start == function:
+            return after if after[1] <= start else None
+    return None
 
 
 def named_like_python(path: str) -> bool:
