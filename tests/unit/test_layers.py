@@ -82,3 +82,30 @@ def test_the_folders_import_one_another_without_a_cycle():
         )
         order += ready
         left -= set(ready)
+
+
+DECLARING_BASES = {"NamedTuple", "Protocol", "TypedDict", "Structure"}  # classes whose annotations are their fields
+
+
+def bare_annotations(node: ast.ClassDef) -> list[str]:
+    """Names a class declares by annotation alone (state some other class must set), where it is
+    not a dataclass or a class whose annotations are its fields."""
+    bases = {ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases}
+    if bases & DECLARING_BASES or any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+        return []
+    return [
+        item.target.id
+        for item in node.body
+        if isinstance(item, ast.AnnAssign) and item.value is None and isinstance(item.target, ast.Name)
+    ]
+
+
+def test_no_class_holds_state_declared_by_annotations_alone():
+    """A mixin whose state its host declares and sets is a part in disguise: parts own their state."""
+    found = [
+        f"{path.relative_to(PACKAGE)}:{node.name} {names}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and (names := bare_annotations(node))
+    ]
+    assert not found

@@ -15,7 +15,6 @@ class TraceSource(Protocol):
     pid: int  # the target (the first process, for a systemwide trace)
     is_child: bool  # the target is a command leaktrace launched (-c)
     exit_status: int | None  # its exit status, once it has exited (a launched command)
-    target_selected: bool  # False once a choice of processes (-f --comm ...) left the target out
     final_snapshot: Snapshot | None  # the last state, read when it exited
     unjudged_why: str  # what can keep a command that exited from its leak check, for the gate's line
 
@@ -25,6 +24,10 @@ class TraceSource(Protocol):
 
     @property
     def exited(self) -> bool: ...
+
+    @property
+    def target_selected(self) -> bool:
+        """False once a choice of processes (-f --comm ...) left the target out."""
 
     def poll(self) -> bool:
         """Does the source's periodic work; False once the target is gone."""

@@ -9,6 +9,7 @@ import fnmatch
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -56,17 +57,22 @@ class Departed(NamedTuple):
     peaks: list[Peak]
 
 
-class ProcessTracking:
-    """BpfTrace's bookkeeping of the processes it follows (the target is pid; 0: every process)."""
+class ProcessTracker:
+    """The processes a BpfTrace follows, a part it owns (the target is pid; 0: every process):
+    their infos and maps, the images seen, the exited ones' last records, the sweeps."""
 
-    engine: BpfEngine
-    pid: int
-    selection: Selection
-    target_selected: bool
-    _exited: bool
-
-    def _start_tracking(self, info: ProcessInfo | None) -> None:
-        self._infos: dict[int, ProcessInfo] = {self.pid: info} if info is not None else {}
+    def __init__(
+        self,
+        engine: BpfEngine,
+        pid: int,
+        selection: Selection,
+        info: ProcessInfo | None,
+        target_exited: Callable[[], bool],
+    ) -> None:
+        self.engine, self.pid, self.selection = engine, pid, selection
+        self._target_exited = target_exited  # the trace's word: the target is gone (its infos are kept)
+        self.target_selected = True  # False once the selection left the target out (-f --comm ...)
+        self.infos: dict[int, ProcessInfo] = {pid: info} if info is not None else {}
         self._maps: dict[int, MapsFollower] = {}  # pid -> its maps as last read
         self._forked: set[int] = set()  # forked from a traced process, same image (ProcessInfo.forked)
         self._info_read_at = time.monotonic()
@@ -83,21 +89,21 @@ class ProcessTracking:
         # Children that exited since the last snapshot: their last state, shown once.
         self._departed: list[Departed] = []
         # --leak-check: the images judged in _exit, and those of whole processes that exited unjudged.
-        self._judged: set[tuple[int, int]] = set()
+        self.judged: set[tuple[int, int]] = set()
         self._unjudged: list[int] = []
 
-    def _process_info(self, pid: int, alive: bool = True) -> ProcessInfo:
-        alive = alive and not (pid == self.pid and self._exited)
+    def process_info(self, pid: int, alive: bool = True) -> ProcessInfo:
+        alive = alive and not (pid == self.pid and self._target_exited())
         if alive:
             info = read_process(pid)
             if info is not None and info.maps:
                 maps = self._maps.setdefault(pid, MapsFollower())
                 maps.follow(info.maps)
                 info = dataclasses.replace(info, forked=pid in self._forked, unmapped=maps.unmapped)
-                self._infos[pid] = info
+                self.infos[pid] = info
                 self._load_tables(info, maps)
                 return info
-        cached = self._infos.get(pid) or ProcessInfo(pid)
+        cached = self.infos.get(pid) or ProcessInfo(pid)
         # Unreadable but not known to be gone (a zombie): exited is for trace.poll to say.
         return cached if alive else dataclasses.replace(cached, exited=True)
 
@@ -112,30 +118,33 @@ class ProcessTracking:
         """What is known of an exited child, even one that lived and died between two polls:
         then its name comes from the kernel side and, unless it exec'd, its maps from its parent
         (known: the kernel side's records, which exited processes leave at once)."""
-        info = self._process_info(pid, alive=False)
+        info = self.process_info(pid, alive=False)
         recorded = known.get(pid)
         if info.maps or recorded is None:
             return info
         comm, parent, execed, forked = recorded.comm, recorded.parent, recorded.execed, recorded.forked
         while not execed and parent:  # up through ancestors that were never read either
-            if parent in self._infos:
-                return dataclasses.replace(self._infos[parent], pid=pid, comm=comm, exited=True, forked=forked)
+            if parent in self.infos:
+                return dataclasses.replace(self.infos[parent], pid=pid, comm=comm, exited=True, forked=forked)
             ancestor = known.get(parent)
             parent, execed = (ancestor.parent, ancestor.execed) if ancestor else (0, True)
         return dataclasses.replace(info, comm=comm, name=comm, forked=forked)
 
-    def _refresh_infos(self) -> None:
-        """Keeps recent maps of every traced process, to symbolize one that dies without warning."""
-        for pid in self._traced_pids():
-            self._process_info(pid)
+    def refresh_infos(self, older_than: float) -> None:
+        """Keeps recent maps of every traced process, to symbolize one that dies without warning:
+        read again once those read are older than older_than seconds."""
+        if time.monotonic() - self._info_read_at <= older_than:
+            return
+        for pid in self.traced_pids():
+            self.process_info(pid)
         self._info_read_at = time.monotonic()
 
-    def _traced_pids(self) -> list[int]:
+    def traced_pids(self) -> list[int]:
         """The target first, then the children followed (fork following only); or every traced process."""
         children = sorted(self._gens) if self.engine.settings.follow_forks else []
         return ([self.pid] if self.pid else []) + [pid for pid in children if pid != self.pid]
 
-    def _track_processes(self) -> None:
+    def track(self) -> None:
         """Copies what new children inherited; leaves out processes outside the selection; takes
         leave of exited children (out of the process tables at once, their records read at the
         next snapshot or sweep); sweeps the records of those and of replaced images."""
@@ -157,15 +166,15 @@ class ProcessTracking:
         gone = {pid: p for pid, p in known.items() if p.exited and pid != self.pid}
         if self.engine.settings.leak_check_at_exit:
             self._unjudged += [
-                pid for pid, p in gone.items() if pid in traced and p.whole and (pid, p.gen) not in self._judged
+                pid for pid, p in gone.items() if pid in traced and p.whole and (pid, p.gen) not in self.judged
             ]
-            self._judged -= {(pid, p.gen) for pid, p in gone.items()}  # an image is judged at most once
+            self.judged -= {(pid, p.gen) for pid, p in gone.items()}  # an image is judged at most once
         for pid, p in gone.items():
             if pid in traced:
                 self._gone[pid] = (p.gen, self._departed_info(pid, known))
             else:  # left out: nothing of it is reported
                 self._exited_images[pid] = p.gen
-            self._infos.pop(pid, None)
+            self.infos.pop(pid, None)
             self._maps.pop(pid, None)
         if gone:
             self.engine.registry.drop_processes(set(gone))
@@ -177,9 +186,9 @@ class ProcessTracking:
         # New images (new processes, or exec'd): read now, in case they are short-lived, and
         # so that their stacks are walked from their modules' tables from now on.
         for pid in new_images:
-            self._process_info(pid)
+            self.process_info(pid)
         if time.monotonic() - self._swept_at >= self._sweep_pause:
-            self._sweep()
+            self.sweep()
 
     def _read_departed(self) -> None:
         """Reads the records of the processes that exited since this was last done, in one go:
@@ -209,7 +218,20 @@ class ProcessTracking:
         self._exited_images.update(images)
         self._gone = {}
 
-    def _sweep(self) -> None:
+    def take_departed(self) -> list[Departed]:
+        """The last states of the processes that exited since the last take (read now where
+        not yet): each shown once."""
+        self._read_departed()
+        departed, self._departed = self._departed, []
+        return departed
+
+    def take_unjudged(self) -> list[int]:
+        """--leak-check: the whole processes that exited unjudged since the last take."""
+        unjudged, self._unjudged = self._unjudged, []
+        return unjudged
+
+    def sweep(self) -> None:
+        """Reads what exited processes left, then drops their records and replaced images'."""
         self._read_departed()
         if self._sweep_due:
             started = time.monotonic()

@@ -33,7 +33,7 @@ from leaktrace.sources.bpf.engine import BpfEngine, EngineSettings
 from leaktrace.sources.bpf.image_holds import ImageHolds
 from leaktrace.sources.bpf.launch import StopRelease, reap, spawn_gated
 from leaktrace.sources.bpf.map_reading import TracedProcess
-from leaktrace.sources.bpf.process_tracking import ProcessTracking, Selection
+from leaktrace.sources.bpf.process_tracking import ProcessTracker, Selection
 from leaktrace.sources.bpf.stop_owners import UNSHARED_NOTICE, StopOwners, stop_owners_cflags
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.sampling import estimated
@@ -70,7 +70,7 @@ def _started_or_closed(engine: BpfEngine) -> BpfEngine:
     return engine
 
 
-class BpfTrace(PollingSource, ProcessTracking):
+class BpfTrace(PollingSource):
     """A BPF trace of one process (pid), or of every process (pid 0); a context manager
     that always detaches."""
 
@@ -82,8 +82,6 @@ class BpfTrace(PollingSource, ProcessTracking):
         self, engine: BpfEngine, pid: int, info: ProcessInfo | None, is_child: bool, selection: Selection = Selection()
     ):
         self.engine = engine
-        self.selection = selection
-        self.target_selected = True  # False once the selection left the target out (-f --comm ...)
         self._exit_checks: list[LeakCheck] = []  # --all: processes judged at their exit, not reported yet
         self.pid = pid
         self.is_child = is_child
@@ -91,7 +89,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         self.exit_status: int | None = None
         self._exited = False
         self._python_code = PythonCodeCapture(engine.upload.python_rows.get)
-        self._start_tracking(info)
+        self.processes = ProcessTracker(engine, pid, selection, info, lambda: self._exited)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
         # Continues what this trace stopped, once no other leaktrace holds it.
         self._stop_owners = StopOwners(engine.kernel.bpf[b"stop_owners"])
@@ -201,20 +199,19 @@ class BpfTrace(PollingSource, ProcessTracking):
             return self.final_snapshot
         taken = time.time()  # before anything is read: what the snapshot shows is at least this recent
         older_than_ns = None if older_than_ms is None else older_than_ms * 1_000_000
-        self._read_departed()
-        pids = self._traced_pids()
-        processes = {pid: self._process_info(pid) for pid in pids}
+        departures = self.processes.take_departed()
+        pids = self.processes.traced_pids()
+        processes = {pid: self.processes.process_info(pid) for pid in pids}
         groups = self.engine.reader.groups(older_than_ns, set(pids))
         allocations = self.engine.reader.allocations(set(pids)) if with_allocations else None
         sites, peaks = self.engine.reader.sites_and_peaks(set(pids))
-        for departed in self._departed:
+        for departed in departures:
             processes[departed.info.pid] = departed.info
             groups += departed.groups
             sites += departed.sites
             peaks += departed.peaks
             if self.engine.settings.exit_allocations:  # for their exit leak log, even when not asked for the rest
                 allocations = (allocations or []) + departed.allocations
-        self._departed = []
         judged, self._exit_checks = self._exit_checks, []
         snapshot = Snapshot(
             taken,
@@ -253,7 +250,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         """Notices stops and exits; returns False once the target is gone."""
         if self._exited:
             return False
-        self._track_processes()
+        self.processes.track()
         if not self.pid:
             return True  # a systemwide trace runs until it is stopped
         running = self._poll_child() if self.is_child else alive(self.pid)
@@ -261,8 +258,7 @@ class BpfTrace(PollingSource, ProcessTracking):
             if not self._exited:
                 self._finish(None)
             return False
-        if time.monotonic() - self._info_read_at > MAPS_REFRESH:
-            self._refresh_infos()
+        self.processes.refresh_infos(MAPS_REFRESH)
         return True
 
     def _poll_child(self) -> bool:
@@ -277,7 +273,7 @@ class BpfTrace(PollingSource, ProcessTracking):
             if self.engine.kernel.tables_stop_pending():
                 # Stopped at the first allocator call of a new image: its modules are all
                 # mapped now; the call goes on once their unwind tables are in.
-                self._process_info(self.pid)
+                self.processes.process_info(self.pid)
                 self.engine.kernel.clear_tables_stop(self.engine.kernel.target_gen())
                 self._stop_owners.let_go(self.pid)
             elif self.engine.kernel.python_stop_pending():
@@ -287,7 +283,7 @@ class BpfTrace(PollingSource, ProcessTracking):
             elif self.engine.kernel.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
                 # children it reaped since this poll began are taken leave of first.
-                self._track_processes()
+                self.processes.track()
                 self.final_snapshot = self.snapshot(
                     with_allocations=self.engine.settings.exit_allocations or self.leak_check_at_exit
                 )
@@ -303,8 +299,8 @@ class BpfTrace(PollingSource, ProcessTracking):
     def _read_python_code(self) -> None:
         """Stopped in Py_FinalizeEx: the code its stacks' Python frames name is read now, before
         the interpreter frees it, for the reports to come (the one at its exit too)."""
-        pids = self._traced_pids()
-        processes = {pid: self._process_info(pid) for pid in pids}
+        pids = self.processes.traced_pids()
+        processes = {pid: self.processes.process_info(pid) for pid in pids}
         groups = self.engine.reader.groups(None, set(pids))
         self._python_code.attach(Snapshot(time.time(), tuple(groups), Counters(), processes))
 
@@ -323,12 +319,12 @@ class BpfTrace(PollingSource, ProcessTracking):
         record = self._selected_image(pid, gen)
         if record is None:
             return
-        self._judged.add((pid, gen))
+        self.processes.judged.add((pid, gen))
         info = read_process(pid)
         if info is None:
             return
         info = dataclasses.replace(info, forked=record.forked)
-        self._infos[pid] = info  # its frames are named from these maps
+        self.processes.infos[pid] = info  # its frames are named from these maps
         if self.engine.settings.follow_forks:
             self.engine.inheritance.copy_inherited()  # a child that exits at once may not have its copies yet
         check = judge_leak_kinds(info, self.engine.reader.allocations(images={pid: gen}), self.engine.exit_hold_spots)
@@ -352,8 +348,8 @@ class BpfTrace(PollingSource, ProcessTracking):
         assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
         record = self.engine.reader.process(self.pid)
         if record is not None:  # the image that stands in _exit
-            self.target_selected = self.selection.matches(self.pid, record)
-        if not self.target_selected:
+            self.processes.target_selected = self.processes.selection.matches(self.pid, record)
+        if not self.processes.target_selected:
             return ()
         try:
             check = judge_leak_kinds(
@@ -371,13 +367,13 @@ class BpfTrace(PollingSource, ProcessTracking):
             self.exit_status = os.waitstatus_to_exitcode(status)
         self._exited = True
         if self.final_snapshot is None:
-            self._track_processes()  # children that left since this poll began
+            self.processes.track()  # children that left since this poll began
             self.final_snapshot = self.snapshot(with_allocations=self.engine.settings.exit_allocations)
-            self._sweep()
+            self.processes.sweep()
         else:  # taken at the exit stop, while the process still existed
-            self._sweep()
+            self.processes.sweep()
             processes = dict(self.final_snapshot.processes)
-            processes[self.pid] = self._process_info(self.pid, alive=False)
+            processes[self.pid] = self.processes.process_info(self.pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
         last = self.final_snapshot.processes.get(self.pid)
         if self.is_child and last is not None and last.maps:
@@ -401,15 +397,13 @@ class BpfTrace(PollingSource, ProcessTracking):
         self.engine.notices.clear()  # the list the engine's parts add to
         if self._holds is not None:
             notices, self._holds.failures = notices + self._holds.failures, []
-        if self._unjudged:
-            shown = ", ".join(map(str, self._unjudged[:UNJUDGED_SHOWN])) + (
-                ", ..." if len(self._unjudged) > UNJUDGED_SHOWN else ""
-            )
+        unjudged = self.processes.take_unjudged()
+        if unjudged:
+            shown = ", ".join(map(str, unjudged[:UNJUDGED_SHOWN])) + (", ..." if len(unjudged) > UNJUDGED_SHOWN else "")
             notices.append(
-                f"leak check: {len(self._unjudged)} process(es) exited without being held for it "
+                f"leak check: {len(unjudged)} process(es) exited without being held for it "
                 f"(one with a terminal never is): pid {shown}"
             )
-            self._unjudged = []
         return notices
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
@@ -443,13 +437,18 @@ class BpfTrace(PollingSource, ProcessTracking):
     def exited(self) -> bool:
         return self._exited
 
+    @property
+    def target_selected(self) -> bool:
+        """False once the selection left the target out (-f --comm ...)."""
+        return self.processes.target_selected
+
     def _selected_image(self, pid: int, gen: int) -> TracedProcess | None:
         """The record of a held program when it is this image of a process the trace keeps, else
         None; one outside the selection is left out at once (never held again, at its exit either)."""
         record = self.engine.reader.process(pid)
         if record is None or record.gen != gen or record.ignored:
             return None
-        if not self.selection.matches(pid, record):
+        if not self.processes.selection.matches(pid, record):
             self.engine.registry.ignore({pid: gen})
             return None
         return record
@@ -465,7 +464,7 @@ class BpfTrace(PollingSource, ProcessTracking):
         maps = MapsFollower()
         maps.follow(info.maps)
         self.engine.upload.load_tables(info, gen, maps)
-        self._infos.setdefault(pid, info)  # its frames are named from these maps should it exit unread
+        self.processes.infos.setdefault(pid, info)  # its frames are named from these maps should it exit unread
 
     def close(self) -> None:
         """Detaches every probe; a launched command is let go (and continued if stopped, unless
