@@ -3,7 +3,8 @@ where a machine has them: Debian 12's python3.11 and Debian 13's python3.13 (in 
 scripts/setup.sh --tests makes with debootstrap, run in a mount namespace of its own with
 /proc mounted, as a container would be: a target whose files are not leaktrace's), and
 pyenv's builds of 3.12 and 3.13 where present. In CI (CI set) a required interpreter that is
-missing fails its tests; the run's header says which ran."""
+missing fails its tests (the tests leave out an optional one that is missing); the run's header
+says which ran."""
 
 from __future__ import annotations
 

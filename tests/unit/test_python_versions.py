@@ -54,8 +54,9 @@ def interpreter_module(program: str) -> str:
     return found[0] if found else program
 
 
-# One in a root of its own runs there by chroot, which needs root: the root run of the suite has it.
-RUNNABLE = [i for i in INTERPRETERS if i.root is None or os.geteuid() == 0]
+# Those on the machine and the required ones (missing: a failure in CI); one in a root of its own
+# runs there by chroot, which needs root: the root run of the suite has it.
+RUNNABLE = [i for i in INTERPRETERS if (i.required or i.path) and (i.root is None or os.geteuid() == 0)]
 
 
 @pytest.fixture(scope="module", params=RUNNABLE, ids=lambda i: i.name)
@@ -191,10 +192,13 @@ def test_the_eval_loop_s_cold_part_is_found_from_its_fdes(facts):
 
 def test_a_frame_in_the_unnamed_cold_part_is_spliced():
     """Debian's python3.11 (this process's program) keeps no name for the cold part: a return
-    address there is named for it, and the Python run takes its place."""
+    address there is named for it, and the Python run takes its place (as root: the symbolizer
+    opens modules through /proc/PID/map_files, which only root may)."""
     elf = ElfFile("/usr/bin/python3.11")
     cold = cold_part([(s, e) for s, e, _ in compile_eh_frame(elf)], elf.dynamic_functions[EVAL_FUNCTION])
     assert cold is not None and elf.function_at(cold[0] + 16) is None
+    if os.geteuid() != 0:
+        return
     with open("/proc/self/maps") as maps:
         text = maps.read()
     program = os.path.realpath(sys.executable)
