@@ -256,3 +256,19 @@ def test_a_version_the_walk_does_not_know_gets_native_frames_and_one_line(progra
     made = [g for g in final_report(result)["groups"] if g["size"] == 4321]
     assert sum(g["count"] for g in made) == 100, made
     assert all(f["kind"] == "native" for g in made for f in g["frames"]) and made[0]["frames"][0]["function"] == "make"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_chain_of_shim_frames_that_leads_back_to_itself_ends(program, tmp_path, engine):
+    """fake_python as a CPython 3.12 whose current frame is an eval-loop shim frame that calls
+    itself (a shim adds no word to the stack): the walk ends within its bound, the stacks are
+    counted cut, the program ends well and its blocks are exact."""
+    fake = tmp_path / "python3.12"
+    flags = ("-rdynamic", "-DFAKE_VERSION=0x030c01f0", "-DFAKE_CODE_SIZE=0xc0", "-DFAKE_SHIM_LOOP")
+    shutil.copy(program("fake_python", *flags), fake)
+    result = run_command(["-c", str(fake), "--engine", engine, "--json", "3600"], timeout=60)
+    assert result.returncode == 0 and "done" in result.stdout, result.stderr
+    report = final_report(result)
+    assert sum(g["count"] for g in report["groups"] if g["size"] == 4321) == 100
+    if engine == "preload":  # the BPF engine finds no thread-state key in fake_python's code: no walk
+        assert report["counters"]["python_frames_cut"] >= 100

@@ -13,12 +13,15 @@
 #ifndef FAKE_VERSION
 #define FAKE_VERSION 0x030b04f0  // -DFAKE_VERSION=...: another version's (an unknown one's, in a test)
 #endif
+#ifndef FAKE_CODE_SIZE
+#define FAKE_CODE_SIZE 0xb8  // 3.11's code objects; -DFAKE_CODE_SIZE=0xc0 with 3.12's version
+#endif
 const unsigned long Py_Version = FAKE_VERSION;
 struct {
     char head[24];
     const char *name;
     intptr_t basic_size, item_size;
-} PyCode_Type = {{0}, "code", 0xb8, 2};
+} PyCode_Type = {{0}, "code", FAKE_CODE_SIZE, 2};
 
 static uintptr_t thread_state[16], cframe[2];
 
@@ -37,6 +40,18 @@ __attribute__((noinline)) static void make(int from, int to)
 
 int main(void)
 {
+#ifdef FAKE_SHIM_LOOP
+    // As 3.12 (-DFAKE_VERSION=0x030c01f0 -DFAKE_CODE_SIZE=0xc0): the current frame (cframe's
+    // first word) is an eval-loop shim (owner 3 at 0x46) whose previous frame (at 8) is itself.
+    static uintptr_t shim[16];
+    ((unsigned char *)shim)[0x46] = 3;
+    shim[1] = (uintptr_t)shim;
+    thread_state[0x38 / 8] = (uintptr_t)cframe;
+    cframe[0] = (uintptr_t)shim;
+    make(0, 100);
+    puts("done");
+    return 0;
+#endif
     long page = sysconf(_SC_PAGESIZE);
     thread_state[0x38 / 8] = (uintptr_t)cframe;
     cframe[1] = 0xdead0000;  // the current frame: unmapped

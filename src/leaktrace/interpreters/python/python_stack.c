@@ -347,7 +347,9 @@ size_t python_stack(uintptr_t *words, size_t room)
     if (frame && row.cframe_frame != PYTHON_NO_CFRAME)
         frame = readable(frame + row.cframe_frame, 8) ? *(uintptr_t *)(frame + row.cframe_frame) : 0;
     size_t count = 0;
-    while (frame) {
+    // Bounded as the BPF walk is: a shim frame adds no word, so a chain of shims that leads back
+    // to itself (a hostile program's) would otherwise never end, inside the program's malloc.
+    for (size_t steps = 0; frame && steps < 2 * PYTHON_MAX_FRAMES + 1; steps++) {
         if (!readable_as(frame, PYTHON_FRAME_HEAD, HINT_FRAME))
             break;  // not a frame: counted as cut below
         uint8_t entry = *(uint8_t *)(frame + row.frame_entry);
