@@ -21,8 +21,8 @@ from leaktrace.interpreters.python.frame_words import (
 from leaktrace.interpreters.python.interpreter import (
     interpreter_offsets,
     interpreter_version,
-    thread_state_key,
     unknown_interpreter,
+    walked_interpreter,
 )
 from leaktrace.model.snapshot import AllocationGroup, Counters, ProcessInfo, PythonCode, Snapshot
 from leaktrace.platform.elf import ElfFile
@@ -120,9 +120,9 @@ def test_an_interpreter_the_walk_does_not_know_is_said(tmp_path):
     )
     subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     fake, debian = ElfFile(str(library)), ElfFile("/usr/bin/python3.11")
-    assert thread_state_key(fake) is None and interpreter_version(fake) == 0x030F00A1
+    assert walked_interpreter(fake) is None and interpreter_version(fake) == 0x030F00A1
     assert unknown_interpreter(fake, walked=False) == (
         f"{library} is CPython 3.15, a version it does not know: leaktrace does not walk its frames"
         " (it walks 3.11, 3.12 and 3.13), so its stacks have native frames only"
     )
-    assert unknown_interpreter(debian, walked=thread_state_key(debian) is not None) is None
+    assert unknown_interpreter(debian, walked=walked_interpreter(debian) is not None) is None

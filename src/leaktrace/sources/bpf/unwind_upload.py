@@ -8,7 +8,7 @@ import struct
 import threading
 from typing import Any
 
-from leaktrace.interpreters.python.interpreter import interpreter_offsets, thread_state_key, unknown_interpreter
+from leaktrace.interpreters.python.interpreter import unknown_interpreter, walked_interpreter
 from leaktrace.interpreters.python.layout import PYTHON_PROC
 from leaktrace.interpreters.python.versions import PythonOffsets
 from leaktrace.model.snapshot import ProcessInfo
@@ -72,8 +72,7 @@ class UnwindUpload:
         if procs is None or elf is None:
             return
         if elf.identity not in self._pythons:
-            key, row = thread_state_key(elf), interpreter_offsets(elf)
-            self._pythons[elf.identity] = (key, row) if key is not None and row is not None else None
+            self._pythons[elf.identity] = walked_interpreter(elf)
             unknown = unknown_interpreter(elf, self._pythons[elf.identity] is not None)
             if unknown:
                 self.notices.append(unknown)
