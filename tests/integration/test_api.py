@@ -7,6 +7,7 @@ import time
 
 from leaktrace import BpfTrace, EngineSettings, Symbolizer, render_text
 from leaktrace.sources.bpf.compile import compile_ahead
+from leaktrace.sources.target import TraceTarget
 
 from conftest import uprobe_links
 
@@ -48,11 +49,11 @@ def test_the_engine_takes_the_compile_started_ahead(program):
     try:
         time.sleep(0.2)  # until ld.so has mapped its libc
         settings = EngineSettings(stack_depth=8)
-        ahead = compile_ahead(settings, target.pid)
+        ahead = compile_ahead(settings, TraceTarget.process(target.pid))
         with BpfTrace.attach(target.pid, settings) as trace:
             assert trace.engine.kernel.bpf is ahead.result()[0]
         # --all: the engine turns fork following on by itself, the flags must still match.
-        ahead = compile_ahead(settings, 0)
+        ahead = compile_ahead(settings, TraceTarget.every_process())
         with BpfTrace.everything(settings) as trace:
             assert trace.engine.kernel.bpf is ahead.result()[0]
     finally:

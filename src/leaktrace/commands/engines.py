@@ -13,6 +13,7 @@ from leaktrace.errors import UsageError
 from leaktrace.platform.arch import SIZE_MAX
 from leaktrace.platform.system import check_system
 from leaktrace.sources.settings import EngineSettings
+from leaktrace.sources.target import TraceTarget
 
 if TYPE_CHECKING:
     from leaktrace.sources.protocol import TraceSource
@@ -58,7 +59,7 @@ def start_bpf(args: argparse.Namespace, settings: EngineSettings, config: Malloc
     if args.command is None:
         # The target is known: clang starts before the rest of leaktrace loads and the
         # target is looked at. (-c's pid exists only once its command is spawned.)
-        compile_ahead(settings, 0 if args.all else args.pid)
+        compile_ahead(settings, TraceTarget.every_process() if args.all else TraceTarget.process(args.pid))
     try:
         from leaktrace.sources.bpf.process_tracking import Selection
         from leaktrace.sources.bpf.trace import BpfTrace

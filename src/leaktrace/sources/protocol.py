@@ -8,15 +8,20 @@ from typing import Protocol, runtime_checkable
 
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, LeakCheck, Snapshot, UnreachableReport
 from leaktrace.platform.pacing import poll_pause
+from leaktrace.sources.target import TraceTarget
 
 
 @runtime_checkable
 class TraceSource(Protocol):
-    pid: int  # the target (the first process, for a systemwide trace)
-    is_child: bool  # the target is a command leaktrace launched (-c)
+    target: TraceTarget  # a process, a launched command, or every process
+    is_child: bool  # target.is_command: leaktrace launched it (-c)
     exit_status: int | None  # its exit status, once it has exited (a launched command)
     final_snapshot: Snapshot | None  # the last state, read when it exited
     unjudged_why: str  # what can keep a command that exited from its leak check, for the gate's line
+
+    @property
+    def pid(self) -> int | None:
+        """target.pid: the one process traced (None: every process)."""
 
     @property
     def leak_check_at_exit(self) -> bool:

@@ -23,6 +23,7 @@ from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION
 from leaktrace.sources.bpf.stop_owners import stop_owners_cflags
 from leaktrace.sources.settings import EngineSettings
+from leaktrace.sources.target import TraceTarget
 
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
 # the allocating calls' return tail-calls, which must be loaded as its caller is.
@@ -98,15 +99,15 @@ def _tracepoint_cflags(follow_forks: bool) -> list[str]:
     ]
 
 
-def program_cflags(settings: EngineSettings, target: int) -> list[str]:
-    """The program's -D flags for an engine tracing target (0: every process, with children)."""
+def program_cflags(settings: EngineSettings, target: TraceTarget) -> list[str]:
+    """The program's -D flags for an engine tracing target (every process: with children)."""
     s = settings
-    follow_forks = s.follow_forks or not target
+    follow_forks = s.follow_forks or target.is_every_process
     return (
         [
-            f"-DTARGET_TGID={target}",
+            f"-DTARGET_TGID={target.pid or 0}",  # the program's word for no one process: 0, never a pid
             f"-DFOLLOW_FORKS={int(follow_forks)}",
-            f"-DTRACE_ALL={int(not target)}",
+            f"-DTRACE_ALL={int(target.is_every_process)}",
             f"-DSELF_TGID={os.getpid()}",
             f"-DMAX_PROCS={s.max_procs}",
             f"-DSTACK_DEPTH={s.stack_depth}",
@@ -217,7 +218,7 @@ class Compiling(threading.Thread):
 _ahead: Compiling | None = None  # started by compile_ahead, not yet taken by an engine
 
 
-def compile_ahead(settings: EngineSettings, target: int) -> Compiling:
+def compile_ahead(settings: EngineSettings, target: TraceTarget) -> Compiling:
     """Starts the compile an engine for (settings, target) will ask for."""
     global _ahead
     discard_compile_ahead()
@@ -233,7 +234,7 @@ def discard_compile_ahead() -> None:
         ahead.discard()
 
 
-def claim_or_start_compile(settings: EngineSettings, target: int) -> Compiling:
+def claim_or_start_compile(settings: EngineSettings, target: TraceTarget) -> Compiling:
     """The compile started ahead for these flags, or a new one."""
     global _ahead
     cflags = program_cflags(settings, target)

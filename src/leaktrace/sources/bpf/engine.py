@@ -49,6 +49,7 @@ from leaktrace.sources.bpf.map_reading import MapReader
 from leaktrace.sources.bpf.process_registry import ProcessRegistry
 from leaktrace.sources.bpf.unwind_upload import UnwindUpload
 from leaktrace.sources.settings import EngineSettings
+from leaktrace.sources.target import TargetKind, TraceTarget
 from leaktrace.unwind.tables import TableCache, UnwindTables
 
 if TYPE_CHECKING:
@@ -154,27 +155,26 @@ def file_offsets(elf: ElfFile, addresses: list[int]) -> list[int]:
 
 
 class BpfEngine:
-    """One compiled BPF program tracing one process and, with -f, its children; or, with
-    target 0, every process that calls into the libraries (each from its first call). Its
+    """One compiled BPF program tracing one process and, with -f, its children; or every
+    process that calls into the libraries (each from its first call). Its
     parts share the compiled program through kernel: reader (the maps, read), upload (unwind
     tables and mappings), registry (processes taken out), inheritance (copies across fork)."""
 
     def __init__(
         self,
         settings: EngineSettings,
-        target: int,
+        target: TraceTarget,
         libraries: tuple[ElfFile, ...],
-        arm_on_exec: bool = False,
         stop_library: str | None = None,
         loader: str | None = None,
         python_library: str | None = None,
     ):
-        if not target:
+        if target.is_every_process:
             settings = dataclasses.replace(settings, follow_forks=True)
         self.settings = settings
         self.target = target
         self.libraries = libraries
-        self.arm_on_exec = arm_on_exec
+        self.arm_on_exec = target.is_command  # a launched command is armed at its exec
         self.stop_library = stop_library  # library with _exit, to stop the target there
         self.loader = loader  # -c: the command's ld.so, whose _dl_debug_state says modules changed
         self.python_library = python_library  # -c: the command's CPython, stopped in its Py_FinalizeEx
@@ -182,7 +182,7 @@ class BpfEngine:
         self.exit_hold_spots: tuple[tuple[str, int, int], ...] = ()  # (device, inode, file offset) of _exit's probes
         self.unprobed: list[Placement] = []  # functions left to the probe of the one they tail-call
         # The target's first thread had exited (pthread_exit) when it was attached to.
-        self.leader_exited = bool(target) and live_thread(target) not in (target, None)
+        self.leader_exited = target.pid is not None and live_thread(target.pid) not in (target.pid, None)
         self.kernel = KernelState()
         self._programs: dict[bytes, int] = {}  # program name -> fd
         self._links: list[int] = []  # uprobe_multi link fds
@@ -222,14 +222,14 @@ class BpfEngine:
     ) -> None:
         # Children are only seen by probes that fire in every process (pid 0); so is a process whose
         # first thread has exited (the kernel's pid filter matches its address space, gone with it).
-        pid = 0 if self.settings.follow_forks or self.leader_exited else self.target
+        pid = self.target.pid if not (self.settings.follow_forks or self.leader_exited) else None
         try:  # by descriptor: the very file that was read (a target's, with its rights)
             self._links.append(
                 attach_uprobes(self._programs[program], library.descriptor, offsets, cookies, pid, returns, attach_type)
             )
         except OSError as e:
-            if self.target and not os.path.exists(f"/proc/{self.target}"):
-                raise RuntimeFailure(f"pid {self.target} exited before the probes were attached") from None
+            if self.target.pid is not None and not os.path.exists(f"/proc/{self.target.pid}"):
+                raise RuntimeFailure(f"pid {self.target.pid} exited before the probes were attached") from None
             raise RuntimeFailure(
                 f"cannot attach uprobes to {library.path}: {_why_refused(e, library, offsets)}"
             ) from None
@@ -289,8 +289,8 @@ class BpfEngine:
         # clang runs without the GIL: the libraries are read and disassembled meanwhile
         # (nothing there prints: fds 1 and 2 are the compile's log until it ends).
         compile_job = claim_or_start_compile(self.settings, self.target)
-        attached = self.target and not self.arm_on_exec
-        target_maps = read_process(self.target) if attached else None
+        attached = self.target.kind is TargetKind.PROCESS
+        target_maps = read_process(self.target.single_pid) if attached else None
         try:
             layouts = [(library, *self._placements(library)) for library in self.libraries]
             stops = self._exit_stops()
@@ -317,7 +317,7 @@ class BpfEngine:
         self.kernel.set_control(CTL_TABLES_GEN, 0 if self.arm_on_exec else NO_TABLES_STOP)
         if attached:
             procs, gen = self.kernel.bpf[b"procs"], self.kernel.next_gen()
-            procs[ct.c_uint32(self.target)] = procs.Leaf(gen=gen)
+            procs[ct.c_uint32(self.target.single_pid)] = procs.Leaf(gen=gen)
             self.kernel.set_control(CTL_TARGET_GEN, gen)
             if target_maps is not None and target_maps.maps:
                 self.upload.load_tables(target_maps, gen, target_follower)
@@ -355,7 +355,7 @@ class BpfEngine:
     def _exit_stops(self) -> list[tuple[ElfFile, list[int]]]:
         """Where exit_stop's probes go: _exit of the stop library (-c), or of every library
         probed that has one (--all: each process may be judged at its exit)."""
-        if self.target:
+        if not self.target.is_every_process:
             if not self.stop_library:
                 return []
             found = next((library for library in self.libraries if library.path == self.stop_library), None)

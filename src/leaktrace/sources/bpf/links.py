@@ -44,13 +44,13 @@ def attach_uprobes(
     path: str,
     offsets: list[int],
     cookies: list[int],
-    pid: int,
+    pid: int | None,
     returns: bool = False,
     attach_type: int = BPF_TRACE_UPROBE_MULTI,
 ) -> int:
     """Attaches prog_fd at these file offsets of path (on return from the functions there when
     `returns`; at both in a session, the attach type the program was loaded with), in process
-    pid only unless pid is 0; returns the link's fd (close it to detach)."""
+    pid only (None: in every process); returns the link's fd (close it to detach)."""
     count = len(offsets)
     offset_array = (ct.c_uint64 * count)(*offsets)
     cookie_array = (ct.c_uint64 * count)(*cookies)
@@ -63,7 +63,7 @@ def attach_uprobes(
         cookies=ct.addressof(cookie_array),
         cnt=count,
         multi_flags=BPF_F_UPROBE_MULTI_RETURN if returns else 0,
-        pid=pid,
+        pid=pid or 0,  # the kernel's word for every process
     )
     return bpf(BPF_LINK_CREATE, attr)
 

@@ -58,21 +58,22 @@ class Departed(NamedTuple):
 
 
 class ProcessTracker:
-    """The processes a BpfTrace follows, a part it owns (the target is pid; 0: every process):
+    """The processes a BpfTrace follows, a part it owns (the engine's target's and, with -f
+    or --all, the others it follows):
     their infos and maps, the images seen, the exited ones' last records, the sweeps."""
 
     def __init__(
         self,
         engine: BpfEngine,
-        pid: int,
         selection: Selection,
         info: ProcessInfo | None,
         target_exited: Callable[[], bool],
     ) -> None:
-        self.engine, self.pid, self.selection = engine, pid, selection
+        self.engine, self.selection = engine, selection
+        self.pid = engine.target.pid  # the one target process (None: every process is traced alike)
         self._target_exited = target_exited  # the trace's word: the target is gone (its infos are kept)
         self.target_selected = True  # False once the selection left the target out (-f --comm ...)
-        self.infos: dict[int, ProcessInfo] = {pid: info} if info is not None else {}
+        self.infos: dict[int, ProcessInfo] = {info.pid: info} if info is not None else {}
         self._maps: dict[int, MapsFollower] = {}  # pid -> its maps as last read
         self._forked: set[int] = set()  # forked from a traced process, same image (ProcessInfo.forked)
         self._info_read_at = time.monotonic()
@@ -142,7 +143,7 @@ class ProcessTracker:
     def traced_pids(self) -> list[int]:
         """The target first, then the children followed (fork following only); or every traced process."""
         children = sorted(self._gens) if self.engine.settings.follow_forks else []
-        return ([self.pid] if self.pid else []) + [pid for pid in children if pid != self.pid]
+        return ([self.pid] if self.pid is not None else []) + [pid for pid in children if pid != self.pid]
 
     def track(self) -> None:
         """Copies what new children inherited; leaves out processes outside the selection; takes
@@ -157,9 +158,10 @@ class ProcessTracker:
             for pid, p in known.items()
             if not p.ignored and self._gens.get(pid) != p.gen and not self.selection.matches(pid, p)
         }
-        target = known.get(self.pid)
-        if target is not None and not target.ignored and self._gens.get(self.pid) != target.gen:
-            self.target_selected = self.pid not in unselected  # each image of the target judged anew
+        if self.pid is not None and self.pid in known:
+            target = known[self.pid]
+            if not target.ignored and self._gens.get(self.pid) != target.gen:
+                self.target_selected = self.pid not in unselected  # each image of the target judged anew
         if unselected:
             self.engine.registry.ignore(unselected)
         traced = {pid: p for pid, p in known.items() if not p.ignored and pid not in unselected}

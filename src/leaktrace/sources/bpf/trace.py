@@ -37,6 +37,7 @@ from leaktrace.sources.bpf.process_tracking import ProcessTracker, Selection
 from leaktrace.sources.bpf.stop_owners import UNSHARED_NOTICE, StopOwners, stop_owners_cflags
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.sampling import estimated
+from leaktrace.sources.target import TraceTarget
 
 MAPS_REFRESH = 0.2  # seconds between reads of traced processes' maps (dlopen'ed modules get tables)
 UNJUDGED_SHOWN = 5  # pids a notice names of the processes that exited without their leak check
@@ -71,25 +72,24 @@ def _started_or_closed(engine: BpfEngine) -> BpfEngine:
 
 
 class BpfTrace(PollingSource):
-    """A BPF trace of one process (pid), or of every process (pid 0); a context manager
-    that always detaches."""
+    """A BPF trace of one process (target.pid) or of every process; a context manager that
+    always detaches."""
 
     unjudged_why = (
         "leaktrace did not see it stop in _exit; another tracer's probes or holds on the machine can cause this"
     )
 
-    def __init__(
-        self, engine: BpfEngine, pid: int, info: ProcessInfo | None, is_child: bool, selection: Selection = Selection()
-    ):
+    def __init__(self, engine: BpfEngine, info: ProcessInfo | None, selection: Selection = Selection()):
         self.engine = engine
+        self.target = engine.target
         self._exit_checks: list[LeakCheck] = []  # --all: processes judged at their exit, not reported yet
-        self.pid = pid
-        self.is_child = is_child
+        self.pid = engine.target.pid
+        self.is_child = engine.target.is_command
         self.final_snapshot: Snapshot | None = None
         self.exit_status: int | None = None
         self._exited = False
         self._python_code = PythonCodeCapture(engine.upload.python_rows.get)
-        self.processes = ProcessTracker(engine, pid, selection, info, lambda: self._exited)
+        self.processes = ProcessTracker(engine, selection, info, lambda: self._exited)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
         # Continues what this trace stopped, once no other leaktrace holds it.
         self._stop_owners = StopOwners(engine.kernel.bpf[b"stop_owners"])
@@ -116,7 +116,8 @@ class BpfTrace(PollingSource):
             raise RuntimeFailure("leaktrace cannot trace itself")
         info = read_target(pid)
         elf = _library(library) if library else allocator_library_of_process(info, ModuleFiles(), "; use --lib PATH")
-        return cls(_started_or_closed(BpfEngine(settings, pid, (elf,))), pid, info, is_child=False, selection=selection)
+        engine = BpfEngine(settings, TraceTarget.process(pid), (elf,))
+        return cls(_started_or_closed(engine), info, selection=selection)
 
     @classmethod
     def launch(
@@ -138,9 +139,8 @@ class BpfTrace(PollingSource):
         pid, gate, errors = spawn_gated(path, argv)
         engine = BpfEngine(
             settings,
-            pid,
+            TraceTarget.command(pid),
             (elf,),
-            arm_on_exec=True,
             stop_library=libc or library,
             loader=program_loader(program),
             python_library=python,
@@ -159,7 +159,7 @@ class BpfTrace(PollingSource):
             reap(pid, kill=True)
             release.release()
             raise
-        trace = cls(engine, pid, read_process(pid), is_child=True, selection=selection)
+        trace = cls(engine, read_process(pid), selection=selection)
         trace._stop_release = release
         trace._await_first_tables()
         return trace
@@ -185,8 +185,10 @@ class BpfTrace(PollingSource):
         found = libc_libraries(ModuleFiles())
         named = [_library(path) for path in libraries]
         known = {elf.identity for elf in found}
-        engine = BpfEngine(settings, 0, found + tuple(elf for elf in named if elf.identity not in known))
-        return cls(_started_or_closed(engine), 0, None, is_child=False, selection=selection)
+        engine = BpfEngine(
+            settings, TraceTarget.every_process(), found + tuple(elf for elf in named if elf.identity not in known)
+        )
+        return cls(_started_or_closed(engine), None, selection=selection)
 
     # -- running ------------------------------------------------------------
 
@@ -235,7 +237,7 @@ class BpfTrace(PollingSource):
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
         from leaktrace.reachability.unreachable import find_unreachable  # numpy: 50 ms of start-up, only for this
 
-        info = read_process(self.pid)
+        info = read_process(self.target.single_pid)
         if info is None:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to check")
         return find_unreachable(
@@ -251,9 +253,9 @@ class BpfTrace(PollingSource):
         if self._exited:
             return False
         self.processes.track()
-        if not self.pid:
+        if self.target.is_every_process:
             return True  # a systemwide trace runs until it is stopped
-        running = self._poll_child() if self.is_child else alive(self.pid)
+        running = self._poll_child() if self.is_child else alive(self.target.single_pid)
         if not running:
             if not self._exited:
                 self._finish(None)
@@ -263,7 +265,7 @@ class BpfTrace(PollingSource):
 
     def _poll_child(self) -> bool:
         try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
+            pid, status = os.waitpid(self.target.single_pid, os.WNOHANG | os.WUNTRACED)
         except ChildProcessError:  # reaped elsewhere (the API user waited for it)
             self._finish(None)
             return False
@@ -273,13 +275,13 @@ class BpfTrace(PollingSource):
             if self.engine.kernel.tables_stop_pending():
                 # Stopped at the first allocator call of a new image: its modules are all
                 # mapped now; the call goes on once their unwind tables are in.
-                self.processes.process_info(self.pid)
+                self.processes.process_info(self.target.single_pid)
                 self.engine.kernel.clear_tables_stop(self.engine.kernel.target_gen())
-                self._stop_owners.let_go(self.pid)
+                self._stop_owners.let_go(self.target.single_pid)
             elif self.engine.kernel.python_stop_pending():
                 self._read_python_code()
                 self.engine.kernel.clear_python_stop()
-                self._stop_owners.let_go(self.pid)
+                self._stop_owners.let_go(self.target.single_pid)
             elif self.engine.kernel.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
                 # children it reaped since this poll began are taken leave of first.
@@ -291,7 +293,7 @@ class BpfTrace(PollingSource):
                     judged = self.final_snapshot.leak_checks + self._judge_at_exit()
                     self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_checks=judged)
                 self.engine.kernel.clear_exit_stop()
-                self._stop_owners.let_go(self.pid)
+                self._stop_owners.let_go(self.target.single_pid)
             return True
         self._finish(status)
         return False
@@ -335,7 +337,7 @@ class BpfTrace(PollingSource):
         made before the trace from glibc's heap walk. RuntimeFailure where it cannot be judged."""
         from leaktrace.reachability.unreachable import judge_leak_kinds_walked
 
-        info = read_process(self.pid) if not self._exited else None
+        info = read_process(self.target.single_pid) if not self._exited else None
         if info is None:
             raise RuntimeFailure(f"pid {self.pid} has exited: nothing to judge")
         return judge_leak_kinds_walked(info, self.engine.reader.allocations({self.pid}), self.engine.library_paths[0])
@@ -346,18 +348,18 @@ class BpfTrace(PollingSource):
         from leaktrace.reachability.unreachable import judge_leak_kinds  # numpy: only for this
 
         assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
-        record = self.engine.reader.process(self.pid)
+        record = self.engine.reader.process(self.target.single_pid)
         if record is not None:  # the image that stands in _exit
-            self.processes.target_selected = self.processes.selection.matches(self.pid, record)
+            self.processes.target_selected = self.processes.selection.matches(self.target.single_pid, record)
         if not self.processes.target_selected:
             return ()
         try:
             check = judge_leak_kinds(
-                self.final_snapshot.processes[self.pid],
+                self.final_snapshot.processes[self.target.single_pid],
                 list(self.final_snapshot.allocations),
                 self.engine.exit_hold_spots,
             )
-            return (dataclasses.replace(check, command=command_line(self.pid) or check.command),)
+            return (dataclasses.replace(check, command=command_line(self.target.single_pid) or check.command),)
         except RuntimeFailure as e:
             self.engine.notices.append(f"leak check skipped: {e}")
             return ()
@@ -373,9 +375,9 @@ class BpfTrace(PollingSource):
         else:  # taken at the exit stop, while the process still existed
             self.processes.sweep()
             processes = dict(self.final_snapshot.processes)
-            processes[self.pid] = self.processes.process_info(self.pid, alive=False)
+            processes[self.target.single_pid] = self.processes.process_info(self.target.single_pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
-        last = self.final_snapshot.processes.get(self.pid)
+        last = self.final_snapshot.processes.get(self.target.single_pid)
         if self.is_child and last is not None and last.maps:
             unseen = self._allocator_not_probed(last)
             if unseen:  # a script that exec'd a program of another allocator (redis-server: jemalloc)
@@ -422,7 +424,7 @@ class BpfTrace(PollingSource):
             if self.engine.leader_exited
             else []
         )
-        unfiltered = self.pid == 0 or self.engine.settings.follow_forks or self.engine.leader_exited
+        unfiltered = self.target.is_every_process or self.engine.settings.follow_forks or self.engine.leader_exited
         guests = valgrind_guests() if unfiltered else []
         if guests:
             everywhere.append(
@@ -475,7 +477,7 @@ class BpfTrace(PollingSource):
             holds.close()
         self.engine.close()
         if self.is_child and not self._exited:
-            self._stop_owners.let_go(self.pid)
+            self._stop_owners.let_go(self.target.single_pid)
         self._stop_owners.close()
         if self._stop_release is not None:
             self._stop_release.release()

@@ -78,6 +78,7 @@ from leaktrace.sources.preload.table import (
 )
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.sampling import EXACT, Sampling, estimated
+from leaktrace.sources.target import TraceTarget
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the dump asked for
@@ -146,7 +147,8 @@ class PreloadTrace(PollingSource):
         self.comm = comm
         self.backtrace_frames = backtrace_frames
         self.workdir = workdir  # ours to delete (launch only)
-        self.is_child = workdir is not None
+        self.target = TraceTarget.command(pid) if workdir is not None else TraceTarget.process(pid)
+        self.is_child = self.target.is_command
         self.exit_status: int | None = None
         self.target_selected = True  # the in-process engine has no choice of processes
         self._gone = False
