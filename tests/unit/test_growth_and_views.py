@@ -131,7 +131,7 @@ def test_size_ranges():
 
 
 def test_reports_that_fell_behind_are_skipped_not_made_in_a_burst():
-    from leaktrace.commands.trace import next_report_time
+    from leaktrace.commands.report_loop import next_report_time
 
     assert next_report_time(10.0, 5.0, 12.0) == 15.0  # on time: one interval on
     assert next_report_time(10.0, 5.0, 15.0) == 20.0  # due exactly now: the next one

@@ -36,7 +36,7 @@ from leaktrace.platform.peers import Peer, Visibility, allowed_network, peer_of
 
 from . import ArgumentParser, Command
 from .engines import ENGINES
-from .trace import TraceCommand, _SignalFlags
+from .report_loop import ReportLoop, SignalFlags
 from .trace_arguments import add_trace_arguments, check_combinations, engine_settings, malloc_debug_config
 
 REQUEST_SECONDS = 5.0  # a request (its line and headers) that has not arrived by then is dropped
@@ -350,7 +350,7 @@ class AgentCommand(Command):
         config = malloc_debug_config(args)
         settings = engine_settings(args, config)
         check_combinations(args, ENGINES[args.engine])
-        flags = _SignalFlags()
+        flags = SignalFlags()
         state = AgentState(args.growth_intervals)
         server = listening(address, handler_for(state, args), tuple(args.listen_allow))  # before anything is attached
         url = f"unix:{address}" if isinstance(address, str) else f"http://{address[0]}:{address[1]}/"
@@ -368,10 +368,11 @@ class AgentCommand(Command):
                     )
                 for line in trace.startup_lines(what, args.verbose):
                     print(f"leaktrace: {line}", file=sys.stderr, flush=True)
-                state.report(trace.snapshot())  # a first scrape finds a heap, not a 503
+                loop = ReportLoop.of_arguments(trace, args, flags)
+                loop.report_to(state)  # a first scrape finds a heap, not a 503
                 serving.start()
                 print(f"leaktrace: serving {url} (metrics, pprof, status)", file=sys.stderr, flush=True)
-                TraceCommand.report_loop(trace, args, state, flags)
+                loop.run(state)
         finally:
             if serving.is_alive():
                 server.shutdown()

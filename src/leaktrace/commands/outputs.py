@@ -1,4 +1,9 @@
-"""What the trace command writes at each report, on SIGUSR2 and at the target's exit."""
+"""What the trace command writes at each report, on SIGUSR2 and at the target's exit, in
+parts, one a job: `OutputFiles` (files written whole, failures counted), `LeakGate` (the
+leak checks judged: suppressions, verdict, valgrind XML, JUnit), `AndroidFiles` (each
+process's leak info, heap dumps and leak log) and `Reports` (the report on stdout and the
+file formats, each from the registries in outputs/); `Outputs` symbolizes each snapshot once
+and hands it to them."""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from leaktrace.analysis.growth import GrowthTracker
+from leaktrace.analysis.growth import Growth, GrowthTracker
 from leaktrace.analysis.suppressions import LeakCheckSettings, apply_suppressions
-from leaktrace.analysis.symbolize import Symbolizer
+from leaktrace.analysis.symbolize import SymbolizedSnapshot, Symbolizer
 from leaktrace.android.heap_dump import render_heap_dump
 from leaktrace.android.leak_info import get_malloc_leak_info
 from leaktrace.android.leak_log import render_leak_log
@@ -41,51 +46,15 @@ def _say(text: str) -> None:
     print(f"leaktrace: {text}", file=sys.stderr, flush=True)
 
 
-@dataclass
-class Outputs:
-    json: bool = False
-    top: int = 10
-    leak_info: str | None = None  # raw get_malloc_leak_info buffer, rewritten each report (children: FILE.PID)
-    dump_prefix: str = DEFAULT_DUMP_PREFIX  # heap dumps go to PREFIX.PID.txt and PREFIX.PID.exit.txt
-    dump_each_report: bool = False  # PREFIX.PID.txt at each report (always on SIGUSR2)
-    dump_on_exit: bool = False  # PREFIX.PID.exit.txt once, when a traced process exits
-    backtrace_full: bool = False
-    leak_track: bool = False  # the +++ leak log on stderr when a traced process exits
-    systemwide: bool = False  # the per-process report; leak info in FILE.PID for every process
-    top_processes: int = 10
-    min_bytes: int = 0  # systemwide: processes holding less are left out of the report
-    growth_intervals: int = 3  # rises in a row that flag a stack as a likely leak
-    contents: bool = False  # unreachable leaks with their first bytes
-    files: dict[str, str] = field(default_factory=dict)  # FileFormat.option -> path, rewritten each report
-    leak_check: LeakCheckSettings | None = None  # --leak-check: valgrind's kinds (-c and --all at exit, -p at the end)
-    xml_file: str | None = None  # --xml-file: each leak check in valgrind's XML (%p: its pid)
-    junit_file: str | None = None  # --junit: the gate's cases so far, rewritten as they come
-    tool_argv: tuple[str, ...] = ()  # leaktrace's own, for the XML's <vargv>
-    measure: str = "live"  # what the text table, folded stacks, HTML and pprof are drawn by (MEASURES)
+class OutputFiles:
+    """Files written whole (a temporary file renamed); one that cannot be is said and counted,
+    and each path is announced once, not at every report."""
 
-    def __post_init__(self):
-        self.symbolizer = Symbolizer()
-        self.growth = GrowthTracker(self.growth_intervals)
-        self.unwritten = 0  # output files that could not be written (exit status 3)
-        self.leaking: list[LeakCheck] = []  # leak checks with errors left after the suppressions
-        self.judged: set[int] = set()  # pids whose leak check a report carried
-        self.gate_cases: list[GateCase] = []  # --junit's, one a process judged or left unjudged
-        self._announced: set[str] = set()  # paths said once ("written to"), not at every report
-        self.started_at = time.time()
+    def __init__(self) -> None:
+        self.unwritten = 0
+        self._announced: set[str] = set()
 
-    @property
-    def stdout_format(self) -> str:
-        """The entry of STDOUT_FORMATS each report is written in."""
-        return "json" if self.json else "processes" if self.systemwide else "text"
-
-    def exit_status(self) -> int:
-        """--error-exitcode's N when the leak check found errors; else UNWRITTEN_OUTPUT once an
-        output file could not be written (the trace itself ran); else 0."""
-        if self.leaking and self.leak_check is not None and self.leak_check.error_exitcode:
-            return self.leak_check.error_exitcode
-        return UNWRITTEN_OUTPUT if self.unwritten else 0
-
-    def _write(self, path: str, data: bytes, what: str) -> None:
+    def write(self, path: str, data: bytes, what: str) -> None:
         try:
             write_atomically(path, data)
         except RuntimeFailure as e:
@@ -96,76 +65,53 @@ class Outputs:
             self._announced.add(path)
             _say(f"{what} written to {path}")
 
-    def _heap_dump(self, symbolized, pid: int, suffix: str) -> None:
-        text = render_heap_dump(symbolized, pid, backtrace_full=self.backtrace_full)
-        self._write(f"{self.dump_prefix}.{pid}{suffix}", text.encode(), "heap dump")
 
-    def report(self, snapshot: Snapshot) -> None:
-        """The report; per process, the leak-info file, heap dumps and, for one that exited, its leak log."""
-        symbolized = self.symbolizer.symbolize(snapshot)
-        if snapshot.leak_checks and self.leak_check is not None:
-            settings = self.leak_check
-            judged = tuple(apply_suppressions(c, symbolized, settings.suppressions) for c in snapshot.leak_checks)
-            snapshot = dataclasses.replace(snapshot, leak_checks=judged)
-            symbolized = dataclasses.replace(symbolized, snapshot=snapshot)
-            for check in judged:
-                self.judged.add(check.pid)
-                leaks = bool(check.errors(settings.errors_for))
-                if leaks:
-                    self.leaking.append(check)
-                if self.xml_file:
-                    xml = render_valgrind_xml(symbolized, check, settings, list(self.tool_argv))
-                    self._write(self.xml_file.replace("%p", str(check.pid)), xml, "valgrind XML")
-                if self.junit_file:
-                    self.gate_cases.append(
-                        GateCase(
-                            f"{check.command or check.pid} (pid {check.pid})",
-                            check.pause_seconds,
-                            self.leak_line(check) if leaks else None,
-                            output=render_leak_check(symbolized, check, settings),
-                        )
-                    )
+class LeakGate:
+    """--leak-check: each leak check a report carries, its suppressions applied, judged against
+    the error kinds, and written as valgrind's XML (one file a process) and JUnit cases."""
+
+    def __init__(
+        self,
+        settings: LeakCheckSettings,
+        files: OutputFiles,
+        xml_file: str | None = None,  # --xml-file (%p: its pid)
+        junit_file: str | None = None,  # --junit: the cases so far, rewritten as they come
+        tool_argv: tuple[str, ...] = (),  # leaktrace's own, for the XML's <vargv>
+    ) -> None:
+        self.settings, self.files = settings, files
+        self.xml_file, self.junit_file, self.tool_argv = xml_file, junit_file, tool_argv
+        self.leaking: list[LeakCheck] = []  # leak checks with errors left after the suppressions
+        self.judged: set[int] = set()  # pids whose leak check a report carried
+        self.gate_cases: list[GateCase] = []  # --junit's, one a process judged or left unjudged
+
+    def judge(self, symbolized: SymbolizedSnapshot) -> SymbolizedSnapshot:
+        """The snapshot with its leak checks' suppressions applied; each check judged and written."""
+        snapshot = symbolized.snapshot
+        judged = tuple(apply_suppressions(c, symbolized, self.settings.suppressions) for c in snapshot.leak_checks)
+        symbolized = dataclasses.replace(symbolized, snapshot=dataclasses.replace(snapshot, leak_checks=judged))
+        for check in judged:
+            self.judged.add(check.pid)
+            leaks = bool(check.errors(self.settings.errors_for))
+            if leaks:
+                self.leaking.append(check)
+            if self.xml_file:
+                xml = render_valgrind_xml(symbolized, check, self.settings, list(self.tool_argv))
+                self.files.write(self.xml_file.replace("%p", str(check.pid)), xml, "valgrind XML")
             if self.junit_file:
-                self._write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
-        growth = self.growth.observe(snapshot)
-        context = ReportContext(
-            growth, self.top, self.top_processes, self.min_bytes, self.contents, self.leak_check, self.measure
-        )
-        write_fully(sys.stdout, STDOUT_FORMATS[self.stdout_format].render(symbolized, context))
-        file_context = FileContext(growth, snapshot.taken_at - self.started_at, self.measure)
-        for output in FILE_FORMATS:
-            if output.option in self.files:
-                self._write(self.files[output.option], output.render(symbolized, file_context), output.what)
-        for index, (pid, process) in enumerate(snapshot.processes.items()):
-            if self.leak_info:
-                info = get_malloc_leak_info(snapshot, pid)
-                path = self.leak_info if index == 0 and not self.systemwide else f"{self.leak_info}.{pid}"
-                self._write(path, info.buffer, "leak info")
-                _say(
-                    f"leak info of pid {pid}: overall_size {info.overall_size}, info_size {info.info_size}, "
-                    f"total_memory {info.total_memory}, backtrace_size {info.backtrace_size}"
-                    + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else "")
+                output = render_leak_check(symbolized, check, self.settings)
+                name = f"{check.command or check.pid} (pid {check.pid})"
+                self.gate_cases.append(
+                    GateCase(name, check.pause_seconds, self.leak_line(check) if leaks else None, output=output)
                 )
-            if self.leak_track and process.exited and snapshot.allocations is not None:
-                lines = render_leak_log(symbolized, pid, process.name or process.comm)
-                write_fully(sys.stderr, "".join(line + "\n" for line in lines))
-            if self.dump_each_report:
-                self._heap_dump(symbolized, pid, ".txt")
-            if self.dump_on_exit and process.exited:
-                self._heap_dump(symbolized, pid, ".exit.txt")
-
-    def leaking_lines(self) -> list[str]:
-        """At the end: each process judged with leaks of the error kinds left, with its command line."""
-        if self.leak_check is None:
-            return []
-        return [self.leak_line(check) for check in self.leaking]
+        if judged and self.junit_file:
+            self.files.write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
+        return symbolized
 
     def leak_line(self, check: LeakCheck) -> str:
         """A process's leaks of the error kinds, in one line with its command line."""
-        assert self.leak_check is not None
         kinds = ", ".join(
             f"{kind.words}: {size:,} bytes in {blocks:,} blocks"
-            for kind in sorted(self.leak_check.errors_for, key=list(LeakKind).index)
+            for kind in sorted(self.settings.errors_for, key=list(LeakKind).index)
             for size, blocks in [check.total(kind)]
             if blocks
         )
@@ -175,9 +121,120 @@ class Outputs:
         """A command the gate could not judge: an error case in --junit's file."""
         if self.junit_file:
             self.gate_cases.append(GateCase(what, 0.0, error=why))
-            self._write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
+            self.files.write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
+
+    @property
+    def failing_status(self) -> int:
+        """--error-exitcode's N once a check found errors, else 0."""
+        return (self.settings.error_exitcode or 0) if self.leaking else 0
+
+
+@dataclass(frozen=True)
+class AndroidFiles:
+    """malloc_debug's files of each traced process: the leak-info buffer, heap dumps, the leak log."""
+
+    leak_info: str | None = None  # raw get_malloc_leak_info buffer, rewritten each report (children: FILE.PID)
+    dump_prefix: str = DEFAULT_DUMP_PREFIX  # heap dumps go to PREFIX.PID.txt and PREFIX.PID.exit.txt
+    dump_each_report: bool = False  # PREFIX.PID.txt at each report (always on SIGUSR2)
+    dump_on_exit: bool = False  # PREFIX.PID.exit.txt once, when a traced process exits
+    backtrace_full: bool = False
+    leak_track: bool = False  # the +++ leak log on stderr when a traced process exits
+    per_process_leak_info: bool = False  # FILE.PID for every process, the first too (--all)
+
+    def heap_dump(self, symbolized: SymbolizedSnapshot, pid: int, suffix: str, files: OutputFiles) -> None:
+        text = render_heap_dump(symbolized, pid, backtrace_full=self.backtrace_full)
+        files.write(f"{self.dump_prefix}.{pid}{suffix}", text.encode(), "heap dump")
+
+    def at_report(self, symbolized: SymbolizedSnapshot, files: OutputFiles) -> None:
+        snapshot = symbolized.snapshot
+        for index, (pid, process) in enumerate(snapshot.processes.items()):
+            if self.leak_info:
+                info = get_malloc_leak_info(snapshot, pid)
+                path = self.leak_info if index == 0 and not self.per_process_leak_info else f"{self.leak_info}.{pid}"
+                files.write(path, info.buffer, "leak info")
+                _say(
+                    f"leak info of pid {pid}: overall_size {info.overall_size}, info_size {info.info_size}, "
+                    f"total_memory {info.total_memory}, backtrace_size {info.backtrace_size}"
+                    + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else "")
+                )
+            if self.leak_track and process.exited and snapshot.allocations is not None:
+                lines = render_leak_log(symbolized, pid, process.name or process.comm)
+                write_fully(sys.stderr, "".join(line + "\n" for line in lines))
+            if self.dump_each_report:
+                self.heap_dump(symbolized, pid, ".txt", files)
+            if self.dump_on_exit and process.exited:
+                self.heap_dump(symbolized, pid, ".exit.txt", files)
+
+
+@dataclass(frozen=True)
+class Reports:
+    """The report on standard output (an entry of STDOUT_FORMATS) and the formats of FILE_FORMATS
+    asked for, all drawn by one measure."""
+
+    stdout_format: str = "text"
+    files: dict[str, str] = field(default_factory=dict)  # FileFormat.option -> path, rewritten each report
+    top: int = 10
+    top_processes: int = 10
+    min_bytes: int = 0  # systemwide: processes holding less are left out of the report
+    contents: bool = False  # unreachable leaks with their first bytes
+    measure: str = "live"  # what the text table, folded stacks, HTML and pprof are drawn by (MEASURES)
+
+    def write(
+        self,
+        symbolized: SymbolizedSnapshot,
+        growth: Growth,
+        elapsed: float,
+        leak_check: LeakCheckSettings | None,
+        files: OutputFiles,
+    ) -> None:
+        context = ReportContext(
+            growth, self.top, self.top_processes, self.min_bytes, self.contents, leak_check, self.measure
+        )
+        write_fully(sys.stdout, STDOUT_FORMATS[self.stdout_format].render(symbolized, context))
+        file_context = FileContext(growth, elapsed, self.measure)
+        for output in FILE_FORMATS:
+            if output.option in self.files:
+                files.write(self.files[output.option], output.render(symbolized, file_context), output.what)
+
+
+class Outputs:
+    """Every output of a trace: each snapshot symbolized once, its growth tracked, and handed
+    to the gate (when --leak-check), the reports and Android's files."""
+
+    def __init__(
+        self,
+        reports: Reports,
+        android: AndroidFiles,
+        files: OutputFiles,
+        gate: LeakGate | None = None,
+        growth_intervals: int = 3,  # rises in a row that flag a stack as a likely leak
+    ) -> None:
+        self.reports, self.android, self.files, self.gate = reports, android, files, gate
+        self.symbolizer = Symbolizer()
+        self.growth = GrowthTracker(growth_intervals)
+        self.started_at = time.time()
+
+    def report(self, snapshot: Snapshot) -> None:
+        """The report; per process, the leak-info file, heap dumps and, for one that exited, its leak log."""
+        symbolized = self.symbolizer.symbolize(snapshot)
+        if snapshot.leak_checks and self.gate is not None:
+            symbolized = self.gate.judge(symbolized)
+        growth = self.growth.observe(symbolized.snapshot)
+        settings = self.gate.settings if self.gate else None
+        self.reports.write(symbolized, growth, snapshot.taken_at - self.started_at, settings, self.files)
+        self.android.at_report(symbolized, self.files)
 
     def dump_now(self, snapshot: Snapshot) -> None:
         symbolized = self.symbolizer.symbolize(snapshot)
         for pid in snapshot.processes:
-            self._heap_dump(symbolized, pid, ".txt")
+            self.android.heap_dump(symbolized, pid, ".txt", self.files)
+
+    def leaking_lines(self) -> list[str]:
+        """At the end: each process judged with leaks of the error kinds left, with its command line."""
+        return [self.gate.leak_line(check) for check in self.gate.leaking] if self.gate else []
+
+    def exit_status(self) -> int:
+        """--error-exitcode's N when the leak check found errors; else UNWRITTEN_OUTPUT once an
+        output file could not be written (the trace itself ran); else 0."""
+        failing = self.gate.failing_status if self.gate else 0
+        return failing or (UNWRITTEN_OUTPUT if self.files.unwritten else 0)

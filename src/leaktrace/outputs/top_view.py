@@ -1,8 +1,8 @@
 """`--top-view`: a full-screen live view like top, of one process or of every process.
 
 The screen is text made by `render_top_screen`, a pure function of the view's
-state, a symbolized snapshot and its growth; the curses loop around it only
-reads keys, polls the trace and paints lines.
+state, a symbolized snapshot and its growth; the view is a consumer of the report
+loop, which polls the trace: the view paints each snapshot and reads keys between polls.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import curses
 import dataclasses
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from leaktrace.analysis.growth import Growth, GrowthTracker, stack_id
@@ -20,7 +21,6 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Counters, Snapshot
 from leaktrace.outputs.text import ranked_stacks, stack_text
 from leaktrace.platform.arch import SIZE_MAX
-from leaktrace.platform.pacing import poll_pause
 
 SORT_BY_KEY = {
     "l": "live",
@@ -212,23 +212,28 @@ def table_pids(symbolized: SymbolizedSnapshot, growth: Growth, state: ViewState)
 
 
 class _TopView:
-    """The curses loop: poll the trace, refresh every interval, answer keys."""
+    """The curses side of the report loop: each snapshot refreshes the screen, and the waits
+    between the loop's polls read keys."""
 
     TABLE_TOP = 5  # screen line of the first process row (after the header and column titles)
 
-    def __init__(self, screen, trace, interval: float, flags, growth_intervals: int):
+    def __init__(self, screen, interval: float, dump: Callable[[Snapshot], None], growth_intervals: int):
         self.screen = screen
-        self.trace = trace
-        self.flags = flags
+        self.dump_now = dump  # SIGUSR2: the heap dump the trace command writes
         self.state = ViewState(interval=interval)
         self.growth_tracker = GrowthTracker(growth_intervals)
         self.symbolizer = Symbolizer()
         self.symbolized = SymbolizedSnapshot(Snapshot(time.time(), (), Counters()), {})  # until the first poll
         self.growth = Growth()
         self.previous: tuple[float, Counters] | None = None
+        curses.set_escdelay(25)  # Esc goes back at once, not after curses' default second
+        curses.curs_set(0)
+        self.screen.keypad(True)
 
-    def refresh_data(self) -> None:
-        snapshot = self.trace.snapshot()
+    def report(self, snapshot: Snapshot) -> None:
+        """A refresh (none while paused: the screen stays as it was)."""
+        if self.state.paused and self.previous:
+            return
         now = time.monotonic()
         if self.previous:
             elapsed = max(now - self.previous[0], 1e-9)
@@ -239,6 +244,7 @@ class _TopView:
         self.previous = (now, snapshot.counters)
         self.growth = self.growth_tracker.observe(snapshot)
         self.symbolized = self.symbolizer.symbolize(snapshot)
+        self.paint()
 
     def paint(self) -> None:
         height, width = self.screen.getmaxyx()
@@ -311,40 +317,30 @@ class _TopView:
                 state.message = "sizes are given as MIN-MAX, MIN- or -MAX (bytes)"
         return True
 
-    def run(self) -> None:
-        curses.set_escdelay(25)  # Esc goes back at once, not after curses' default second
-        curses.curs_set(0)
-        self.screen.keypad(True)
-        self.refresh_data()
-        next_refresh = time.monotonic() + self.state.interval
-        self.paint()
-        while self.flags.stop is None:
-            polled_at = time.monotonic()
-            if not self.trace.poll():
-                break
-            self.screen.timeout(int(poll_pause(time.monotonic() - polled_at) * 1000))
-            key = self.screen.getch()
-            dirty = False
-            if key == curses.KEY_RESIZE:
-                curses.update_lines_cols()
-                dirty = True
-            elif key != -1:
-                if not self.answer(key):
-                    return
-                dirty = True
-            if time.monotonic() >= next_refresh:
-                next_refresh = time.monotonic() + self.state.interval
-                if not self.state.paused:
-                    self.refresh_data()
-                    dirty = True
-            if dirty:
-                self.paint()
+    def wait(self, seconds: float) -> bool:
+        """The loop's pause between polls: a key read (or a resize) ends it; False to quit."""
+        self.screen.timeout(int(seconds * 1000))
+        key = self.screen.getch()
+        if key == curses.KEY_RESIZE:
+            curses.update_lines_cols()
+        elif key != -1 and not self.answer(key):
+            return False
+        if key != -1:
+            self.paint()
+        return True
 
 
-def run_top_view(trace, interval: float, flags, growth_intervals: int = 3) -> None:
-    """Runs the view until q, Ctrl-C, SIGTERM or the target's exit; the terminal is restored
-    in every case (curses.wrapper also on an exception)."""
+def run_top_view(
+    run_loop: Callable[..., bool], interval: float, dump: Callable[[Snapshot], None], growth_intervals: int = 3
+) -> None:
+    """Runs the view in the report loop (run_loop) until q, Ctrl-C, SIGTERM or the target's
+    exit; the terminal is restored in every case (curses.wrapper also on an exception)."""
+
+    def in_screen(screen) -> None:
+        view = _TopView(screen, interval, dump, growth_intervals)
+        run_loop(view, view.wait, report_first=True)
+
     try:
-        curses.wrapper(lambda screen: _TopView(screen, trace, interval, flags, growth_intervals).run())
+        curses.wrapper(in_screen)
     except curses.error as e:  # a terminal curses cannot drive (TERM unknown, too small)
         raise RuntimeFailure(f"the top view cannot use this terminal: {e}") from None
