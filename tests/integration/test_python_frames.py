@@ -6,6 +6,7 @@ each CPython version the walk knows (python_interpreters.py); under CPU hogs on 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -169,6 +170,9 @@ def test_an_attached_script_shows_its_python_frames(engine: str, interpreter: In
         started = "attached in-process" if engine == "preload" else "probes live"
         line = tool.stderr.readline()
         assert started in line, line + tool.stderr.read()
+        if engine == "bpf":  # the library probed, named as it is found from here (a chroot's too)
+            named = line.split(" through ", 1)[1].split(" (", 1)[0]
+            assert os.path.isfile(named) and "/root/" not in named, line
         script.send_signal(signal.SIGUSR1)
         wait_ready(here / "ready")
         until_sites_reported(tool)

@@ -22,12 +22,24 @@ from leaktrace.platform.process import Mapping, parse_maps, read_process
 from leaktrace.platform.target_files import open_modules
 
 
-def _own_root(pid: int) -> bool:
-    """The process sees the file system from this process's root (not a container's)."""
+def _other_root(pid: int) -> str | None:
+    """The process's root directory as the kernel names it here, when it is not this process's
+    own root (a container's, a chroot's); None when it is, or cannot be told."""
     try:
-        return os.path.samefile(f"/proc/{pid}/root", "/proc/self/root")
+        if os.path.samefile(f"/proc/{pid}/root", "/proc/self/root"):
+            return None
+        return os.readlink(f"/proc/{pid}/root")
     except OSError:
-        return True
+        return None
+
+
+def _name_here(path: str, pid: int, root: str | None) -> str:
+    """A path of pid's maps as this process finds the file: under /proc/PID/root for a process of
+    another root, unless maps already name it whole (a chroot below this root: the kernel names
+    its files from here, the root's own path first)."""
+    if root is None or (root != "/" and path.startswith(root.rstrip("/") + "/")):
+        return path
+    return f"/proc/{pid}/root{path}"
 
 
 def _candidate_paths(process: ProcessInfo, mapping: Mapping) -> tuple[str, ...]:
@@ -151,10 +163,10 @@ class ModuleFiles:
             return found
         descriptors = open_modules(process.credentials, [_candidate_paths(process, m) for m in files])
         # Named as this process would find them: a container's files under its root.
-        prefix = "" if process.exited or _own_root(process.pid) else f"/proc/{process.pid}/root"
+        root = None if process.exited else _other_root(process.pid)
         for mapping, fd in zip(files, descriptors):
             if fd is not None:
-                found[mapping.start] = self._file(prefix + mapping.path, fd)
+                found[mapping.start] = self._file(_name_here(mapping.path, process.pid, root), fd)
         return found
 
     def _file(self, path: str, fd: int) -> ElfFile | None:
