@@ -209,6 +209,23 @@ def test_a_script_that_exits_at_once_is_named(engine: str, interpreter: Interpre
     assert python == [("inner", str(script), 5), ("outer", str(script), 7), ("<module>", str(script), 8)]
 
 
+@pytest.mark.parametrize("program", ["python", "true"])
+def test_a_command_that_execs_into_another_root_is_said_untraced(program):
+    """-c's probes are on the libc of the command's first program: a program it execs in another
+    root (Debian 13's) calls its own, so nothing of it is traced, and one line says so, whether a
+    poll saw the program (python: its libc is named) or it was gone before one (true, mostly)."""
+    [debian13] = [i for i in INTERPRETERS if i.root is not None]
+    if program == "python":
+        argv = debian13.command("-c", "import ctypes; ctypes.CDLL(None).strdup(b'x' * 100003)")
+    else:
+        argv = [*debian13.command()[:-1], "/usr/bin/true"]
+    result = run_command(["-c", shlex.join(argv), "--json"])
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "--lib" in line]
+    assert len(said) == 1 and "traced" in said[0], result.stderr
+    assert all(group["size"] != 100003 for report in reports(result.stdout) for group in report["groups"])
+
+
 def test_outputs_name_python_frames(tmp_path):
     """Folded lines and pprof locations carry the Python functions with their files and lines."""
     folded, profile = tmp_path / "stacks.folded", tmp_path / "heap.pb.gz"

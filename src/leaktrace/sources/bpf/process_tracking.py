@@ -74,6 +74,7 @@ class ProcessTracker:
         self._target_exited = target_exited  # the trace's word: the target is gone (its infos are kept)
         self.target_selected = True  # False once the selection left the target out (-f --comm ...)
         self.infos: dict[int, ProcessInfo] = {info.pid: info} if info is not None else {}
+        self.target_maps_gen = 0  # the target's image whose maps were read last (0: none yet)
         self._maps: dict[int, MapsFollower] = {}  # pid -> its maps as last read
         self._forked: set[int] = set()  # forked from a traced process, same image (ProcessInfo.forked)
         self._info_read_at = time.monotonic()
@@ -112,6 +113,8 @@ class ProcessTracker:
         """The stack walk's view of a process's executable mappings, kept current as they change
         (the target's current image as the kernel side has it: an exec may be newer than _gens)."""
         gen = self.engine.kernel.target_gen() if info.pid == self.pid else self._gens.get(info.pid, 0)
+        if info.pid == self.pid:
+            self.target_maps_gen = gen
         if gen:
             self.engine.upload.load_tables(info, gen, maps)
 

@@ -378,7 +378,16 @@ class BpfTrace(PollingSource):
             processes[self.target.single_pid] = self.processes.process_info(self.target.single_pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
         last = self.final_snapshot.processes.get(self.target.single_pid)
-        if self.is_child and last is not None and last.maps:
+        if self.is_child and self.processes.target_maps_gen != self.engine.kernel.target_gen():
+            # An image that made no call through the probed library, so was never stopped for its
+            # tables, and was gone before a poll read its maps (a program in another root).
+            before = f" (exec'd by {last.name or last.comm})" if last else ""
+            self.engine.notices.append(
+                f"the command's last program{before} never called the traced allocator, so nothing of it was "
+                "traced (a program of another root, or a static one): trace it with -p, or name its "
+                "allocator library with --lib"
+            )
+        elif self.is_child and last is not None and last.maps:
             unseen = self._allocator_not_probed(last)
             if unseen:  # a script that exec'd a program of another allocator (redis-server: jemalloc)
                 self.engine.notices.append(
