@@ -181,16 +181,6 @@ def test_the_drops_line_says_why_stacks_were_truncated():
     assert drops_text(Counters(allocations=9)) == "drops: none"
 
 
-def test_every_file_format_renders_through_the_one_interface():
-    from leaktrace.analysis.growth import Growth
-    from leaktrace.outputs.files import FILE_FORMATS, FileContext
-
-    symbolized = snapshot([AllocationGroup(10, 24, 3, (0x1010, 0x2020))])
-    for output in FILE_FORMATS:
-        data = output.render(symbolized, FileContext(Growth(), 1.5))
-        assert isinstance(data, bytes) and data, output.option
-
-
 def test_the_html_page_lists_the_top_stacks_with_their_frames():
     from leaktrace.outputs.html_page import render_html
 

@@ -29,7 +29,7 @@ main(["-p", "1"])
 def test_nothing_heavy_is_imported_before_the_compile_starts():
     result = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True)
     loaded = ast.literal_eval(result.stdout.strip())
-    light = {"leaktrace.outputs", "leaktrace.outputs.files"}  # the file formats' table: names, no renderer
+    light = {"leaktrace.outputs", "leaktrace.outputs.renderers"}  # the formats' table: names, no renderer
     heavy = [
         name
         for name in loaded

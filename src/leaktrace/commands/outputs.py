@@ -2,7 +2,7 @@
 parts, one a job: `OutputFiles` (files written whole, failures counted), `LeakGate` (the
 leak checks judged: suppressions, verdict, valgrind XML, JUnit), `AndroidFiles` (each
 process's leak info, heap dumps and leak log) and `Reports` (the report on stdout and the
-file formats, each from the registries in outputs/); `Outputs` symbolizes each snapshot once
+file formats, each an entry of outputs/renderers.py); `Outputs` symbolizes each snapshot once
 and hands it to them."""
 
 from __future__ import annotations
@@ -22,22 +22,21 @@ from leaktrace.android.leak_log import render_leak_log
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import LeakCheck, LeakKind, Snapshot
-from leaktrace.outputs.files import FILE_FORMATS, FileContext
 from leaktrace.outputs.junit import GateCase, render_junit
 from leaktrace.outputs.leak_check import render_leak_check
-from leaktrace.outputs.stdout_reports import STDOUT_FORMATS, ReportContext
+from leaktrace.outputs.renderers import FILE_FORMATS, RENDERERS, RenderContext
 from leaktrace.outputs.valgrind_xml import render_valgrind_xml
 from leaktrace.platform.atomic_write import write_atomically
 
 UNWRITTEN_OUTPUT = 3  # exit status: the trace ran to its end, but an output file could not be written
 
 
-def write_fully(stream, text: str) -> None:
+def write_fully(stream, text: str | bytes) -> None:
     """Writes text to a standard stream with os.write until all of it is out. Python's
     buffered writer drops the rest of a large write that a signal interrupts on a full
     pipe (seen with reports of 200 KB and SIGINT), and reports must arrive whole."""
     stream.flush()
-    view = memoryview(text.encode())
+    view = memoryview(text.encode() if isinstance(text, str) else text)
     while view:
         view = view[os.write(stream.fileno(), view) :]
 
@@ -168,11 +167,11 @@ class AndroidFiles:
 
 @dataclass(frozen=True)
 class Reports:
-    """The report on standard output (an entry of STDOUT_FORMATS) and the formats of FILE_FORMATS
-    asked for, all drawn by one measure."""
+    """The report on standard output and the file formats asked for (entries of RENDERERS), all
+    drawn by one measure."""
 
     stdout_format: str = "text"
-    files: dict[str, str] = field(default_factory=dict)  # FileFormat.option -> path, rewritten each report
+    files: dict[str, str] = field(default_factory=dict)  # a file format's name -> path, rewritten each report
     top: int = 10
     top_processes: int = 10
     min_bytes: int = 0  # systemwide: processes holding less are left out of the report
@@ -187,14 +186,13 @@ class Reports:
         leak_check: LeakCheckSettings | None,
         files: OutputFiles,
     ) -> None:
-        context = ReportContext(
-            growth, self.top, self.top_processes, self.min_bytes, self.contents, leak_check, self.measure
+        context = RenderContext(
+            growth, elapsed, self.measure, self.top, self.top_processes, self.min_bytes, self.contents, leak_check
         )
-        write_fully(sys.stdout, STDOUT_FORMATS[self.stdout_format].render(symbolized, context))
-        file_context = FileContext(growth, elapsed, self.measure)
+        write_fully(sys.stdout, RENDERERS[self.stdout_format].render(symbolized, context))
         for output in FILE_FORMATS:
-            if output.option in self.files:
-                files.write(self.files[output.option], output.render(symbolized, file_context), output.what)
+            if output.name in self.files:
+                files.write(self.files[output.name], output.render(symbolized, context), output.what)
 
 
 class Outputs:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, MallocDebugConfig
 from leaktrace.errors import UsageError
-from leaktrace.outputs.files import FILE_FORMATS
+from leaktrace.outputs.renderers import FILE_FORMATS
 
 from . import ArgumentParser, Command
 from .engines import ENGINES
@@ -71,9 +71,7 @@ class TraceCommand(Command):
         files = OutputFiles()
         reports = Reports(
             stdout_format="json" if args.json else "processes" if args.all else "text",
-            files={
-                output.option: getattr(args, output.option) for output in FILE_FORMATS if getattr(args, output.option)
-            },
+            files={output.name: getattr(args, output.name) for output in FILE_FORMATS if getattr(args, output.name)},
             top=args.top or (5 if args.all else 10),
             top_processes=args.top_processes or 10,
             min_bytes=args.min_bytes or 0,

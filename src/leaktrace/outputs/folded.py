@@ -14,7 +14,7 @@ from collections import Counter
 
 from leaktrace.analysis.symbolize import Frame, SymbolizedSnapshot
 from leaktrace.model.snapshot import AllocationGroup, StackStatus
-from leaktrace.outputs.files import FileContext
+from leaktrace.outputs.renderers import RenderContext
 
 
 def frame_label(frame: Frame) -> str:
@@ -51,5 +51,5 @@ def render_folded(symbolized: SymbolizedSnapshot, measure: str = "live") -> str:
     return "".join(f"{';'.join(path)} {total}\n" for path, total in sorted(totals.items()) if total)
 
 
-def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
+def render(symbolized: SymbolizedSnapshot, context: RenderContext) -> bytes:
     return render_folded(symbolized, context.measure).encode()

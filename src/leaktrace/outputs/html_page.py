@@ -18,8 +18,8 @@ from leaktrace.analysis.process_table import process_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Snapshot, StackStatus, UnreachableLeak, UnreachableReport
-from leaktrace.outputs.files import FileContext
 from leaktrace.outputs.folded import stack_path
+from leaktrace.outputs.renderers import RenderContext
 from leaktrace.outputs.text import MEASURE_TITLES, peak_text, ranked_stacks, rate_text, sizes_text
 
 WEB = Path(__file__).parent / "web"
@@ -235,5 +235,5 @@ td.frames {{ font-family: monospace; font-size: 90%; }}</style>
 """
 
 
-def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
+def render(symbolized: SymbolizedSnapshot, context: RenderContext) -> bytes:
     return render_html(symbolized, context.growth, measure=context.measure).encode()

@@ -12,7 +12,7 @@ from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.model.snapshot import AllocationGroup, LeakCheck, LeakKind, Peak, SiteTotals, UnreachableReport
 
 if TYPE_CHECKING:
-    from leaktrace.outputs.stdout_reports import ReportContext
+    from leaktrace.outputs.renderers import RenderContext
 
 JSON_FORMAT = 1  # of the report's shape: raised on a change a reader of the old one would misread
 
@@ -165,5 +165,5 @@ def render_json(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) -> st
     return json.dumps(snapshot_to_dict(symbolized, growth), separators=(",", ":")) + "\n"
 
 
-def render_stdout(symbolized: SymbolizedSnapshot, context: ReportContext) -> str:
-    return render_json(symbolized, context.growth)
+def render(symbolized: SymbolizedSnapshot, context: RenderContext) -> bytes:
+    return render_json(symbolized, context.growth).encode()

@@ -19,7 +19,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from leaktrace.analysis.symbolize import AddressSpace, Frame, SymbolizedSnapshot
 from leaktrace.model.snapshot import AllocationGroup, Snapshot, StackStatus
-from leaktrace.outputs.files import FileContext
+from leaktrace.outputs.renderers import RenderContext
 from leaktrace.outputs.text import drops_text, peak_text, totals_text
 
 _T = descriptor_pb2.FieldDescriptorProto
@@ -284,5 +284,5 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0, measur
     return gzip.compress(profile.SerializeToString(), compresslevel=GZIP_LEVEL, mtime=0)
 
 
-def render_file(symbolized: SymbolizedSnapshot, context: FileContext) -> bytes:
+def render(symbolized: SymbolizedSnapshot, context: RenderContext) -> bytes:
     return render_pprof(symbolized, context.seconds, context.measure)

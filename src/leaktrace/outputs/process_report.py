@@ -11,7 +11,7 @@ from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.outputs.text import clock, drops_text, ranked_stacks, rate_text, stack_table, totals_text
 
 if TYPE_CHECKING:
-    from leaktrace.outputs.stdout_reports import ReportContext
+    from leaktrace.outputs.renderers import RenderContext
 
 
 def render_process_report(
@@ -69,5 +69,6 @@ def render_process_report(
     return "\n".join(lines) + "\n"
 
 
-def render_stdout(symbolized: SymbolizedSnapshot, context: ReportContext) -> str:
-    return render_process_report(symbolized, context.growth, context.top_processes, context.top, context.min_bytes)
+def render(symbolized: SymbolizedSnapshot, context: RenderContext) -> bytes:
+    report = render_process_report(symbolized, context.growth, context.top_processes, context.top, context.min_bytes)
+    return report.encode()

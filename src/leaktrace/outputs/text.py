@@ -13,7 +13,7 @@ from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.model.snapshot import AllocationGroup, Counters, Snapshot, StackStatus
 
 if TYPE_CHECKING:
-    from leaktrace.outputs.stdout_reports import ReportContext
+    from leaktrace.outputs.renderers import RenderContext
 
 _NO_STACK = {
     StackStatus.FILTERED: "(no stack: size outside the backtrace size range)",
@@ -178,5 +178,5 @@ def render_text(
     return "\n".join(lines) + "\n"
 
 
-def render_stdout(symbolized: SymbolizedSnapshot, context: ReportContext) -> str:
-    return render_text(symbolized, context.top, growth=context.growth, measure=context.measure)
+def render(symbolized: SymbolizedSnapshot, context: RenderContext) -> bytes:
+    return render_text(symbolized, context.top, growth=context.growth, measure=context.measure).encode()
