@@ -116,3 +116,16 @@ def test_every_member_of_a_class_of_ours_the_docs_name_exists():
             if name in classes and not has(name, member):  # other projects' classes are theirs to name
                 missing.append(f"{page.name}: {name}.{member}")
     assert not missing, missing
+
+
+def test_the_architecture_names_every_source_file():
+    """A module, C file or header added to the package is placed in docs/architecture.md."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    sources = [
+        path
+        for path in tracked_files()
+        if path.startswith("src/leaktrace/") and path.endswith((".py", ".c", ".h")) and "/web/" not in path
+    ]
+    assert sources
+    unnamed = [path for path in sources if Path(path).name not in text]
+    assert not unnamed, unnamed
