@@ -160,7 +160,7 @@ class TraceCommand(Command):
     def leave_command(trace: TraceSource, args: argparse.Namespace, what: str) -> None:
         """A -c command still running as the trace ends (COUNT reports, Ctrl-C, q): killed with
         --kill-on-exit, else left running; either way said in one line."""
-        if not trace.is_child or trace.exited:
+        if not trace.target.is_command or trace.exited:
             return
         if args.kill_on_exit:
             with contextlib.suppress(ProcessLookupError):

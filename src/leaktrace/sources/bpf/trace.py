@@ -83,8 +83,6 @@ class BpfTrace(PollingSource):
         self.engine = engine
         self.target = engine.target
         self._exit_checks: list[LeakCheck] = []  # --all: processes judged at their exit, not reported yet
-        self.pid = engine.target.pid
-        self.is_child = engine.target.is_command
         self.final_snapshot: Snapshot | None = None
         self.exit_status: int | None = None
         self._exited = False
@@ -243,7 +241,7 @@ class BpfTrace(PollingSource):
         return find_unreachable(
             info,
             self.engine.reader.allocations({self.pid}),
-            complete=self.is_child,
+            complete=self.target.is_command,
             limit=limit,
             allocator=self.engine.library_paths[0],
         )
@@ -255,7 +253,7 @@ class BpfTrace(PollingSource):
         self.processes.track()
         if self.target.is_every_process:
             return True  # a systemwide trace runs until it is stopped
-        running = self._poll_child() if self.is_child else alive(self.target.single_pid)
+        running = self._poll_child() if self.target.is_command else alive(self.target.single_pid)
         if not running:
             if not self._exited:
                 self._finish(None)
@@ -378,7 +376,7 @@ class BpfTrace(PollingSource):
             processes[self.target.single_pid] = self.processes.process_info(self.target.single_pid, alive=False)
             self.final_snapshot = dataclasses.replace(self.final_snapshot, processes=processes)
         last = self.final_snapshot.processes.get(self.target.single_pid)
-        if self.is_child and self.processes.target_maps_gen != self.engine.kernel.target_gen():
+        if self.target.is_command and self.processes.target_maps_gen != self.engine.kernel.target_gen():
             # An image that made no call through the probed library, so was never stopped for its
             # tables, and was gone before a poll read its maps (a program in another root).
             before = f" (exec'd by {last.name or last.comm})" if last else ""
@@ -387,7 +385,7 @@ class BpfTrace(PollingSource):
                 "traced (a program of another root, or a static one): trace it with -p, or name its "
                 "allocator library with --lib"
             )
-        elif self.is_child and last is not None and last.maps:
+        elif self.target.is_command and last is not None and last.maps:
             unseen = self._allocator_not_probed(last)
             if unseen:  # a script that exec'd a program of another allocator (redis-server: jemalloc)
                 self.engine.notices.append(
@@ -445,6 +443,11 @@ class BpfTrace(PollingSource):
         return placements + cache + everywhere + unshared + self.take_notices() + [live + trapped]
 
     @property
+    def pid(self) -> int | None:
+        """The one process traced (None: every process)."""
+        return self.target.pid
+
+    @property
     def exited(self) -> bool:
         return self._exited
 
@@ -485,7 +488,7 @@ class BpfTrace(PollingSource):
             self.engine.kernel.stop_holding()
             holds.close()
         self.engine.close()
-        if self.is_child and not self._exited:
+        if self.target.is_command and not self._exited:
             self._stop_owners.let_go(self.target.single_pid)
         self._stop_owners.close()
         if self._stop_release is not None:

@@ -148,7 +148,6 @@ class PreloadTrace(PollingSource):
         self.backtrace_frames = backtrace_frames
         self.workdir = workdir  # ours to delete (launch only)
         self.target = TraceTarget.command(pid) if workdir is not None else TraceTarget.process(pid)
-        self.is_child = self.target.is_command
         self.exit_status: int | None = None
         self.target_selected = True  # the in-process engine has no choice of processes
         self._gone = False
@@ -365,7 +364,7 @@ class PreloadTrace(PollingSource):
                 raise RuntimeFailure(f"pid {self.pid} exited and left no table or dump that could be read")
             return self.final_snapshot
         if (
-            not self.is_child
+            not self.target.is_command
             and not self.injection
             and not with_allocations
             and self.dumps_refused is None
@@ -410,7 +409,7 @@ class PreloadTrace(PollingSource):
         if self._gone:
             return False
         self._judge_if_held()
-        if self.is_child:
+        if self.target.is_command:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:  # reaped elsewhere (the API user waited for it): no status
