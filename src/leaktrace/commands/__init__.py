@@ -10,8 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import shlex
+import sys
 
 from leaktrace.errors import UsageError
+
+
+def say(line: str) -> None:
+    """One line of leaktrace's own on stderr, flushed at once (it interleaves with the reports)."""
+    print(f"leaktrace: {line}", file=sys.stderr, flush=True)
 
 
 def bounded_int(low: int, high: int | None = None):

@@ -24,7 +24,6 @@ import dataclasses
 import io
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from urllib.parse import parse_qs, urlparse
 from leaktrace.errors import UsageError
 from leaktrace.platform.peers import Peer, Visibility, allowed_network, peer_of
 
-from . import ArgumentParser, Command
+from . import ArgumentParser, Command, say
 from .engines import ENGINES
 from .report_loop import ReportLoop, SignalFlags
 from .trace_arguments import add_trace_arguments, check_combinations, engine_settings, malloc_debug_config
@@ -359,19 +358,17 @@ class AgentCommand(Command):
             trace, what = ENGINES[args.engine].start(args, settings, config)
             with trace:
                 if sampled_by_default:
-                    print(
-                        f"leaktrace: agent: sampling pid {args.pid} in-process, a block every "
+                    say(
+                        f"agent: sampling pid {args.pid} in-process, a block every "
                         f"{DEFAULT_SAMPLE >> 10} KiB on average (estimates; --sample 0 or --engine bpf "
-                        "records every call)",
-                        file=sys.stderr,
-                        flush=True,
+                        "records every call)"
                     )
                 for line in trace.startup_lines(what, args.verbose):
-                    print(f"leaktrace: {line}", file=sys.stderr, flush=True)
+                    say(line)
                 loop = ReportLoop.of_arguments(trace, args, flags)
                 loop.report_to(state)  # a first scrape finds a heap, not a 503
                 serving.start()
-                print(f"leaktrace: serving {url} (metrics, pprof, status)", file=sys.stderr, flush=True)
+                say(f"serving {url} (metrics, pprof, status)")
                 loop.run(state)
         finally:
             if serving.is_alive():

@@ -28,6 +28,8 @@ from leaktrace.outputs.renderers import FILE_FORMATS, RENDERERS, RenderContext
 from leaktrace.outputs.valgrind_xml import render_valgrind_xml
 from leaktrace.platform.atomic_write import write_atomically
 
+from . import say
+
 UNWRITTEN_OUTPUT = 3  # exit status: the trace ran to its end, but an output file could not be written
 
 
@@ -39,10 +41,6 @@ def write_fully(stream, text: str | bytes) -> None:
     view = memoryview(text.encode() if isinstance(text, str) else text)
     while view:
         view = view[os.write(stream.fileno(), view) :]
-
-
-def _say(text: str) -> None:
-    print(f"leaktrace: {text}", file=sys.stderr, flush=True)
 
 
 class OutputFiles:
@@ -58,11 +56,11 @@ class OutputFiles:
             write_atomically(path, data)
         except RuntimeFailure as e:
             self.unwritten += 1
-            _say(str(e))
+            say(str(e))
             return
         if path not in self._announced:
             self._announced.add(path)
-            _say(f"{what} written to {path}")
+            say(f"{what} written to {path}")
 
 
 class LeakGate:
@@ -151,7 +149,7 @@ class AndroidFiles:
                 info = get_malloc_leak_info(snapshot, pid)
                 path = self.leak_info if index == 0 and not self.per_process_leak_info else f"{self.leak_info}.{pid}"
                 files.write(path, info.buffer, "leak info")
-                _say(
+                say(
                     f"leak info of pid {pid}: overall_size {info.overall_size}, info_size {info.info_size}, "
                     f"total_memory {info.total_memory}, backtrace_size {info.backtrace_size}"
                     + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else "")

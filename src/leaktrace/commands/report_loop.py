@@ -10,7 +10,6 @@ import dataclasses
 import os
 import select
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.pacing import poll_pause
+
+from . import say
 
 if TYPE_CHECKING:
     import argparse
@@ -77,10 +78,6 @@ def next_report_time(last_due: float, interval: float, now: float) -> float:
     if due <= now:
         due += ((now - due) // interval + 1) * interval
     return due
-
-
-def say(line: str) -> None:
-    print(f"leaktrace: {line}", file=sys.stderr, flush=True)
 
 
 def snapshot_or_skip(trace: TraceSource, older_than_ms: int | None = None, **options) -> Snapshot | None:

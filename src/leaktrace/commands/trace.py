@@ -14,9 +14,9 @@ from leaktrace.android.options import DEFAULT_DUMP_PREFIX, MallocDebugConfig
 from leaktrace.errors import UsageError
 from leaktrace.outputs.renderers import FILE_FORMATS
 
-from . import ArgumentParser, Command
+from . import ArgumentParser, Command, say
 from .engines import ENGINES
-from .report_loop import ReportLoop, SignalFlags, report_snapshot, say
+from .report_loop import ReportLoop, SignalFlags, report_snapshot
 from .trace_arguments import (
     add_trace_arguments,
     check_combinations,
