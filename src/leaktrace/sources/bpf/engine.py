@@ -174,7 +174,6 @@ class BpfEngine:
         self.settings = settings
         self.target = target
         self.libraries = libraries
-        self.arm_on_exec = target.is_command  # a launched command is armed at its exec
         self.stop_library = stop_library  # library with _exit, to stop the target there
         self.loader = loader  # -c: the command's ld.so, whose _dl_debug_state says modules changed
         self.python_library = python_library  # -c: the command's CPython, stopped in its Py_FinalizeEx
@@ -314,7 +313,7 @@ class BpfEngine:
         self.kernel.set_control(CTL_NEXT_GEN, 1)
         self.kernel.bpf[b"unwind_programs"][ct.c_int(0)] = ct.c_int(self._programs[b"unwind_frames"])
         # -c's command stops at its first allocator call until its tables are in (tables_stop_pending).
-        self.kernel.set_control(CTL_TABLES_GEN, 0 if self.arm_on_exec else NO_TABLES_STOP)
+        self.kernel.set_control(CTL_TABLES_GEN, 0 if self.target.is_command else NO_TABLES_STOP)
         if attached:
             procs, gen = self.kernel.bpf[b"procs"], self.kernel.next_gen()
             procs[ct.c_uint32(self.target.single_pid)] = procs.Leaf(gen=gen)
@@ -341,7 +340,7 @@ class BpfEngine:
             finalize = python.dynamic_functions.get("Py_FinalizeEx")
             if finalize:
                 self._link(b"python_stop", python, file_offsets(python, [finalize]), [0])
-        if self.loader and self.arm_on_exec:
+        if self.loader and self.target.is_command:
             try:
                 loader = ElfFile(self.loader)
                 debug_state = loader.dynamic_functions.get("_dl_debug_state")

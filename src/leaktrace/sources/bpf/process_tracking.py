@@ -70,7 +70,6 @@ class ProcessTracker:
         target_exited: Callable[[], bool],
     ) -> None:
         self.engine, self.selection = engine, selection
-        self.pid = engine.target.pid  # the one target process (None: every process is traced alike)
         self._target_exited = target_exited  # the trace's word: the target is gone (its infos are kept)
         self.target_selected = True  # False once the selection left the target out (-f --comm ...)
         self.infos: dict[int, ProcessInfo] = {info.pid: info} if info is not None else {}
@@ -93,6 +92,11 @@ class ProcessTracker:
         # --leak-check: the images judged in _exit, and those of whole processes that exited unjudged.
         self.judged: set[tuple[int, int]] = set()
         self._unjudged: list[int] = []
+
+    @property
+    def pid(self) -> int | None:
+        """The one target process (None: every process is traced alike)."""
+        return self.engine.target.pid
 
     def process_info(self, pid: int, alive: bool = True) -> ProcessInfo:
         alive = alive and not (pid == self.pid and self._target_exited())

@@ -262,8 +262,9 @@ class BpfTrace(PollingSource):
         return True
 
     def _poll_child(self) -> bool:
+        child = self.target.single_pid
         try:
-            pid, status = os.waitpid(self.target.single_pid, os.WNOHANG | os.WUNTRACED)
+            pid, status = os.waitpid(child, os.WNOHANG | os.WUNTRACED)
         except ChildProcessError:  # reaped elsewhere (the API user waited for it)
             self._finish(None)
             return False
@@ -273,13 +274,13 @@ class BpfTrace(PollingSource):
             if self.engine.kernel.tables_stop_pending():
                 # Stopped at the first allocator call of a new image: its modules are all
                 # mapped now; the call goes on once their unwind tables are in.
-                self.processes.process_info(self.target.single_pid)
+                self.processes.process_info(child)
                 self.engine.kernel.clear_tables_stop(self.engine.kernel.target_gen())
-                self._stop_owners.let_go(self.target.single_pid)
+                self._stop_owners.let_go(child)
             elif self.engine.kernel.python_stop_pending():
                 self._read_python_code()
                 self.engine.kernel.clear_python_stop()
-                self._stop_owners.let_go(self.target.single_pid)
+                self._stop_owners.let_go(child)
             elif self.engine.kernel.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
                 # children it reaped since this poll began are taken leave of first.
@@ -291,7 +292,7 @@ class BpfTrace(PollingSource):
                     judged = self.final_snapshot.leak_checks + self._judge_at_exit()
                     self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_checks=judged)
                 self.engine.kernel.clear_exit_stop()
-                self._stop_owners.let_go(self.target.single_pid)
+                self._stop_owners.let_go(child)
             return True
         self._finish(status)
         return False
@@ -346,18 +347,19 @@ class BpfTrace(PollingSource):
         from leaktrace.reachability.unreachable import judge_leak_kinds  # numpy: only for this
 
         assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
-        record = self.engine.reader.process(self.target.single_pid)
+        command = self.target.single_pid
+        record = self.engine.reader.process(command)
         if record is not None:  # the image that stands in _exit
-            self.processes.target_selected = self.processes.selection.matches(self.target.single_pid, record)
+            self.processes.target_selected = self.processes.selection.matches(command, record)
         if not self.processes.target_selected:
             return ()
         try:
             check = judge_leak_kinds(
-                self.final_snapshot.processes[self.target.single_pid],
+                self.final_snapshot.processes[command],
                 list(self.final_snapshot.allocations),
                 self.engine.exit_hold_spots,
             )
-            return (dataclasses.replace(check, command=command_line(self.target.single_pid) or check.command),)
+            return (dataclasses.replace(check, command=command_line(command) or check.command),)
         except RuntimeFailure as e:
             self.engine.notices.append(f"leak check skipped: {e}")
             return ()
