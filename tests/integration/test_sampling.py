@@ -145,6 +145,7 @@ def test_an_attached_process_is_sampled_and_the_library_goes_back_to_exact(progr
         (["--sample", "lots", "--engine", "preload"], "'lots' is not a number of bytes"),
         (["--sample-seed", "3", "--engine", "preload"], "--sample-seed needs --sample"),
         (["--sample", "1MiB", "--engine", "preload", "--leak-track"], "--leak-track needs every block"),
+        (["--sample", "1MiB", "--engine", "preload", "--options", "guard"], "option 'guard' needs every block"),
     ],
 )
 def test_sampling_options_are_refused_in_one_line(words, message):
@@ -235,3 +236,60 @@ def test_the_bpf_engine_samples_an_attached_process_and_every_process(program, h
         if target is not None:
             target.kill()
             target.wait()
+
+
+# Blocks the sampler did not keep, in pages it kept a block in (so in the filter), through
+# every entry point that takes a block: they behave as untraced.
+UNKEPT_CASES = [("64", "4KiB"), ("4096", "4KiB"), ("4096", "512KiB"), ("100000", "512KiB")]
+
+
+@pytest.mark.parametrize("size, rate", UNKEPT_CASES)
+def test_unkept_blocks_behave_as_untraced_in_a_sampled_launch(program, size, rate):
+    seed = random.randrange(1 << 63)
+    print(f"seed {seed}")
+    target = program("unkept_blocks")
+    untraced = subprocess.run([str(target), size, "8"], capture_output=True, text=True, timeout=120)
+    assert untraced.returncode == 0, untraced.stdout
+    result = run_command(
+        ["-c", f"{target} {size} 8", "--engine", "preload", "--json", "--sample", rate]
+        + ["--sample-seed", str(seed), "3600"]
+    )
+    assert result.returncode == 0, (result.stdout[-300:], seed)
+    assert "UNKNOWN POINTER" not in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert untraced.stdout in result.stdout, seed
+    report = final_report(result)
+    assert report["sample_rate"] and report["counters"]["unknown_frees"] == 0, report["counters"]
+
+
+def test_unkept_blocks_behave_as_untraced_in_a_sampled_attach(program):
+    target = subprocess.Popen(
+        [program("unkept_blocks"), "64", "8", "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert wait_for_line(target.stdout) == "ready\n"
+        tracer = subprocess.Popen(
+            leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json")
+            + ["--sample", "4KiB", "--sample-seed", "11", "3600"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert "attached in-process" in wait_for_line(tracer.stderr)
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        line = wait_for_line(target.stdout)
+        assert line.startswith("checked "), line
+        report = trace_ended(tracer)
+        assert report["sample_rate"] == 4096 and report["counters"]["unknown_frees"] == 0
+        assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait()
+
+
+def test_python_grows_a_bytearray_under_a_sampled_launch():
+    """Debian's CPython reallocs a growing bytearray: no MemoryError when sampled."""
+    script = "b = bytearray()\nfor _ in range(20000):\n    b += b'x' * 4096\nprint(len(b))"
+    result = run_command(["-c", f'python3 -c "{script}"', "--engine", "preload", "--sample", "4KiB", "3600"])
+    assert result.returncode == 0 and "81920000" in result.stdout, result.stderr[-2000:]
+    assert "UNKNOWN POINTER" not in result.stderr and "MemoryError" not in result.stderr

@@ -13,6 +13,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from leaktrace.android.options import (
+    ALLOCATOR_ONLY,
     DEFAULT_DUMP_PREFIX,
     MallocDebugConfig,
     OptionError,
@@ -357,6 +358,9 @@ def malloc_debug_config(args: argparse.Namespace) -> MallocDebugConfig:
         check_engine_options(config, args.engine)
     except OptionError as e:
         raise UsageError(str(e).removeprefix("leaktrace: ")) from None
+    per_block = [name for name in config.options if name in ALLOCATOR_ONLY]
+    if args.sample and per_block:  # a block not kept goes straight to the allocator, unchanged
+        raise UsageError(f"option '{per_block[0]}' needs every block: leave out --sample (exact mode)")
     return config
 
 

@@ -105,6 +105,13 @@ static uint8_t *filter_byte(const void *pointer)
     return &sample_filter[((uintptr_t)pointer >> 12) * 0x9e3779b97f4a7c15u >> 48 & (FILTER_BYTES - 1)];
 }
 
+// Whether a pointer the table lacks is reported (bionic's UNKNOWN POINTER): only when every
+// block is kept. Sampled, it is a block not kept (a filter false positive), the allocator's.
+static int unknown_pointers_reported(void)
+{
+    return config.track_allocs && !sample_bytes;
+}
+
 // Whether pointer may be a sampled block (never wrong when it says no).
 static inline int maybe_sampled(const void *pointer)
 {
@@ -623,7 +630,7 @@ __attribute__((noinline)) static void *realloc_slow(void *pointer, size_t size)
         int had = table_take((uintptr_t)pointer, &old, ~(uintptr_t)pointer == last_made_inverted);
         if (!had && !sample_bytes)
             count_event(C_UNKNOWN_FREE);
-        if (!had && config.track_allocs) {
+        if (!had && unknown_pointers_reported()) {
             unknown_pointer(pointer, "realloc");
         } else {
             if (had)
@@ -636,7 +643,7 @@ __attribute__((noinline)) static void *realloc_slow(void *pointer, size_t size)
             if (result && take_sample(size))
                 record_block(result, size);
         }
-    } else if (outer && config.track_allocs && !table_contains((uintptr_t)pointer)) {
+    } else if (outer && unknown_pointers_reported() && !table_contains((uintptr_t)pointer)) {
         count_event(C_UNKNOWN_FREE);
         unknown_pointer(pointer, "realloc");
     } else if ((result = block_alloc(size, 0, 0))) {
@@ -718,7 +725,9 @@ __attribute__((noinline)) static size_t usable_size_slow(void *pointer)
     if (!ready())
         return block_usable_size(pointer);
     library_enter();
-    size_t usable = block_valid(pointer, "malloc_usable_size", depth == 1) ? block_usable_size(pointer) : 0;
+    size_t usable = block_valid(pointer, "malloc_usable_size", depth == 1 && unknown_pointers_reported())
+                        ? block_usable_size(pointer)
+                        : 0;
     library_leave();
     return usable;
 }
