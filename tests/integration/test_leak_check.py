@@ -36,8 +36,9 @@ KINDS = {
 def built(build_dir) -> dict[str, Path]:
     out = build_dir / "leak_check"
     out.mkdir(exist_ok=True)
-    programs = {name: out / name for name in ("leak_kinds", "cxx_alloc", "leak_fork", "dead_words", "overwritten")}
-    for name in ("leak_kinds", "leak_fork", "dead_words", "overwritten"):
+    c_programs = ("leak_kinds", "leak_fork", "dead_words", "overwritten", "heap_reuse")
+    programs = {name: out / name for name in (*c_programs, "cxx_alloc")}
+    for name in c_programs:
         subprocess.run([*DEBUG_BUILD, "-o", programs[name], PROGRAMS / f"{name}.c"], check=True)
     subprocess.run(["g++", *DEBUG_BUILD[1:], "-o", programs["cxx_alloc"], PROGRAMS / "cxx_alloc.cpp"], check=True)
     return programs
@@ -110,6 +111,23 @@ def test_each_kinds_bytes_and_blocks_equal_valgrinds(built, name, engine):
     assert status == 0, errors
     assert totals(ours) | {"suppressed": theirs["suppressed"]} == theirs, log
     assert by_site(ours) == by_site(leaktrace(built[name], engine="bpf" if engine == "preload" else "preload")[0])
+
+
+@pytest.mark.parametrize("leaks", [5, 200])
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_memory_the_heap_hands_out_again_keeps_no_lost_block_reachable(built, engine, leaks, cpu_hogs):
+    """heap_reuse keeps reachable the memory a tracer's own table may have left its addresses in
+    (the in-process library's grows in the program's heap): every lost block is still lost."""
+    summaries, _, log = valgrind_processes([str(built["heap_reuse"]), str(leaks)])
+    [(_, theirs)] = summaries.values()
+    assert theirs["definite"] == (64 * leaks, leaks), log
+    result = run_command(
+        ["-c", f"{built['heap_reuse']} {leaks}", "--engine", engine, "--json", "--leak-check"]
+        + ["--error-exitcode", "7", "3600"]
+    )
+    assert result.returncode == 7, result.stderr
+    [check] = reports(result.stdout)[-1]["leak_checks"]
+    assert totals(check) | {"suppressed": theirs["suppressed"]} == theirs, log
 
 
 @pytest.mark.parametrize("engine", ["bpf", "preload"])

@@ -319,12 +319,12 @@ void find_python(void)
     if (version && state && name && !strcmp(name, "code") && row_of(*version, &found) && sound(&found) &&
         sizes[0] == found.code_instructions && sizes[1] == PYTHON_CODE_UNIT) {
         size_t size = sizeof(struct python_code_table) + PYTHON_CODES * sizeof(struct python_code) + PYTHON_TEXT;
-        void *codes = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *codes = map_own(size);
         size_t spans_size = 2 * sizeof(struct spans) + MAPS_CHUNK;
         void *spans = mmap(NULL, spans_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (codes == MAP_FAILED || spans == MAP_FAILED) {
             if (codes != MAP_FAILED)
-                munmap(codes, size);
+                unmap_own(codes, size);
             if (spans != MAP_FAILED)
                 munmap(spans, spans_size);
             return;

@@ -8,6 +8,7 @@ TABLE_SHARDS = 16
 SITE_SLOTS = 4
 SITE_SHARDS = 16
 SHARD_SITES_MOST = 262144
+OWN_MAPS = 256
 PYTHON_CODES = 4096
 PYTHON_TEXT = 0x100000
 PYTHON_TABLE_MOST = 0x4000
@@ -19,6 +20,8 @@ SITE = struct.Struct('<IIQQQ32s')   # frame_count, unused, hash, size, frames, p
 SITE_COUNTS = struct.Struct('<IIqQQQqQ8s')   # lock, unused, live, allocations, frees, short_lived, peak_live, peak_epoch, pad
 
 SITE_SHARD = struct.Struct('<IIQQQ32s')   # lock, unused, slots, slot_count, used, pad
+
+OWN_MAP = struct.Struct('<QQ')   # start, end
 
 TABLE_SHARD = struct.Struct('<IIQQQQQQ72s')   # lock, unused, records, slots, used, live, allocations, frees, pad
 

@@ -43,6 +43,8 @@ from leaktrace.platform.process import Mapping, maps_device, parse_maps, proc_pa
 from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS, PEAK  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import (  # from native/record.h
     MAX_FRAMES,
+    OWN_MAP,
+    OWN_MAPS,
     RECORD,
     RECORD_INHERITED,
     SHARD_SITES_MOST,
@@ -135,6 +137,8 @@ def _table_symbols() -> dict[str, int]:
         "leaktrace_python_codes",
         "leaktrace_site_shards",
         "leaktrace_peak",
+        "leaktrace_own_maps",
+        "leaktrace_own_maps_unlisted",
     )
     return {name: symbols[name] for name in names}
 
@@ -237,6 +241,13 @@ class CopiedTable:
     counters: Counters  # the library's leaktrace_counters
     sites: list[SiteRecord] = dataclasses.field(default_factory=list)
     peak: tuple[int, ...] = (0,) * len(PEAK.format[1:])  # the library's leaktrace_peak (PEAK's fields)
+    own_maps: tuple[tuple[int, int], ...] = ()  # the library's leaktrace_own_maps: its memory, mapped
+    own_maps_unlisted: int = 0  # mappings of its own the library could not list (scanned as roots)
+
+    @property
+    def library_memory(self) -> tuple[tuple[int, int], ...]:
+        """The ranges of the library's own memory that hold the program's addresses: never roots."""
+        return self.occupied + self.own_maps
 
     def own_blocks(self) -> list[int]:
         """The heap blocks that are the library's own (the shards' arrays of slots; the sites
@@ -447,7 +458,23 @@ def _copy_table(read: ReadMemory, maps: list[Mapping], pid: int, addresses: dict
     peak = read(addresses["leaktrace_peak"], PEAK.size)
     if sites is None or len(peak) != PEAK.size:
         return None
-    return CopiedTable(pid, maps, tuple(occupied), live, spans, forked, counters, sites, PEAK.unpack(peak))
+    own_maps, unlisted = _read_own_maps(read, addresses, pid)
+    return CopiedTable(
+        pid, maps, tuple(occupied), live, spans, forked, counters, sites, PEAK.unpack(peak), own_maps, unlisted
+    )
+
+
+def _read_own_maps(read: ReadMemory, addresses: dict[str, int], pid: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    """leaktrace_own_maps' ranges in use, and how many mappings the library could not list."""
+    data = read(addresses["leaktrace_own_maps"], OWN_MAPS * OWN_MAP.size)
+    unlisted = read(addresses["leaktrace_own_maps_unlisted"], 4)
+    if len(data) != OWN_MAPS * OWN_MAP.size or len(unlisted) != 4:
+        raise DamagedTable(f"the library's list of its own memory in pid {pid} could not be read")
+    ranges = tuple((start, end) for start, end in OWN_MAP.iter_unpack(data) if start)
+    for start, end in ranges:
+        if not start < end < ADDRESS_LIMIT:
+            raise DamagedTable(f"the library's list of its own memory in pid {pid} is damaged: {start:#x}-{end:#x}")
+    return ranges, struct.unpack("<I", unlisted)[0]
 
 
 def _read_spans(read: ReadMemory, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:

@@ -446,7 +446,12 @@ class PreloadTrace(PollingSource):
             try:
                 process = read_target(self.pid)
                 image, allocations, table = copy_with_table(self.pid, scanned_mapping)
-                check = judge_leak_kinds_copied(process, image, allocations, table.occupied)
+                check = judge_leak_kinds_copied(process, image, allocations, table.library_memory)
+                if table.own_maps_unlisted:
+                    self._notices.append(
+                        f"leak check: {table.own_maps_unlisted} of the library's own mappings were not listed "
+                        "and were scanned as the program's memory: a leak they point to may be called reachable"
+                    )
                 self._exit_checks = (dataclasses.replace(check, command=command_line(self.pid) or check.command),)
             except RuntimeFailure as e:
                 self._notices.append(f"leak check skipped: {e}")
@@ -476,11 +481,13 @@ class PreloadTrace(PollingSource):
 
         image, allocations, table = copy_with_table(self.pid, scanned_mapping)
         if not self.injection:
-            return sweep_image(image, allocations, complete=True, limit=limit, excluded=table.occupied)
+            return sweep_image(image, allocations, complete=True, limit=limit, excluded=table.library_memory)
         # Put in while it ran: the blocks from before the attach are the heap walk's.
         process = read_target(self.pid)
         allocator = allocator_library_of_process(process, ModuleFiles()).path
-        return sweep_with_heap_walk(process, image, allocations, limit, allocator, table.own_blocks(), table.occupied)
+        return sweep_with_heap_walk(
+            process, image, allocations, limit, allocator, table.own_blocks(), table.library_memory
+        )
 
     def check_leak_kinds(self) -> LeakCheck:
         raise RuntimeFailure("the in-process engine judges a launched command at its exit only (-c --leak-check)")

@@ -62,6 +62,13 @@ void table_before_fork(void);
 void table_after_fork(int child);
 void table_clear(void);                // every record and counter dropped (a new attach starts from nothing)
 void count_event(enum counter which);  // leaktrace_counters[which] + 1
+// Memory of the library's own that holds the program's addresses: mapped and listed in
+// leaktrace_own_maps (MAP_FAILED if no mapping; unlisted when the list is full, and counted).
+void *map_own(size_t bytes);
+void unmap_own(void *start, size_t bytes);
+// A block of the library's from the program's heap, cleared as it goes back: the program may be
+// handed it next, and no address the library kept may then seem to be the program's.
+void free_own(void *block, size_t bytes);
 uint64_t counter_value(enum counter which);
 
 // --- sites: totals and the peak (sites.c) ------------------------------------

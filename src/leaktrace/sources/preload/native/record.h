@@ -59,6 +59,15 @@ struct site_shard {
     char pad[32];  // to 64 bytes
 };
 
+// The mappings the library made for memory of its own that holds the program's addresses (the
+// sites, their slots, the Python code table): leaktrace_own_maps[OWN_MAPS], read in place, so
+// that a reachability check never takes them for the program's roots.
+#define OWN_MAPS 256
+struct own_map {
+    uint64_t start;  // 0: an unused entry
+    uint64_t end;
+};
+
 // One part of the table (leaktrace_shards[TABLE_SHARDS]), changed only under its lock: a
 // reader that stops the process finds it consistent when the lock is zero.
 struct table_shard {

@@ -45,7 +45,7 @@ static void *arena_take(size_t bytes)
     lock_word(&arena.lock);
     if ((size_t)(arena.end - arena.next) < bytes) {
         size_t chunk = bytes > ARENA_CHUNK ? bytes : ARENA_CHUNK;
-        void *fresh = mmap(NULL, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *fresh = map_own(chunk);
         if (fresh == MAP_FAILED) {
             unlock_word(&arena.lock);
             return NULL;
@@ -85,8 +85,7 @@ static int site_is(const struct site *site, uint64_t hash, size_t size, const ui
 static int grow_sites(struct site_shard *shard)
 {
     size_t slots = shard->slot_count ? shard->slot_count * 2 : 64;
-    struct site **bigger =
-        mmap(NULL, slots * sizeof *bigger, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    struct site **bigger = map_own(slots * sizeof *bigger);
     if (bigger == MAP_FAILED)
         return 0;
     for (size_t i = 0; i < shard->slot_count; i++) {
@@ -99,7 +98,7 @@ static int grow_sites(struct site_shard *shard)
         bigger[j] = site;
     }
     if (shard->slots)
-        munmap(shard->slots, shard->slot_count * sizeof *shard->slots);
+        unmap_own(shard->slots, shard->slot_count * sizeof *shard->slots);
     __atomic_store_n(&shard->slots, bigger, __ATOMIC_RELAXED);
     shard->slot_count = slots;
     return 1;
