@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -18,8 +19,8 @@ import junitparser
 import pytest
 from test_systemwide import SystemTrace
 
-from conftest import DEBUG_BUILD, PROGRAMS
-from helpers import final_report, reports, run_command
+from conftest import DEBUG_BUILD, PROGRAMS, leaktrace_command
+from helpers import final_report, reports, run_command, wait_for_line
 
 VALGRIND_CI = str(Path(sys.executable).parent / "valgrind-ci")  # ValgrindCI, from the test extras
 VALGRIND = ["valgrind", "--leak-check=full", "--show-leak-kinds=all", "--leak-check-heuristics=none"]
@@ -128,6 +129,42 @@ def test_memory_the_heap_hands_out_again_keeps_no_lost_block_reachable(built, en
     assert result.returncode == 7, result.stderr
     [check] = reports(result.stdout)[-1]["leak_checks"]
     assert totals(check) | {"suppressed": theirs["suppressed"]} == theirs, log
+
+
+@pytest.mark.parametrize("kill", [[], ["--kill-on-exit"]])
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_command_still_running_after_count_reports_fails_the_gate(program, engine, kill, cpu_hogs):
+    """COUNT ends the trace before the command's exit: nothing was judged, so the run fails with
+    --error-exitcode's N and says why, whether the command is left running or killed."""
+    target = program("idle")
+    started = time.monotonic()
+    result = run_command(
+        ["-c", f"{target} 4", "--engine", engine, "--leak-check=full", "--error-exitcode=7", *kill, "1", "1"]
+    )
+    assert result.returncode == 7, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "leak check:" in line]
+    assert "was still running after 1 report, and a command is judged at its exit: failing the run" in line, line
+    assert ("killed" if kill else "left running") in result.stderr.splitlines()[-1]
+    assert time.monotonic() - started < 30
+    subprocess.run(["pkill", "-KILL", "-f", f"^{target} 4$"], check=False)
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_command_still_running_when_the_trace_is_stopped_fails_the_gate(program, engine, cpu_hogs):
+    target = program("idle")
+    tracer = subprocess.Popen(
+        leaktrace_command("-c", f"{target} 30", "--engine", engine, "--leak-check", "--kill-on-exit", "3600"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    first = wait_for_line(tracer.stderr)  # tracing live
+    assert f"command '{target} 30'" in first, first
+    time.sleep(1)
+    tracer.send_signal(signal.SIGTERM)
+    _, err = tracer.communicate(timeout=120)
+    assert tracer.returncode == 1 and "was still running when the trace was stopped" in err, err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("engine", ["bpf", "preload"])

@@ -121,14 +121,15 @@ class TraceCommand(Command):
 
                 run_top_view(loop.run, args.interval, outputs.dump_now, args.growth_intervals)
             elif loop.run(outputs):
-                self.leave_command(trace, args, what)
                 self.say_leaking(outputs)
-                return outputs.exit_status()
+                unjudged = self.unjudged_command(trace, args, outputs, what, f"after {args.count} report{'s' * (args.count != 1)}")
+                self.leave_command(trace, args, what)
+                return unjudged or outputs.exit_status()
             final = report_snapshot(trace, args, last=True, with_allocations=trace.exited and leak_log)
             if final:
                 outputs.report(final)
             self.say_leaking(outputs)
-            unjudged = self.unjudged_command(trace, args, outputs, what)
+            unjudged = self.unjudged_command(trace, args, outputs, what, "when the trace was stopped")
             if trace.exited:  # the last line: how the target ended
                 say(f"{what} {ending_of(trace.exit_status)}")
             self.leave_command(trace, args, what)
@@ -137,16 +138,20 @@ class TraceCommand(Command):
         return outputs.exit_status() or command_status(trace.exit_status if trace.exited else None)
 
     @staticmethod
-    def unjudged_command(trace: TraceSource, args: argparse.Namespace, outputs: Outputs, what: str) -> int:
+    def unjudged_command(trace: TraceSource, args: argparse.Namespace, outputs: Outputs, what: str, ended: str) -> int:
         """A gate never passes a command it did not judge: with --leak-check, a -c command that
-        exited (not killed by a signal) without a leak check is said in one line, and the run
-        ends with --error-exitcode's N (1 without one). 0 when there is nothing to say."""
+        exited (not killed by a signal) without a leak check, or that still ran when the trace
+        ended (ended: when), is said in one line, and the run ends with --error-exitcode's N (1
+        without one). 0 when there is nothing to say."""
         gate = outputs.gate
-        if gate is None or not args.command or not trace.exited or (trace.exit_status or 0) < 0:
+        if gate is None or not args.command or (trace.exited and (trace.exit_status or 0) < 0):
             return 0
         if trace.pid in gate.judged or not trace.target_selected:
             return 0
-        why = f"exited without being judged ({trace.unjudged_why})"
+        if trace.exited:
+            why = f"exited without being judged ({trace.unjudged_why})"
+        else:
+            why = f"was still running {ended}, and a command is judged at its exit"
         say(f"leak check: {what} {why}: failing the run")
         gate.note_unjudged(what, why)
         return gate.settings.error_exitcode or 1
