@@ -122,7 +122,9 @@ class TraceCommand(Command):
                 run_top_view(loop.run, args.interval, outputs.dump_now, args.growth_intervals)
             elif loop.run(outputs):
                 self.say_leaking(outputs)
-                unjudged = self.unjudged_command(trace, args, outputs, what, f"after {args.count} report{'s' * (args.count != 1)}")
+                unjudged = self.unjudged_command(
+                    trace, args, outputs, what, f"after {args.count} report{'s' * (args.count != 1)}"
+                )
                 self.leave_command(trace, args, what)
                 return unjudged or outputs.exit_status()
             final = report_snapshot(trace, args, last=True, with_allocations=trace.exited and leak_log)

@@ -7,11 +7,13 @@ import itertools
 import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform.arch import SYS_RT_SIGACTION
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.target_files import credentials_of
 
@@ -355,3 +357,38 @@ def library_of_executable(path: str, symbol: str = "malloc") -> str:
         if library.startswith("/") and exports(library, symbol):
             return library
     raise RuntimeFailure(f"{path} loads no library exporting {symbol}; use --lib PATH")
+
+
+NSIG_KERNEL = 65  # the kernel's signals are 1 to 64
+
+
+def launch(path: str, argv: list[str], env: dict[str, str] | None = None, gate: int = -1) -> tuple[int, int]:
+    """Forks a child that execs argv (once a byte or EOF arrives on gate, when given) as a shell
+    starts a program: every signal at its default disposition, none blocked. Returns its pid and
+    the read end of a pipe that gives exec's error, or EOF once exec succeeded."""
+    import ctypes  # for the kernel's own rt_sigaction, made ready before the fork
+
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    default_action = ctypes.create_string_buffer(32)  # struct kernel_sigaction, all zero: SIG_DFL
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # child: nothing here may raise past os._exit
+        try:
+            os.close(err_r)
+            if gate >= 0:
+                os.read(gate, 1)
+                os.close(gate)
+            # Python ignores SIGPIPE and SIGXFSZ, and glibc refuses sigaction on its own two
+            # signals, which a parent may leave ignored: an ignored signal stays so across exec.
+            for sig in range(1, NSIG_KERNEL):
+                syscall(SYS_RT_SIGACTION, sig, default_action, None, 8)
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            if env is None:
+                os.execv(path, argv)
+            os.execve(path, argv, env)
+        except OSError as e:
+            os.write(err_w, os.strerror(e.errno or 0).encode())
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    return pid, err_r

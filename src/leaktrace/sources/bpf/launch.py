@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from leaktrace.platform.arch import SYS_BPF
+from leaktrace.platform.process import launch
 from leaktrace.sources.bpf.layout import HOLD_RELEASED
 from leaktrace.sources.bpf.stop_owners import open_stop_owners
 
@@ -17,23 +18,10 @@ from leaktrace.sources.bpf.stop_owners import open_stop_owners
 def spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:
     """Forks a child that execs argv once the gate is written; returns (pid, gate, errors)."""
     gate_r, gate_w = os.pipe()
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:  # child: nothing here may raise past os._exit
-        try:
-            os.close(gate_w)
-            os.close(err_r)
-            os.read(gate_r, 1)
-            os.close(gate_r)
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-                signal.signal(sig, signal.SIG_DFL)
-            os.execv(path, argv)
-        except OSError as e:
-            os.write(err_w, os.strerror(e.errno).encode())
-        finally:
-            os._exit(127)
-    os.close(gate_r)
-    os.close(err_w)
+    try:
+        pid, err_r = launch(path, argv, gate=gate_r)
+    finally:
+        os.close(gate_r)
     return pid, gate_w, err_r
 
 

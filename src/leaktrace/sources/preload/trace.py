@@ -47,6 +47,7 @@ from leaktrace.platform.process import (
     alive,
     catches,
     command_line,
+    launch,
     parse_maps,
     proc_path,
     read_target,
@@ -196,10 +197,18 @@ class PreloadTrace(PollingSource):
         if theirs:
             env["LEAKTRACE_EXIT_HOLD"] = f"{theirs[0]},{theirs[1]},{os.getpid()}"
         try:
-            pid = os.spawnve(os.P_NOWAIT, path, argv, env)
+            pid, errors = launch(path, argv, env)
         finally:
             for fd in theirs:
                 os.close(fd)
+        failure = os.read(errors, 512).decode()
+        os.close(errors)
+        if failure:
+            os.waitpid(pid, 0)
+            shutil.rmtree(workdir, ignore_errors=True)
+            for fd in ours or ():
+                os.close(fd)
+            raise RuntimeFailure(f"cannot run '{argv[0]}': {failure}")
         # The dump directory is ours (mode 0700): its files are read with our own rights.
         trace = cls(pid, prefix, os.path.basename(path)[:15], frames, credentials_of(os.getpid()), workdir)
         trace.sampling = sampling

@@ -1,0 +1,58 @@
+"""A command leaktrace starts (-c), in either engine, starts as a shell would start it:
+every signal at its default disposition and none blocked, whatever leaktrace's own Python
+ignores (SIGPIPE, SIGXFSZ) or its caller blocked; and one that cannot run is one line."""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import struct
+import subprocess
+
+import pytest
+
+from leaktrace.platform.arch import SYS_RT_SIGACTION
+
+from conftest import leaktrace_command
+from helpers import TIMEOUT, run_command
+
+pytestmark = pytest.mark.usefixtures("cpu_hogs")
+
+SCRIPT = 'yes | head -n1; echo ${PIPESTATUS[@]}; grep -E "^Sig(Ign|Blk)" /proc/self/status'
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_launched_command_starts_with_default_signals_and_an_empty_mask(engine):
+    syscall = ctypes.CDLL(None).syscall
+    ignore = ctypes.create_string_buffer(struct.pack("<Q", 1), 32)  # struct kernel_sigaction: SIG_IGN
+
+    def block_and_ignore_some() -> None:
+        """leaktrace's own parent blocks two signals and ignores three, glibc's two among them
+        (which glibc's posix_spawn would leave ignored in its child)."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})
+        for sig in (signal.SIGHUP, 32, 33):
+            syscall(SYS_RT_SIGACTION, sig, ignore, None, 8)
+
+    result = subprocess.run(
+        leaktrace_command("-c", f"bash -c '{SCRIPT}'", "--engine", engine, "3600"),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        preexec_fn=block_and_ignore_some,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    # yes dies of SIGPIPE (141), as under a shell, instead of saying "Broken pipe".
+    assert "141 0" in lines and "Broken pipe" not in result.stderr, (lines, result.stderr)
+    assert "SigIgn:\t0000000000000000" in lines and "SigBlk:\t0000000000000000" in lines, lines
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_a_command_that_cannot_run_is_one_line(tmp_path, engine):
+    script = tmp_path / "script"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    result = run_command(["-c", str(script), "--engine", engine, "3600"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("leaktrace: cannot ") and line.endswith(": No such file or directory"), line
