@@ -131,6 +131,17 @@ def test_memory_the_heap_hands_out_again_keeps_no_lost_block_reachable(built, en
     assert totals(check) | {"suppressed": theirs["suppressed"]} == theirs, log
 
 
+def test_a_byte_the_program_writes_on_the_hold_pipe_is_not_its_exit(program, cpu_hogs):
+    """early_byte and its child write to the in-process gate's notify pipe (fd 900) before
+    the program leaks: the gate judges the process only once it waits in the hold."""
+    result = run_command(
+        ["-c", str(program("early_byte")), "--engine", "preload", "--json", "--leak-check", "--error-exitcode=7"]
+    )
+    assert result.returncode == 7, result.stderr
+    [check] = reports(result.stdout)[-1]["leak_checks"]
+    assert totals(check)["definite"] == (320, 5), check["summary"]
+
+
 @pytest.mark.parametrize("kill", [[], ["--kill-on-exit"]])
 @pytest.mark.parametrize("engine", ["bpf", "preload"])
 def test_a_command_still_running_after_count_reports_fails_the_gate(program, engine, kill, cpu_hogs):

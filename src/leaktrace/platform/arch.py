@@ -2,7 +2,7 @@
 
 NAME = "x86_64"  # as libmemunreachable's report names the ABI
 SYS_BPF = 321  # the bpf() system call's number
-SYS_RT_SIGACTION = 13
+SYS_READ, SYS_RT_SIGACTION = 0, 13
 # struct user_regs_struct (PTRACE_GETREGS): 27 words; rsp is the 20th, fs_base (the thread pointer) the 22nd.
 USER_REGS_WORDS, RSP_INDEX, FS_BASE_INDEX = 27, 19, 21
 RAX_INDEX, ORIG_RAX_INDEX, RIP_INDEX = 10, 15, 16

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
-from leaktrace.platform.arch import SYS_RT_SIGACTION
+from leaktrace.platform.arch import SYS_READ, SYS_RT_SIGACTION
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.target_files import credentials_of
 
@@ -249,6 +249,27 @@ def live_thread(pid: int) -> int | None:
         if threads == [pid]:
             return None
     return None
+
+
+SYSCALL_THREADS_READ = 4096  # threads of a process whose system call is read, at the most
+
+
+def waits_in_read(pid: int, fd: int) -> bool:
+    """A thread of the process is blocked in read(fd) now (the kernel's /proc/PID/task/TID/syscall,
+    never the process's word)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")[:SYSCALL_THREADS_READ]
+    except OSError:
+        return False
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/syscall", "rb") as f:
+                words = f.read(256).split()
+        except OSError:
+            continue
+        if len(words) > 1 and words[0] == str(SYS_READ).encode() and words[1] == f"{fd:#x}".encode():
+            return True
+    return False
 
 
 def proc_path(pid: int, name: str) -> str:

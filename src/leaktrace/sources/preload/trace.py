@@ -52,6 +52,7 @@ from leaktrace.platform.process import (
     proc_path,
     read_target,
     resolve_executable,
+    waits_in_read,
 )
 from leaktrace.platform.target_files import (
     RefusedFile,
@@ -158,6 +159,8 @@ class PreloadTrace(PollingSource):
         self._notices: list[str] = []
         self.leak_check_at_exit = False  # a launch asked for it: the library holds its exit (see launch)
         self._exit_hold: tuple[int, int] | None = None  # (notify's read end, release's write end)
+        self._hold_read_fd = -1  # the command's release read end, which its hold waits on
+        self._hold_said = False  # a byte came on notify: judged once a thread waits in the hold
         self._exit_checks: tuple[LeakCheck, ...] = ()  # the leak check made while it was held
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
         self.sampling = EXACT  # what the library samples (--sample); its blocks then stand for more
@@ -214,7 +217,7 @@ class PreloadTrace(PollingSource):
         trace.sampling = sampling
         if ours is not None:
             trace.leak_check_at_exit = True
-            trace._exit_hold = ours
+            trace._exit_hold, trace._hold_read_fd = ours, theirs[1]
         return trace
 
     @classmethod
@@ -441,29 +444,35 @@ class PreloadTrace(PollingSource):
         return False
 
     def _judge_if_held(self) -> None:
-        """The command held at its exit (it said so on the notify pipe): valgrind's kinds of its
-        blocks, all in the library's table since its start, then it is let go."""
+        """The command held at its exit (it said so on the notify pipe, and a thread of it waits
+        in the hold's read: a byte alone may be the program's own, or a child's): valgrind's
+        kinds of its blocks, all in the library's table since its start, then it is let go."""
         if self._exit_hold is None:
             return
         try:
-            said = os.read(self._exit_hold[0], 1)
+            said = os.read(self._exit_hold[0], 64)
         except BlockingIOError:
+            said = None
+        if said == b"":  # every write end closed: the command exited without a hold
+            self._release_exit_hold()
             return
-        if said:
-            from leaktrace.reachability.unreachable import judge_leak_kinds_copied, scanned_mapping  # numpy
+        self._hold_said = self._hold_said or bool(said)
+        if not self._hold_said or not waits_in_read(self.pid, self._hold_read_fd):
+            return
+        from leaktrace.reachability.unreachable import judge_leak_kinds_copied, scanned_mapping  # numpy
 
-            try:
-                process = read_target(self.pid)
-                image, allocations, table = copy_with_table(self.pid, scanned_mapping)
-                check = judge_leak_kinds_copied(process, image, allocations, table.library_memory)
-                if table.own_maps_unlisted:
-                    self._notices.append(
-                        f"leak check: {table.own_maps_unlisted} of the library's own mappings were not listed "
-                        "and were scanned as the program's memory: a leak they point to may be called reachable"
-                    )
-                self._exit_checks = (dataclasses.replace(check, command=command_line(self.pid) or check.command),)
-            except RuntimeFailure as e:
-                self._notices.append(f"leak check skipped: {e}")
+        try:
+            process = read_target(self.pid)
+            image, allocations, table = copy_with_table(self.pid, scanned_mapping)
+            check = judge_leak_kinds_copied(process, image, allocations, table.library_memory)
+            if table.own_maps_unlisted:
+                self._notices.append(
+                    f"leak check: {table.own_maps_unlisted} of the library's own mappings were not listed "
+                    "and were scanned as the program's memory: a leak they point to may be called reachable"
+                )
+            self._exit_checks = (dataclasses.replace(check, command=command_line(self.pid) or check.command),)
+        except RuntimeFailure as e:
+            self._notices.append(f"leak check skipped: {e}")
         self._release_exit_hold()
 
     def _release_exit_hold(self) -> None:
