@@ -3,6 +3,34 @@
 NAME = "x86_64"  # as libmemunreachable's report names the ABI
 SYS_BPF = 321  # the bpf() system call's number
 SYS_READ, SYS_RT_SIGACTION = 0, 13
+AUDIT_ARCH = 0xC000003E  # AUDIT_ARCH_X86_64: what a seccomp filter sees as the call's architecture
+# The system calls whose seccomp verdict an attach asks for (platform/seccomp.py), by name.
+SYSCALL_NUMBERS = {
+    "read": 0,
+    "write": 1,
+    "close": 3,
+    "poll": 7,
+    "mmap": 9,
+    "mprotect": 10,
+    "munmap": 11,
+    "rt_sigaction": 13,
+    "rt_sigprocmask": 14,
+    "sched_yield": 24,
+    "madvise": 28,
+    "getpid": 39,
+    "clone": 56,
+    "exit": 60,
+    "readlink": 89,
+    "gettid": 186,
+    "futex": 202,
+    "set_robust_list": 273,
+    "openat": 257,
+    "newfstatat": 262,
+    "pipe2": 293,
+    "memfd_create": 319,
+    "rseq": 334,
+    "clone3": 435,
+}
 # struct user_regs_struct (PTRACE_GETREGS): 27 words; rsp is the 20th, fs_base (the thread pointer) the 22nd.
 USER_REGS_WORDS, RSP_INDEX, FS_BASE_INDEX = 27, 19, 21
 RAX_INDEX, ORIG_RAX_INDEX, RIP_INDEX = 10, 15, 16

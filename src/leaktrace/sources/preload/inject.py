@@ -37,6 +37,7 @@ from leaktrace.platform.process import (
     status_field,
 )
 from leaktrace.platform.remote_call import RemoteCaller
+from leaktrace.platform.seccomp import ANY_ERRNO, PlannedCall, SeccompUnreadable, first_forbidden, read_filters
 from leaktrace.sources.preload.table import (
     MEMFD_NAME,
     SEALED,
@@ -66,6 +67,61 @@ MINUS_ONE = (1 << 64) - 1  # an argument of -1 (a bare -1 names the copied data)
 LIBC_FUNCTIONS = ("dlopen", "dlerror", "memfd_create", "pipe2", "close", "mmap", "munmap")
 
 
+# Every system call the attach makes in the held thread (its remote calls, dlopen of the sealed
+# copy, the watcher thread's start) and the library makes later in any thread, as
+# platform/seccomp.py runs them through the target's filters; the addresses, descriptors and
+# sizes are ones such calls pass (found by tracing an attach's system calls), filters seldom test them.
+_ADDRESS, _FD, _SIZE = 0x7F0000001000, 3, 0x10000
+PROT_EXEC, MAP_FIXED, MAP_DENYWRITE, MAP_STACK = 4, 0x10, 0x800, 0x20000
+AT_FDCWD, AT_EMPTY_PATH, O_RDONLY_CLOEXEC = (1 << 64) - 100, 0x1000, 0o2000000
+THREAD_CLONE_FLAGS = (
+    0x3D0F00  # pthread_create's: VM FS FILES SIGHAND THREAD SYSVSEM SETTLS PARENT_SETTID CHILD_CLEARTID
+)
+ATTACH_CALLS = (
+    PlannedCall(
+        "mmap", (0, CALL_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, MINUS_ONE, 0)
+    ),
+    PlannedCall("memfd_create", (_ADDRESS, MFD_CLOEXEC | MFD_ALLOW_SEALING)),
+    PlannedCall("openat", (AT_FDCWD, _ADDRESS, O_RDONLY_CLOEXEC, 0)),
+    PlannedCall("read", (_FD, _ADDRESS, 832)),
+    PlannedCall("newfstatat", (_FD, _ADDRESS, _ADDRESS, AT_EMPTY_PATH)),
+    PlannedCall("mmap", (0, _SIZE, PROT_READ, MAP_PRIVATE, _FD, 0)),
+    PlannedCall("mmap", (0, _SIZE, PROT_READ, MAP_PRIVATE | MAP_DENYWRITE, _FD, 0)),
+    *(
+        PlannedCall("mmap", (_ADDRESS, _SIZE, protection, MAP_PRIVATE | MAP_FIXED | MAP_DENYWRITE, _FD, 0x1000))
+        for protection in (PROT_READ, PROT_READ | PROT_EXEC, PROT_READ | PROT_WRITE)
+    ),
+    PlannedCall(
+        "mmap", (_ADDRESS, _SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, MINUS_ONE, 0)
+    ),
+    *(PlannedCall("mprotect", (_ADDRESS, _SIZE, protection)) for protection in (PROT_READ, PROT_READ | PROT_WRITE)),
+    PlannedCall("munmap", (_ADDRESS, _SIZE)),
+    PlannedCall("close", (_FD,)),
+    PlannedCall("pipe2", (_ADDRESS, O_CLOEXEC_IN_TARGET)),
+    PlannedCall("readlink", (_ADDRESS, _ADDRESS, 4095)),
+    # The watcher thread: its stack, its start (clone3, or clone where that is ENOSYS), its set-up.
+    PlannedCall("mmap", (0, _SIZE, 0, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, MINUS_ONE, 0)),
+    PlannedCall("rt_sigaction", (33, _ADDRESS, 0, 8)),  # glibc's SIGSETXID handler, at a process's first thread
+    PlannedCall("rt_sigprocmask", (0, _ADDRESS, _ADDRESS, 8)),
+    PlannedCall("rt_sigprocmask", (2, _ADDRESS, 0, 8)),
+    PlannedCall(
+        "clone3",
+        (_ADDRESS, 88),
+        fallback=PlannedCall("clone", (THREAD_CLONE_FLAGS, _ADDRESS, _ADDRESS, _ADDRESS, _ADDRESS)),
+    ),
+    PlannedCall("rseq", (_ADDRESS, 32, 0, 0x53053053), ANY_ERRNO),
+    PlannedCall("set_robust_list", (_ADDRESS, 24), ANY_ERRNO),
+    PlannedCall("poll", (_ADDRESS, 1, 1000)),
+    PlannedCall("madvise", (_ADDRESS, _SIZE, 4), ANY_ERRNO),
+    PlannedCall("exit", (0,)),
+    # The library in the program's threads: memory of its own, its locks, its lines on stderr.
+    PlannedCall("mmap", (0, _SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, MINUS_ONE, 0)),
+    *(PlannedCall("futex", (_ADDRESS, operation, 1, 0, 0, 0)) for operation in (0x80, 0x81)),  # WAIT, WAKE private
+    PlannedCall("sched_yield", (), ANY_ERRNO),
+    PlannedCall("write", (2, _ADDRESS, 200)),
+)
+
+
 class _StatFs(ctypes.Structure):
     _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_long * 15)]
 
@@ -87,11 +143,37 @@ def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | No
         return f"pid {pid} is traced by pid {tracer} (a debugger?)"
     if (status_field(pid, "State") or "").startswith(("T", "t")):
         return f"pid {pid} is stopped (SIGSTOP or a debugger): continue it first"
-    if status_field(pid, "Seccomp") not in (None, "0"):
-        return f"pid {pid} runs under a seccomp filter: loading a library may be forbidden there"
     if not any(os.path.basename(m.path).startswith("ld-linux") for m in executable):
         return f"pid {pid} ({info.comm}) has no dynamic loader (a static program)"
     return None
+
+
+def _refuse_filters(pid: int, tid: int) -> None:
+    """RuntimeFailure naming the first call of the attach or the library that the held thread's
+    seccomp filters would not allow, before any is made; the process's other threads must run
+    under as many filters (they make the library's calls too, and are not read)."""
+    count = status_field(f"{pid}/task/{tid}", "Seccomp_filters") or "0"
+    mode = status_field(f"{pid}/task/{tid}", "Seccomp")
+    if mode == "1":
+        raise RuntimeFailure(f"cannot attach in-process: pid {pid} runs in seccomp's strict mode (read, write, exit)")
+    if mode in (None, "0"):
+        filters: list[bytes] = []
+    else:
+        try:
+            filters = read_filters(tid)
+        except SeccompUnreadable as e:
+            raise RuntimeFailure(f"cannot attach in-process: pid {pid}: {e}") from None
+    for other in os.listdir(f"/proc/{pid}/task"):
+        if (status_field(f"{pid}/task/{other}", "Seccomp_filters") or count) != count:
+            raise RuntimeFailure(
+                f"cannot attach in-process: pid {pid}'s threads run under different seccomp filters "
+                f"(thread {other}: {status_field(f'{pid}/task/{other}', 'Seccomp_filters')}, thread {tid}: {count})"
+            )
+    forbidden = first_forbidden(filters, ATTACH_CALLS)
+    if forbidden:
+        raise RuntimeFailure(
+            f"cannot attach in-process: pid {pid}'s seccomp filter does not allow what the attach needs ({forbidden})"
+        )
 
 
 def _proc_is_procfs(pid: int) -> bool:
@@ -144,6 +226,11 @@ class Injection:
                 f"cannot attach in-process: pid {pid}'s libc lacks {', '.join(missing)} (glibc 2.34 or later)"
             )
         caller = RemoteCaller(pid, self._forbidden)
+        try:
+            _refuse_filters(pid, caller.tid)
+        except RuntimeFailure:
+            caller.release()
+            raise
         stack = 0
         try:
             stack, _ = caller.call(
