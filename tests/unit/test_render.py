@@ -115,6 +115,7 @@ def test_json_carries_every_group_and_frame():
         {
             "pid": 10,
             "comm": "server",
+            "container": None,
             "exited": False,
             "forked": False,
             "live_bytes": 79,

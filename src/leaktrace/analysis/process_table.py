@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from leaktrace.analysis.growth import Growth, StackId, stack_id
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
-from leaktrace.model.snapshot import AllocationGroup, StackStatus
+from leaktrace.model.snapshot import AllocationGroup, Container, StackStatus
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class ProcessRow:
     peak_bytes: int = 0  # its high-water mark of live bytes (0: not followed)
     allocated_bytes: int = 0  # made since the trace began, freed or not
     short_lived: int = 0  # blocks freed by their thread's next allocator call
+    container: Container | None = None
 
 
 # Sort keys of the top view and of the report: name -> (row key, largest first).
@@ -88,7 +89,9 @@ def process_rows(symbolized: SymbolizedSnapshot, growth: Growth) -> list[Process
                 change.rate,
                 site,
                 peaks.get(pid, 0),
-                *made.get(pid, [0, 0]),
+                allocated_bytes=made.get(pid, [0, 0])[0],
+                short_lived=made.get(pid, [0, 0])[1],
+                container=info.container if info else None,
             )
         )
     return sort_rows(rows, "live")

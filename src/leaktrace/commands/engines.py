@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from leaktrace.android.options import MallocDebugConfig
+from leaktrace.commands import say
 from leaktrace.errors import UsageError
 from leaktrace.platform.arch import SIZE_MAX
+from leaktrace.platform.containers import container_pid_namespace
 from leaktrace.platform.system import check_system
 from leaktrace.sources.settings import EngineSettings
 from leaktrace.sources.target import TraceTarget
@@ -56,17 +58,22 @@ def start_bpf(args: argparse.Namespace, settings: EngineSettings, config: Malloc
     from leaktrace.sources.bpf.compile import compile_ahead, discard_compile_ahead  # bcc: the BPF engine's alone
 
     check_system()
+    namespace = None
+    if args.container is not None:
+        container, namespace = container_pid_namespace(args.container)
+        say(f"tracing the processes of {container.runtime} container {container.short_id} (its pid namespace)")
     if args.command is None:
         # The target is known: clang starts before the rest of leaktrace loads and the
         # target is looked at. (-c's pid exists only once its command is spawned.)
-        compile_ahead(settings, TraceTarget.every_process() if args.all else TraceTarget.process(args.pid))
+        compile_ahead(settings, TraceTarget.every_process(namespace) if args.all else TraceTarget.process(args.pid))
     try:
         from leaktrace.sources.bpf.process_tracking import Selection
         from leaktrace.sources.bpf.trace import BpfTrace
 
         selection = Selection(args.pid_filter or frozenset(), args.comm, args.uid, args.exe)
         if args.all:
-            return BpfTrace.everything(settings, tuple(args.lib or ()), selection), "every process"
+            trace = BpfTrace.everything(settings, tuple(args.lib or ()), selection, namespace)
+            return trace, "every process" if namespace is None else f"container {args.container}"
         library = args.lib[0] if args.lib else None
         if args.command is None:
             return BpfTrace.attach(args.pid, settings, library, selection), f"pid {args.pid}"

@@ -60,8 +60,14 @@ def _uid(text: str) -> int:
 
 MAP_CAPACITY_LIMIT = 1 << 26  # entries in one BPF map: more is refused as a usage error, not by the kernel
 # Options that only a systemwide trace (--all) takes; and the choice of processes, which -f takes too.
-_SYSTEMWIDE_ONLY = ("pid_filter", "min_bytes", "top_processes")
+_SYSTEMWIDE_ONLY = ("pid_filter", "min_bytes", "top_processes", "container")
 _SELECTION = ("comm", "exe", "uid")
+
+
+def _container_prefix(text: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{1,64}", text):
+        raise argparse.ArgumentTypeError(f"'{text[:80]}' is not a container id (hex digits, as podman ps prints)")
+    return text
 
 
 def _interval(text: str) -> float:
@@ -142,6 +148,13 @@ def _add_process_selection(parser: ArgumentParser) -> None:
         help="--all, -f: only processes whose executable's path, or name, matches GLOB",
     )
     parser.add_argument("--uid", type=_uid, metavar="UID|USER", help="--all, -f: only processes of this real uid")
+    parser.add_argument(
+        "--container",
+        type=_container_prefix,
+        metavar="ID",
+        help="--all: only the processes of the container whose id begins with ID (as podman ps or docker ps "
+        "print it), chosen in the kernel by its pid namespace",
+    )
     parser.add_argument(
         "--min-bytes",
         type=bounded_int(0),

@@ -188,6 +188,20 @@ NOBODY = Credentials(65534, 65534)  # whose rights serve when a process's own ar
 
 
 @dataclass(frozen=True)
+class Container:
+    """The container a process runs in, as its cgroup path names it (platform/containers.py):
+    a label for the reader, never a credential (a user can name cgroups of their own)."""
+
+    id: str  # the runtime's container id (64 hex digits)
+    runtime: str  # podman, docker, containerd or cri-o
+    pod_uid: str = ""  # the Kubernetes pod's uid, where the path names one
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:12]
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     pid: int
     comm: str = ""
@@ -201,6 +215,13 @@ class ProcessInfo:
     # Forked from a traced process, with its image: as in an app forked from Android's zygote,
     # the blocks it made itself carry the zygote bit (z 1) and those it inherited do not.
     forked: bool = False
+    container: Container | None = None  # read once, from /proc/PID/cgroup
+
+    @property
+    def label(self) -> str:
+        """The process as text outputs name it: "pid (comm)", with its container where it has one."""
+        where = f", {self.container.runtime} {self.container.short_id}" if self.container else ""
+        return f"{self.pid} ({self.comm}{where})"
 
     def zygote_bit(self, inherited: bool) -> bool:
         """Android's zygote bit of one of this process's blocks."""

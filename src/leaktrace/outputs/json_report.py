@@ -40,6 +40,7 @@ def snapshot_to_dict(symbolized: SymbolizedSnapshot, growth: Growth = Growth()) 
             {
                 "pid": p.pid,
                 "comm": p.comm,
+                "container": dataclasses.asdict(p.container) if p.container else None,
                 "exited": p.exited,
                 "forked": p.forked,
                 "live_bytes": live.get(p.pid, 0),

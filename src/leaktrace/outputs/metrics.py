@@ -1,5 +1,6 @@
 """The agent's Prometheus exposition: a pure function of a symbolized snapshot and its growth,
-built with the Prometheus client library. Per traced process (labels pid, comm, exe): live
+built with the Prometheus client library. Per traced process (labels pid, comm, exe, and
+container_id and pod_uid, empty outside a container: labels, never credentials): live
 bytes and blocks, growth rate, peak, bytes allocated since the trace began, and whether a
 stack of it is a likely leak; the trace's
 allocation and free totals; one drop counter series per counter; the agent's own report
@@ -15,7 +16,7 @@ from leaktrace.analysis.growth import Growth
 from leaktrace.analysis.process_table import process_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 
-LABELS = ["pid", "comm", "exe"]
+LABELS = ["pid", "comm", "exe", "container_id", "pod_uid"]
 
 
 class _SnapshotCollector:
@@ -54,7 +55,14 @@ class _SnapshotCollector:
         rows = [row for row in process_rows(self.symbolized, self.growth) if row.live_bytes >= self.min_bytes]
         for row in rows[: self.top_processes]:
             info = snapshot.processes.get(row.pid)
-            labels = [str(row.pid), row.comm, info.name if info else row.comm]
+            container = row.container
+            labels = [
+                str(row.pid),
+                row.comm,
+                info.name if info else row.comm,
+                container.id if container else "",
+                container.pod_uid if container else "",
+            ]
             live.add_metric(labels, row.live_bytes)
             blocks.add_metric(labels, row.live_allocations)
             rate.add_metric(labels, row.growth_rate)

@@ -215,6 +215,10 @@ class _ProfileBuilder:
         process = self.symbolized.snapshot.processes.get(group.pid)
         sample.label.add(key=string("pid"), num=group.pid)
         sample.label.add(key=string("comm"), str=string(process.comm if process else ""))
+        if process and process.container:
+            sample.label.add(key=string("container_id"), str=string(process.container.id))
+            if process.container.pod_uid:
+                sample.label.add(key=string("pod_uid"), str=string(process.container.pod_uid))
         sample.label.add(key=string("bytes"), num=group.size, num_unit=string("bytes"))
         if group.inherited:
             sample.label.add(key=string("inherited"), str=string("true"))

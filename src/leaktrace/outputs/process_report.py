@@ -31,10 +31,12 @@ def render_process_report(
         return "\n".join(lines) + "\n"
     from tabulate import tabulate  # 20 ms of imports (importlib.metadata): for a report that has rows
 
+    contained = any(row.container for row in shown[:top_processes])  # a column only where one is
     table = [
         [
             row.pid,
             row.comm + (" (exited)" if row.exited else ""),
+            *([row.container.short_id if row.container else "-"] if contained else []),
             row.live_bytes,
             row.live_allocations,
             f"{row.growth_bytes:+d}",
@@ -50,9 +52,17 @@ def render_process_report(
     lines.append(
         tabulate(
             table,
-            headers=["pid", "comm", "live bytes", "allocs", "growth", "growth/s"],
+            headers=[
+                "pid",
+                "comm",
+                *(["container"] if contained else []),
+                "live bytes",
+                "allocs",
+                "growth",
+                "growth/s",
+            ],
             tablefmt="simple",
-            colalign=["right", "left", "right", "right", "right", "right"],
+            colalign=["right", "left", *(["left"] if contained else []), "right", "right", "right", "right"],
             disable_numparse=True,
         )
     )
@@ -64,7 +74,8 @@ def render_process_report(
         lines.append(stack_table(symbolized, leaks, top_stacks * top_processes, 1, growth))
     for row in shown[:top_processes]:
         own = [groups for groups in ranked if groups[0].pid == row.pid]
-        lines.append(f"pid {row.pid} ({row.comm}): top {min(top_stacks, len(own))} of {len(own)} stacks by live bytes:")
+        label = snap.processes[row.pid].label if row.pid in snap.processes else f"{row.pid} ({row.comm})"
+        lines.append(f"pid {label}: top {min(top_stacks, len(own))} of {len(own)} stacks by live bytes:")
         lines.append(stack_table(symbolized, own, top_stacks, frames, growth))
     return "\n".join(lines) + "\n"
 

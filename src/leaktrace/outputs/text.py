@@ -155,8 +155,7 @@ def render_text(
     snap = symbolized.snapshot
     names = (
         ", ".join(
-            f"{p.pid} ({p.comm}){' exited' if p.exited else ''}"
-            for p in sorted(snap.processes.values(), key=lambda p: p.pid)
+            f"{p.label}{' exited' if p.exited else ''}" for p in sorted(snap.processes.values(), key=lambda p: p.pid)
         )
         or "none"
     )

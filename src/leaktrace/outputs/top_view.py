@@ -146,16 +146,22 @@ def _process_table(symbolized: SymbolizedSnapshot, growth: Growth, state: ViewSt
     leaking = {key[0] for key in growth.likely_leaks}
     # Sorted by a measure beyond live bytes, its column before the top site (80 columns hold one).
     extra = EXTRA_COLUMNS.get(state.sort)
+    contained = any(row.container for row in rows)  # the container column only where one is
     lines = [
-        f"{'PID':>8} {'COMM':<16} {'LIVE':>10} {'ALLOCS':>9} {'GROWTH/s':>11}  "
+        f"{'PID':>8} {'COMM':<16} "
+        + (f"{'CONTAINER':<12} " if contained else "")
+        + f"{'LIVE':>10} {'ALLOCS':>9} {'GROWTH/s':>11}  "
         + (f"{extra[0]:>10} " if extra else "")
         + "TOP SITE"
     ]
     for row in rows:
         mark = "!" if row.pid in leaking else " "
         comm = (row.comm + ("*" if row.exited else ""))[:16]
+        container = (row.container.short_id if row.container else "-") if contained else ""
         lines.append(
-            f"{row.pid:>8} {comm:<16} {human_bytes(row.live_bytes):>10} {row.live_allocations:>9} "
+            f"{row.pid:>8} {comm:<16} "
+            + (f"{container:<12} " if contained else "")
+            + f"{human_bytes(row.live_bytes):>10} {row.live_allocations:>9} "
             f"{human_bytes(row.growth_rate) + '/s':>11}{mark} "
             + (f"{extra[1](row):>10} " if extra else "")
             + row.top_site
@@ -172,7 +178,7 @@ def _detail(symbolized: SymbolizedSnapshot, growth: Growth, pid: int) -> list[st
     live = sum(g.bytes for gs in ranked for g in gs)
     count = sum(g.count for gs in ranked for g in gs)
     lines = [
-        f"pid {pid} ({info.comm if info else '?'}){' exited' if info and info.exited else ''}: "
+        f"pid {info.label if info else f'{pid} (?)'}{' exited' if info and info.exited else ''}: "
         f"{human_bytes(live)} live in {count} allocations, growth "
         f"{human_bytes(growth.of_process(pid).rate)}/s   Esc: back",
         "",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfError, ElfFile, FileIdentity
-from leaktrace.platform.process import Mapping, parse_maps, read_process
+from leaktrace.platform.process import Mapping, alive, parse_maps, read_process
 from leaktrace.platform.target_files import open_modules
 
 
@@ -109,6 +109,11 @@ def mini_debug_info(elf: ElfFile) -> ElfFile | None:
 class ModuleFiles:
     """ELF files of mapped modules, by file identity (device, inode, mtime, size)."""
 
+    # Each module file opened while a process mapping it lived, by the device and inode its maps
+    # give, for every ModuleFiles of this leaktrace: a process that has exited (its map_files
+    # and root gone: a container's /fixture/prog, say) is read from the files opened for it then.
+    _while_mapped: dict[tuple[str, int], ElfFile] = {}
+
     def __init__(self) -> None:
         self._files: dict[FileIdentity, ElfFile | None] = {}
         self._debug_files: dict[FileIdentity, ElfFile | None] = {}  # a module's identity -> its debug file
@@ -165,8 +170,13 @@ class ModuleFiles:
         # Named as this process would find them: a container's files under its root.
         root = None if process.exited else _other_root(process.pid)
         for mapping, fd in zip(files, descriptors):
+            key = (mapping.device, mapping.inode)
             if fd is not None:
-                found[mapping.start] = self._file(_name_here(mapping.path, process.pid, root), fd)
+                elf = found[mapping.start] = self._file(_name_here(mapping.path, process.pid, root), fd)
+                if elf is not None and not process.exited:
+                    ModuleFiles._while_mapped[key] = elf
+            elif process.exited or not alive(process.pid):
+                found[mapping.start] = ModuleFiles._while_mapped.get(key)
         return found
 
     def _file(self, path: str, fd: int) -> ElfFile | None:

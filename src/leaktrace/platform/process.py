@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.arch import SYS_READ, SYS_RT_SIGACTION
+from leaktrace.platform.containers import container_of
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.target_files import credentials_of
 
@@ -185,7 +186,8 @@ def read_process(pid: int) -> ProcessInfo | None:
         return None
     except PermissionError as e:
         raise RuntimeFailure(f"cannot read pid {pid}: {e.strerror}") from None
-    return ProcessInfo(pid, printable(comm), printable(os.path.basename(argv0) or comm), maps, credentials=credentials)
+    name = printable(os.path.basename(argv0) or comm)
+    return ProcessInfo(pid, printable(comm), name, maps, credentials=credentials, container=container_of(pid))
 
 
 def _stat_fields(pid: int | str) -> list[str]:

@@ -19,10 +19,15 @@ class TraceTarget:
 
     kind: TargetKind
     pid: int | None = None
+    # Every process of one pid namespace (a container's: --container), as its nsfs file's
+    # (device, inode); decided in the kernel. None: every process on the machine.
+    pid_namespace: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if (self.pid is None) != (self.kind is TargetKind.EVERY_PROCESS):
             raise ValueError(f"a {self.kind.value} target {'has no' if self.pid is None else 'names no'} pid")
+        if self.pid_namespace is not None and self.kind is not TargetKind.EVERY_PROCESS:
+            raise ValueError("only a trace of every process is narrowed to a pid namespace")
 
     @classmethod
     def process(cls, pid: int) -> TraceTarget:
@@ -33,8 +38,8 @@ class TraceTarget:
         return cls(TargetKind.COMMAND, pid)
 
     @classmethod
-    def every_process(cls) -> TraceTarget:
-        return cls(TargetKind.EVERY_PROCESS)
+    def every_process(cls, pid_namespace: tuple[int, int] | None = None) -> TraceTarget:
+        return cls(TargetKind.EVERY_PROCESS, pid_namespace=pid_namespace)
 
     @property
     def single_pid(self) -> int:

@@ -108,6 +108,11 @@ def program_cflags(settings: EngineSettings, target: TraceTarget) -> list[str]:
             f"-DTARGET_TGID={target.pid or 0}",  # the program's word for no one process: 0, never a pid
             f"-DFOLLOW_FORKS={int(follow_forks)}",
             f"-DTRACE_ALL={int(target.is_every_process)}",
+            # Its pid namespace's nsfs device and inode (0 0: every process on the machine).
+            *(
+                f"-D{name}={value}ULL"
+                for name, value in zip(("PIDNS_DEV", "PIDNS_INO"), target.pid_namespace or (0, 0))
+            ),
             f"-DSELF_TGID={os.getpid()}",
             f"-DMAX_PROCS={s.max_procs}",
             f"-DSTACK_DEPTH={s.stack_depth}",

@@ -9,6 +9,7 @@
 //   FOLLOW_FORKS   1 when children are traced (-f): only then can a free concern a waiting child
 //   TRACE_ALL      1 for --all: a process is traced from its first allocator call
 //   SELF_TGID      leaktrace itself, which --all never traces, nor the processes it starts
+//   PIDNS_DEV, PIDNS_INO  --container: with --all, only the processes of this pid namespace (0: all)
 //   STOP_OWNERS_SHARED, STOP_OWNERS_PIN   1 and the bpffs path of the stop_owners map every
 //                  leaktrace shares; 0: a map of this program's own
 //   STACK_DEPTH    frames kept per stack (the caller's return address + the rest)
@@ -236,6 +237,17 @@ static __always_inline void start_image(struct proc *p)
     bpf_get_current_comm(p->comm, sizeof(p->comm));
 }
 
+// --container: whether the current task is in the chosen pid namespace (always, without one).
+static __always_inline int in_chosen_namespace(void)
+{
+#if PIDNS_INO
+    struct bpf_pidns_info ns;
+    return bpf_get_ns_current_pid_tgid(PIDNS_DEV, PIDNS_INO, &ns, sizeof ns) == 0;
+#else
+    return 1;
+#endif
+}
+
 // The generation for an allocator call: with --all, a process not seen
 // before is traced from this call on (user space may ignore it later).
 static __always_inline u32 calling_gen(u32 tgid)
@@ -244,7 +256,7 @@ static __always_inline u32 calling_gen(u32 tgid)
     struct proc *p = procs.lookup(&tgid);
     if (p)
         return own_gen(p);
-    if (tgid == SELF_TGID)
+    if (tgid == SELF_TGID || !in_chosen_namespace())
         return 0;
     struct proc started = {};
     start_image(&started);
@@ -944,7 +956,7 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
         start_image(&started);
         if (procs.update(&tgid, &started) != 0)
             count(C_UNFOLLOWED);
-    } else if (TRACE_ALL && tgid != SELF_TGID) {
+    } else if (TRACE_ALL && tgid != SELF_TGID && in_chosen_namespace()) {
         // --all: a program started now by a process it does not trace (one left out, or one
         // running before the trace): traced from its start, as if its parent had been.
         struct proc started = {.execed = 1, .whole = 1};

@@ -138,6 +138,14 @@ class ProcessTracker:
             parent, execed = (ancestor.parent, ancestor.execed) if ancestor else (0, True)
         return dataclasses.replace(info, comm=comm, name=comm, forked=forked)
 
+    def image_held(self, info: ProcessInfo) -> None:
+        """A new image's process as read at its hold (its first allocator call): what its frames
+        are named from should it exit unread, in place of what an earlier image of the pid left."""
+        cached = self.infos.get(info.pid)
+        if cached is None or cached.maps != info.maps:
+            self.infos[info.pid] = info
+            self._maps.pop(info.pid, None)
+
     def refresh_infos(self, older_than: float) -> None:
         """Keeps recent maps of every traced process, to symbolize one that dies without warning:
         read again once those read are older than older_than seconds."""

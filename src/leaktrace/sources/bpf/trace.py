@@ -176,15 +176,19 @@ class BpfTrace(PollingSource):
         settings: EngineSettings = EngineSettings(),
         libraries: tuple[str, ...] = (),
         selection: Selection = Selection(),
+        pid_namespace: tuple[int, int] | None = None,
     ) -> BpfTrace:
         """Traces every process that calls into a libc on this system (and into libraries),
-        each from its first allocator call; children inherit as with follow_forks."""
+        each from its first allocator call; children inherit as with follow_forks. With
+        pid_namespace (its nsfs device and inode), only the processes of that namespace."""
         check_system()
         found = libc_libraries(ModuleFiles())
         named = [_library(path) for path in libraries]
         known = {elf.identity for elf in found}
         engine = BpfEngine(
-            settings, TraceTarget.every_process(), found + tuple(elf for elf in named if elf.identity not in known)
+            settings,
+            TraceTarget.every_process(pid_namespace),
+            found + tuple(elf for elf in named if elf.identity not in known),
         )
         return cls(_started_or_closed(engine), None, selection=selection)
 
@@ -480,7 +484,7 @@ class BpfTrace(PollingSource):
         maps = MapsFollower()
         maps.follow(info.maps)
         self.engine.upload.load_tables(info, gen, maps)
-        self.processes.infos.setdefault(pid, info)  # its frames are named from these maps should it exit unread
+        self.processes.image_held(info)
 
     def close(self) -> None:
         """Detaches every probe; a launched command is let go (and continued if stopped, unless

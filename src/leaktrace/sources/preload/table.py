@@ -28,7 +28,6 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import (
     AllocationGroup,
     Counters,
-    Credentials,
     LiveAllocation,
     Peak,
     ProcessInfo,
@@ -527,8 +526,10 @@ def copy_with_table(
     return image, table.allocations(), table
 
 
-def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Credentials) -> Snapshot:
-    """A snapshot read from the library's table in the stopped process, with pointers."""
+def table_snapshot(identity: ProcessInfo, backtrace_frames: int) -> Snapshot:
+    """A snapshot read from the library's table in the stopped process, with pointers; the
+    process as identity names it (its names, rights and container, read once)."""
+    pid = identity.pid
 
     def attempt() -> tuple[CopiedTable, str, dict[tuple[int, int], PythonCode]] | None:
         with frozen(pid) as process:
@@ -547,7 +548,7 @@ def table_snapshot(pid: int, comm: str, backtrace_frames: int, credentials: Cred
         AllocationGroup(pid, size, count, stack, status, inherited)
         for (size, stack, status, inherited), count in tally.items()
     )
-    info = ProcessInfo(pid, comm, comm, maps, credentials=credentials, forked=table.forked)
+    info = dataclasses.replace(identity, maps=maps, forked=table.forked)
     return Snapshot(
         time.time(),
         groups,

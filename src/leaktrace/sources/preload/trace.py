@@ -34,13 +34,13 @@ from leaktrace.interpreters.python.versions import PythonOffsets
 from leaktrace.model.snapshot import (
     UNREACHABLE_LIMIT,
     Counters,
-    Credentials,
     LeakCheck,
     ProcessInfo,
     PythonCode,
     Snapshot,
     UnreachableReport,
 )
+from leaktrace.platform.containers import container_of
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import (
@@ -49,6 +49,7 @@ from leaktrace.platform.process import (
     command_line,
     launch,
     parse_maps,
+    printable,
     proc_path,
     read_target,
     resolve_executable,
@@ -136,17 +137,16 @@ class PreloadTrace(PollingSource):
 
     def __init__(
         self,
-        pid: int,
+        identity: ProcessInfo,
         prefix: str,
-        comm: str,
         backtrace_frames: int,
-        credentials: Credentials,
         workdir: str | None = None,
     ):
-        self.pid = pid
+        self.pid = pid = identity.pid
+        self.identity = identity  # its names, container and the rights its dump files are read and removed with
         self.prefix = prefix  # the library's backtrace_dump_prefix
-        self.credentials = credentials  # whose rights its dump files are read and removed with
-        self.comm = comm
+        self.credentials = identity.credentials
+        self.comm = identity.comm
         self.backtrace_frames = backtrace_frames
         self.workdir = workdir  # ours to delete (launch only)
         self.target = TraceTarget.command(pid) if workdir is not None else TraceTarget.process(pid)
@@ -213,7 +213,11 @@ class PreloadTrace(PollingSource):
                 os.close(fd)
             raise RuntimeFailure(f"cannot run '{argv[0]}': {failure}")
         # The dump directory is ours (mode 0700): its files are read with our own rights.
-        trace = cls(pid, prefix, os.path.basename(path)[:15], frames, credentials_of(os.getpid()), workdir)
+        name = printable(os.path.basename(argv[0]))
+        identity = ProcessInfo(
+            pid, name[:15], name, credentials=credentials_of(os.getpid()), container=container_of(pid)
+        )
+        trace = cls(identity, prefix, frames, workdir)
         trace.sampling = sampling
         if ours is not None:
             trace.leak_check_at_exit = True
@@ -239,23 +243,11 @@ class PreloadTrace(PollingSource):
             )
         if not preloaded or not config.options:
             injection = Injection(pid, options, sampling)
-            trace = cls(
-                pid,
-                DEFAULT_DUMP_PREFIX,
-                info.comm,
-                parse_malloc_debug_options(options).backtrace_frames,
-                credentials_of(pid),
-            )
+            trace = cls(info, DEFAULT_DUMP_PREFIX, parse_malloc_debug_options(options).backtrace_frames)
             trace.injection = injection
             trace.sampling = sampling
             return trace
-        return cls(
-            pid,
-            str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)),
-            info.comm,
-            config.backtrace_frames,
-            credentials_of(pid),
-        )
+        return cls(info, str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)), config.backtrace_frames)
 
     @property
     def exited(self) -> bool:
@@ -283,8 +275,12 @@ class PreloadTrace(PollingSource):
             )
             codes = self._python_codes_at_exit() if exited else {}
             sites, peak = self._sites_of_dump(exited)
+            dumped = found.processes[self.pid]
             return dataclasses.replace(
                 found,
+                processes={
+                    self.pid: dataclasses.replace(self.identity, maps=dumped.maps, exited=exited, forked=dumped.forked)
+                },
                 counters=self._counters_of_dump(exited),
                 python_code=codes,
                 sites=site_totals(self.pid, sites),
@@ -387,7 +383,7 @@ class PreloadTrace(PollingSource):
                 self._last = found
                 return found
         try:
-            self._last = table_snapshot(self.pid, self.comm, self.backtrace_frames, self.credentials)
+            self._last = table_snapshot(self.identity, self.backtrace_frames)
         except RuntimeFailure:
             if not self.poll():
                 return self._blocks()
