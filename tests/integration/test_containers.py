@@ -218,3 +218,67 @@ def test_the_agents_default_serves_a_containers_heap_labelled(image, program, bu
         if agent is not None and agent.poll() is None:
             agent.kill()
         container.close()
+
+
+# The node agent's container (docs/agent.md): the host's pid namespace, these capabilities and
+# no seccomp or AppArmor profile of its own, tracefs, bpffs and the kernel headers bcc compiles with.
+AGENT_CONTAINER = [
+    "--pid",
+    "host",
+    "--cap-drop",
+    "all",
+    "--cap-add",
+    "BPF,PERFMON,SYS_PTRACE,SYS_ADMIN,SETUID,SETGID,DAC_READ_SEARCH,KILL,SYS_RESOURCE",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+    *("-v", "/sys/kernel/tracing:/sys/kernel/tracing", "-v", "/sys/fs/bpf:/sys/fs/bpf"),
+    *("-v", "/lib/modules:/lib/modules:ro", "-v", "/usr/src:/usr/src:ro"),
+]
+
+
+@pytest.fixture(scope="module")
+def leaktrace_image() -> str:
+    """localhost/leaktrace:latest, built from this checkout by scripts/container_image.sh."""
+    built = subprocess.run(
+        ["bash", str(Path(__file__).parents[2] / "scripts" / "container_image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    return "localhost/leaktrace:latest"
+
+
+@pytest.mark.parametrize("engine", ["bpf", "preload"])
+def test_leaktraces_own_image_traces_a_service_in_another_container(image, leaktrace_image, program, build_dir, engine):
+    """leaktrace's image, run with the documented capabilities (not --privileged), traces shapes
+    in another container by its host pid: every site exact, both containers running on."""
+    service = Container(image, build_dir, f"/fixture/{program('shapes').name}", "wait")
+    tracer = None
+    try:
+        assert wait_for_line(service.process.stdout) == b"ready\n"
+        service.started()
+        name = f"leaktrace-agent-{uuid.uuid4().hex[:12]}"
+        tracer = subprocess.Popen(
+            [*PODMAN, *RUN, "--name", name, *AGENT_CONTAINER, leaktrace_image]
+            + ["-p", str(service.pid), "--engine", engine, "--json", "3600"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = wait_for_line(tracer.stderr)
+        assert "probes live" in line or "attached in-process" in line, line + tracer.stderr.read()
+        service.send(b"x")
+        assert wait_for_line(service.process.stdout) == b"done\n"
+        subprocess.run([*PODMAN, "kill", "--signal", "INT", name], check=True, capture_output=True)
+        out, err = tracer.communicate(timeout=TIMEOUT)
+        report = final_report(subprocess.CompletedProcess([], tracer.returncode, out, err))
+        assert_shapes(report)
+        assert report["processes"][0]["container"]["id"] == service.id
+        assert service.running()
+    finally:
+        if tracer is not None and tracer.poll() is None:
+            tracer.kill()
+        service.close()
