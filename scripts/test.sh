@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Sets the machine up (with what the tests use), runs the linters (scripts/lint.sh), then the whole test suite as root with real BPF
-# (arguments: passed to pytest instead).
+# (arguments: passed to pytest instead; --kernel SERIES: the kernel subset in a test VM, scripts/vm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
+# --kernel SERIES [pytest args]: the kernel subset (tests/integration/kernel_subset.txt, or the
+# tests named) inside a test VM booting Debian's kernel of that series (5.10, 6.1, 6.12).
+if [ "${1:-}" = "--kernel" ]; then
+    series=${2:?--kernel needs a series: 5.10, 6.1 or 6.12}
+    shift 2
+    [ $# -gt 0 ] || set -- $(grep -v '^#' tests/integration/kernel_subset.txt)
+    exec bash scripts/vm.sh --kernel "$series" -- .venv/bin/python -m pytest -p no:cacheprovider -q "$@"
+fi
 bash scripts/lint.sh
 if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"

@@ -96,6 +96,7 @@ REGISTRY = {
     "completion": ("completion", "CompletionCommand"),
     "agent": ("agent", "AgentCommand"),
     "diff": ("diff", "DiffCommand"),
+    "features": ("features", "FeaturesCommand"),
 }
 # One line each for the top-level help (the commands' modules are not imported for it).
 SUMMARIES = {
@@ -105,6 +106,7 @@ SUMMARIES = {
     "completion": 'print a bash or zsh completion script (eval "$(leaktrace completion bash)")',
     "diff": "compare two reports (--json lines or --pprof files) site by site: before, after, change",
     "agent": "trace as a service; serve /metrics (Prometheus), /debug/pprof/heap (pprof), /status over HTTP",
+    "features": "the kernel features the BPF engine uses: on or off here, the release that brings each",
 }
 EXAMPLES = """commands:
 {commands}

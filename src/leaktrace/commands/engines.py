@@ -56,8 +56,10 @@ def start_preload(
 def start_bpf(args: argparse.Namespace, settings: EngineSettings, config: MallocDebugConfig) -> tuple[TraceSource, str]:
     """The trace the arguments ask for, and how to name its target."""
     from leaktrace.sources.bpf.compile import compile_ahead, discard_compile_ahead  # bcc: the BPF engine's alone
+    from leaktrace.sources.bpf.kernel_features import check_kernel
 
     check_system()
+    check_kernel()
     namespace = None
     if args.container is not None:
         container, namespace = container_pid_namespace(args.container)

@@ -29,6 +29,7 @@ SYSCALL_NUMBERS = {
     "pipe2": 293,
     "memfd_create": 319,
     "rseq": 334,
+    "perf_event_open": 298,
     "clone3": 435,
 }
 # struct user_regs_struct (PTRACE_GETREGS): 27 words; rsp is the 20th, fs_base (the thread pointer) the 22nd.

@@ -20,6 +20,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.interpreters.python.layout import PYTHON_MAX_FRAMES
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
+from leaktrace.sources.bpf.kernel_features import UPROBE_MULTI, UPROBE_SESSION, offers
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION
 from leaktrace.sources.bpf.stop_owners import stop_owners_cflags
 from leaktrace.sources.settings import EngineSettings
@@ -28,26 +29,24 @@ from leaktrace.sources.target import TraceTarget
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
 # the allocating calls' return tail-calls, which must be loaded as its caller is.
 LINKED_PROGRAMS = (b"free_enter", b"exit_stop", b"python_stop", b"modules_changed")
-SESSION_KERNEL = (6, 13)  # the first with uprobe sessions
 
 
 def returns_by_session(settings: EngineSettings) -> bool:
     """Whether the allocating calls are probed by one uprobe session program, whose entry run
     skips the return of a call not sampled (a trap saved), rather than an entry and a return
     program: when sampling, on a kernel that has sessions."""
-    release = re.match(r"(\d+)\.(\d+)", os.uname().release)
-    if not settings.sampling.rate or release is None:
-        return False
-    return (int(release.group(1)), int(release.group(2))) >= SESSION_KERNEL
+    return bool(settings.sampling.rate) and offers(UPROBE_SESSION)
 
 
 def linked_programs(settings: EngineSettings) -> dict[bytes, int]:
-    """Each program loaded for a link, with the attach type it is loaded for."""
+    """Each program loaded for a link, with the attach type it is loaded for (a plain kprobe
+    program, -1 to bcc, where the kernel has no uprobe_multi and perf events carry them)."""
+    multi = BPF_TRACE_UPROBE_MULTI if offers(UPROBE_MULTI) else -1
     if returns_by_session(settings):
         calls = {b"alloc_session": BPF_TRACE_UPROBE_SESSION, b"unwind_frames": BPF_TRACE_UPROBE_SESSION}
     else:
-        calls = {p: BPF_TRACE_UPROBE_MULTI for p in (b"alloc_enter", b"alloc_return", b"unwind_frames")}
-    return calls | {program: BPF_TRACE_UPROBE_MULTI for program in LINKED_PROGRAMS}
+        calls = {p: multi for p in (b"alloc_enter", b"alloc_return", b"unwind_frames")}
+    return calls | {program: multi for program in LINKED_PROGRAMS}
 
 
 TERMINAL_MEMBERS = {("task_struct", "signal"): "TASK_SIGNAL", ("signal_struct", "tty"): "SIGNAL_TTY"}

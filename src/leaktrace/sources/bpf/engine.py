@@ -6,7 +6,6 @@ import ctypes as ct
 import dataclasses
 import errno
 import os
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,7 @@ from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import MapsFollower, live_thread, maps_device, read_process
 from leaktrace.sources.bpf.compile import bcc_output, claim_or_start_compile, returns_by_session
 from leaktrace.sources.bpf.inheritance import ForkInheritance
+from leaktrace.sources.bpf.kernel_features import UPROBE_MULTI, offers
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
     AR_RAX,
@@ -42,6 +42,7 @@ from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: gener
 from leaktrace.sources.bpf.links import (
     BPF_TRACE_UPROBE_MULTI,
     BPF_TRACE_UPROBE_SESSION,
+    attach_perf_uprobes,
     attach_uprobes,
     reference_counter_conflicts,
 )
@@ -94,8 +95,6 @@ def _why_refused(error: OSError, library: ElfFile, offsets: list[int]) -> str:
     """Why the kernel refused a uprobe_multi link, as far as can be known."""
     if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
         return error.strerror
-    if tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2]) < (6, 6):
-        return f"{error.strerror} (uprobe_multi links need Linux 6.6 or later)"
     conflicts = reference_counter_conflicts(os.stat(library.descriptor).st_ino, offsets)
     if not conflicts:
         return error.strerror
@@ -184,7 +183,7 @@ class BpfEngine:
         self.leader_exited = target.pid is not None and live_thread(target.pid) not in (target.pid, None)
         self.kernel = KernelState()
         self._programs: dict[bytes, int] = {}  # program name -> fd
-        self._links: list[int] = []  # uprobe_multi link fds
+        self._links: list[int] = []  # uprobe_multi link fds (before 6.6: perf event links and events)
         self._text_around_free = (0, 0)
         self.tables = UnwindTables(TableCache(settings.table_cache) if settings.table_cache else None)
         self.notices: list[str] = []  # said at the next report (BpfTrace.take_notices)
@@ -223,9 +222,16 @@ class BpfEngine:
         # first thread has exited (the kernel's pid filter matches its address space, gone with it).
         pid = self.target.pid if not (self.settings.follow_forks or self.leader_exited) else None
         try:  # by descriptor: the very file that was read (a target's, with its rights)
-            self._links.append(
-                attach_uprobes(self._programs[program], library.descriptor, offsets, cookies, pid, returns, attach_type)
-            )
+            if offers(UPROBE_MULTI):
+                self._links.append(
+                    attach_uprobes(
+                        self._programs[program], library.descriptor, offsets, cookies, pid, returns, attach_type
+                    )
+                )
+            else:
+                self._links += attach_perf_uprobes(
+                    self._programs[program], library.descriptor, offsets, cookies, pid, returns
+                )
         except OSError as e:
             if self.target.pid is not None and not os.path.exists(f"/proc/{self.target.pid}"):
                 raise RuntimeFailure(f"pid {self.target.pid} exited before the probes were attached") from None

@@ -3,15 +3,19 @@ one file, each with a cookie the program reads to tell them apart.
 
 bcc attaches a perf event per uprobe, and closing each one waits out an RCU grace
 period of its own (17 probes took 1.4 s to detach here); a link waits once for all.
+Before 6.6 (from 5.15, which gave perf-event links their cookie) each place gets a perf event
+of the uprobe PMU and a BPF link to it carrying the same cookie (attach_perf_uprobes).
 """
 
 from __future__ import annotations
 
 import ctypes as ct
 import errno
+import fcntl
 import os
 import re
 
+from leaktrace.platform.arch import SYSCALL_NUMBERS
 from leaktrace.platform.system import bpf
 
 BPF_LINK_CREATE = 28
@@ -66,6 +70,91 @@ def attach_uprobes(
         pid=pid or 0,  # the kernel's word for every process
     )
     return bpf(BPF_LINK_CREATE, attr)
+
+
+BPF_PERF_EVENT = 41  # a link's attach type for a perf event
+PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_FLAG_FD_CLOEXEC = 8
+UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
+
+
+class _PerfEventAttr(ct.Structure):
+    """struct perf_event_attr, as far as a uprobe of the uprobe PMU reads it (128 bytes)."""
+
+    _fields_ = [
+        ("type", ct.c_uint32),
+        ("size", ct.c_uint32),
+        ("config", ct.c_uint64),  # the retprobe bit, where the PMU's format says
+        ("sample_period", ct.c_uint64),
+        ("sample_type", ct.c_uint64),
+        ("read_format", ct.c_uint64),
+        ("flags", ct.c_uint64),
+        ("wakeup_events", ct.c_uint32),
+        ("bp_type", ct.c_uint32),
+        ("uprobe_path", ct.c_uint64),  # config1
+        ("probe_offset", ct.c_uint64),  # config2
+        ("rest", ct.c_uint8 * 64),
+    ]
+
+
+class _PerfLinkAttr(ct.Structure):
+    """union bpf_attr as BPF_LINK_CREATE reads it for a perf event link."""
+
+    _fields_ = [
+        ("prog_fd", ct.c_uint32),
+        ("target_fd", ct.c_uint32),
+        ("attach_type", ct.c_uint32),
+        ("flags", ct.c_uint32),
+        ("bpf_cookie", ct.c_uint64),
+        ("reserved", ct.c_uint64 * 8),
+    ]
+
+
+def _pmu_value(name: str) -> int:
+    with open(f"{UPROBE_PMU}/{name}") as f:
+        return int(f.read().strip().rsplit(":", 1)[-1])
+
+
+def attach_perf_uprobes(
+    prog_fd: int, path: str, offsets: list[int], cookies: list[int], pid: int | None, returns: bool = False
+) -> list[int]:
+    """attach_uprobes through a perf event and a link per place (kernels before 6.6): the fds to
+    close, links first; on failure none is left open."""
+    libc = ct.CDLL(None, use_errno=True)
+    pmu, retprobe_bit = _pmu_value("type"), _pmu_value("format/retprobe")
+    path_buffer = ct.create_string_buffer(os.fsencode(path))
+    links: list[int] = []
+    events: list[int] = []
+    try:
+        for offset, cookie in zip(offsets, cookies):
+            attr = _PerfEventAttr(
+                type=pmu,
+                size=ct.sizeof(_PerfEventAttr),
+                config=(1 << retprobe_bit) if returns else 0,
+                uprobe_path=ct.addressof(path_buffer),
+                probe_offset=offset,
+            )
+            # pid: the process's threads (the kernel filters by its address space); else every
+            # process, through an event on CPU 0 (a BPF program runs on every CPU regardless).
+            cpu = -1 if pid else 0
+            fd = libc.syscall(
+                SYSCALL_NUMBERS["perf_event_open"], ct.byref(attr), pid or -1, cpu, -1, PERF_FLAG_FD_CLOEXEC
+            )
+            if fd < 0:
+                raise OSError(ct.get_errno(), os.strerror(ct.get_errno()))
+            events.append(fd)
+            links.append(
+                bpf(
+                    BPF_LINK_CREATE,
+                    _PerfLinkAttr(prog_fd=prog_fd, target_fd=fd, attach_type=BPF_PERF_EVENT, bpf_cookie=cookie),
+                )
+            )
+            fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
+    except OSError:
+        for fd in links + events:
+            os.close(fd)
+        raise
+    return links + events
 
 
 _MISMATCH = re.compile(

@@ -31,6 +31,7 @@ from leaktrace.platform.process import (
 from leaktrace.platform.system import check_system
 from leaktrace.sources.bpf.engine import BpfEngine, EngineSettings
 from leaktrace.sources.bpf.image_holds import ImageHolds
+from leaktrace.sources.bpf.kernel_features import features_off
 from leaktrace.sources.bpf.launch import StopRelease, reap, spawn_gated
 from leaktrace.sources.bpf.map_reading import TracedProcess
 from leaktrace.sources.bpf.process_tracking import ProcessTracker, Selection
@@ -446,7 +447,10 @@ class BpfTrace(PollingSource):
                 "reaches one stops with SIGTRAP (docs/ci.md)"
             )
         unshared = [UNSHARED_NOTICE] if "-DSTOP_OWNERS_SHARED=0" in stop_owners_cflags() else []
-        return placements + cache + everywhere + unshared + self.take_notices() + [live + trapped]
+        # One line names every feature this kernel lacks that this trace uses, and what doing without costs.
+        off = features_off(bool(self.engine.settings.sampling.rate))
+        kernel = [f"on Linux {os.uname().release}: " + "; ".join(off)] if off else []
+        return placements + cache + everywhere + unshared + kernel + self.take_notices() + [live + trapped]
 
     @property
     def pid(self) -> int | None:
