@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Provisions a test VM (the Vagrantfile runs it; CI runs it with DESTDIR set):
+# Provisions a machine of one's own as a demo (CI runs it with DESTDIR set):
 # sets leaktrace up, puts it on PATH, and installs a demo service that leaks.
 #   DESTDIR   install under this directory instead of / and start nothing (for tests)
 set -euo pipefail

@@ -131,7 +131,7 @@ def test_leaktrace_diff_compares_two_report_files(tmp_path, capsys):
     assert main(["diff", old, new, "--json"]) == 0
     (site,) = json.loads(capsys.readouterr().out)["sites"]
     assert (site["before"]["bytes"], site["after"]["bytes"]) == (8, 40)
-    assert main(["diff", old, str(tmp_path / "missing")]) == 1
+    assert main(["diff", old, str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 
 

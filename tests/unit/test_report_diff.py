@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import resource
 import subprocess
 import sys
+import zlib
 
 import pytest
 
@@ -131,7 +133,13 @@ def test_a_pprof_profile_reads_as_the_json_report_of_the_same_sites():
     ("data", "message"),
     [
         (b"not a report\n", "no leaktrace JSON report in it"),
-        (b'{"groups": [{"frames": 3}]}\n', "a group is not as leaktrace writes it"),
+        (b'{"groups": [{"frames": 3}]}\n', "group 0 is not as leaktrace writes it"),
+        (b'{"groups": ' + b"[" * 100000 + b"]" * 100000 + b"}\n", "line 1 nests deeper than any report"),
+        (b'{"groups": [{"frames": [], "bytes": 1e400, "count": 1}]}\n', "group 0's bytes is not a count"),
+        (b'{"groups": [{"frames": [], "bytes": NaN, "count": 1}]}\n', "holds NaN, which leaktrace never writes"),
+        (b'{"groups": [{"frames": [{"function": "f", "line": "12"}], "bytes": 8, "count": 1}]}\n', "frame 0's line"),
+        (b'{"groups": [{"frames": [{"function": 7}], "bytes": 8, "count": 1}]}\n', "frame 0's function is not a name"),
+        (b'{"groups": [{"frames": [], "bytes": true, "count": 1}]}\n', "group 0's bytes is not a count"),
         (b"\x1f\x8bnot gzip", "not a gzip'd pprof profile"),
         (b"\xff\xfe", "neither JSON text nor a gzip'd profile"),
     ],
@@ -156,4 +164,28 @@ def test_the_command_reads_files_and_says_a_bad_one_in_one_line(tmp_path):
     result = subprocess.run(
         run + [str(tmp_path / "old.json"), str(tmp_path)], capture_output=True, text=True, timeout=60
     )
-    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "cannot read" in result.stderr, result.stderr
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "cannot read" in result.stderr, result.stderr
+
+
+def test_a_gzip_bomb_is_refused_without_unpacking_it_whole():
+    """300 MiB of zeros in about 300 KiB: refused past 64 MiB, in bounded memory."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = b"\0" * (1 << 20)
+    bomb = b"".join(packer.compress(chunk) for _ in range(300)) + packer.flush()
+    assert len(bomb) < 1 << 20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(UnreadableReport, match="unpacks to more than 64 MiB"):
+        read_sites(bomb)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 << 10  # KiB
+
+
+def test_names_from_a_foreign_report_reach_the_terminal_escaped_and_values_are_never_echoed():
+    hostile = {"function": "leak\x1b[2J", "file": "a\x07.c", "line": 3}
+    line = json.dumps({"groups": [{"frames": [hostile], "bytes": 8, "count": 1}]})
+    sites = read_sites(line.encode() + b"\n")
+    text = render_diff_text(compare({}, sites), "old", "new", 10)
+    assert "\x1b" not in text and "\x07" not in text and "leak\\x1b[2J (a\\x07.c:3)" in text, text
+    secret = b'{"groups": [{"frames": [], "bytes": "my-password-123", "count": 1}]}\n'
+    with pytest.raises(UnreadableReport) as refused:
+        read_sites(secret)
+    assert "my-password" not in str(refused.value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from leaktrace.errors import RuntimeFailure
+from leaktrace.errors import UsageError
 from leaktrace.outputs.report_diff import (
     REPORT_READ_LIMIT,
     UnreadableReport,
@@ -14,6 +14,7 @@ from leaktrace.outputs.report_diff import (
     read_sites,
     render_diff_text,
 )
+from leaktrace.platform.process import printable
 from leaktrace.platform.target_files import read_regular
 
 from . import ArgumentParser, Command, bounded_int
@@ -40,10 +41,10 @@ class DiffCommand(Command):
         for path in (args.old, args.new):
             try:
                 sites.append(read_sites(read_regular(path, REPORT_READ_LIMIT)))
-            except OSError as e:
-                raise RuntimeFailure(f"cannot read {path}: {e.strerror or e}") from None
+            except OSError as e:  # OLD and NEW are arguments: a file that cannot be read is a usage error
+                raise UsageError(f"cannot read {printable(path)}: {e.strerror or e}") from None
             except UnreadableReport as e:
-                raise RuntimeFailure(f"{path}: {e}") from None
+                raise UsageError(f"{printable(path)}: {e}") from None
         changes = compare(*sites)
         if args.json:
             print(json.dumps(diff_to_dict(changes, args.old, args.new), separators=(",", ":")))

@@ -5,17 +5,19 @@ across address-space layouts; its processes and block sizes are merged."""
 
 from __future__ import annotations
 
-import gzip
 import json
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from leaktrace.outputs.pprof import profile_class
+from leaktrace.platform.process import printable
 
 # A frame as two runs can share it: (function, file, line); "?" for a function not named.
 SiteFrame = tuple[str, str, int]
 Site = tuple[SiteFrame, ...]
-REPORT_READ_LIMIT = 1 << 30  # bytes of a report file
+REPORT_READ_LIMIT = 256 << 20  # bytes of a report file
+PROFILE_LIMIT = 64 << 20  # bytes a profile's gzip may unpack to (leaktrace's are a few MiB)
 GZIP_MAGIC = b"\x1f\x8b"
 UNNAMED = "?"
 
@@ -64,41 +66,73 @@ def _merged(pairs: Iterable[tuple[Site, int, int]]) -> dict[Site, Held]:
     return sites
 
 
+def _no_constant(name: str) -> None:
+    raise UnreadableReport(f"a report line holds {name[:9]}, which leaktrace never writes")
+
+
+def _count(value: object, where: str) -> int:
+    """A whole number of leaktrace's (never a bool, a float or text); the value is never echoed."""
+    if type(value) is not int or not 0 <= value < 1 << 64:
+        raise UnreadableReport(f"{where} is not a count leaktrace would write")
+    return value
+
+
+def _name(value: object, where: str) -> str:
+    """A function or file name of a report, its control characters escaped (it may be anyone's)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UnreadableReport(f"{where} is not a name")
+    return printable(value)
+
+
+def _frame(frame: object, where: str) -> SiteFrame:
+    if not isinstance(frame, dict):
+        raise UnreadableReport(f"{where} is not a frame")
+    line = frame.get("line")
+    return (
+        _name(frame.get("function"), f"{where}'s function") or UNNAMED,
+        _name(frame.get("file"), f"{where}'s file"),
+        0 if line is None else _count(line, f"{where}'s line"),
+    )
+
+
 def sites_of_json(text: str) -> dict[Site, Held]:
     """The last report among a file's lines (a trace's --json output)."""
     last = None
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("{"):
             try:
-                report = json.loads(line)
+                report = json.loads(line, parse_constant=_no_constant)
             except json.JSONDecodeError as e:
-                raise UnreadableReport(f"a report line is not JSON ({e.msg})") from None
+                raise UnreadableReport(f"line {number} is not JSON ({e.msg})") from None
+            except RecursionError:
+                raise UnreadableReport(f"line {number} nests deeper than any report of leaktrace's") from None
             if isinstance(report, dict) and isinstance(report.get("groups"), list):
                 last = report
     if last is None:
         raise UnreadableReport("no leaktrace JSON report in it")
-    try:
-        return _merged(
-            (
-                tuple(
-                    (frame["function"] or UNNAMED, frame["file"] or "", frame["line"] or 0) for frame in group["frames"]
-                ),
-                int(group["bytes"]),
-                int(group["count"]),
-            )
-            for group in last["groups"]
+    found = []
+    for i, group in enumerate(last["groups"]):
+        where = f"group {i}"
+        if not isinstance(group, dict) or not isinstance(group.get("frames"), list):
+            raise UnreadableReport(f"{where} is not as leaktrace writes it")
+        site = tuple(_frame(frame, f"{where} frame {j}") for j, frame in enumerate(group["frames"]))
+        found.append(
+            (site, _count(group.get("bytes"), f"{where}'s bytes"), _count(group.get("count"), f"{where}'s count"))
         )
-    except (KeyError, TypeError, ValueError) as e:
-        raise UnreadableReport(f"a group is not as leaktrace writes it ({e!r})") from None
+    return _merged(found)
 
 
 def sites_of_pprof(data: bytes) -> dict[Site, Held]:
     """A profile's inuse_space and inuse_objects per stack, each location's lines innermost first."""
     profile = profile_class()()
     try:
-        profile.ParseFromString(gzip.decompress(data))
-    except Exception as e:  # noqa: BLE001 - protobuf's and gzip's errors have no common base
-        raise UnreadableReport(f"not a gzip'd pprof profile ({e})") from None
+        profile.ParseFromString(_gunzipped(data))
+    except UnreadableReport:
+        raise
+    except Exception:  # noqa: BLE001 - protobuf's and zlib's errors have no common base
+        raise UnreadableReport("not a gzip'd pprof profile") from None
     strings = list(profile.string_table)
 
     def text(index: int) -> str:
@@ -108,7 +142,10 @@ def sites_of_pprof(data: bytes) -> dict[Site, Held]:
     if "inuse_space" not in kinds or "inuse_objects" not in kinds:
         raise UnreadableReport(f"no inuse_space and inuse_objects among its sample types ({', '.join(kinds)})")
     space, objects = kinds.index("inuse_space"), kinds.index("inuse_objects")
-    functions = {function.id: (text(function.name), text(function.filename)) for function in profile.function}
+    functions = {
+        function.id: (printable(text(function.name)), printable(text(function.filename)))
+        for function in profile.function
+    }
     locations: dict[int, list[SiteFrame]] = {}
     for location in profile.location:
         lines = [(*functions.get(line.function_id, (UNNAMED, "")), line.line) for line in location.line]
@@ -121,6 +158,21 @@ def sites_of_pprof(data: bytes) -> dict[Site, Held]:
         )
         for sample in profile.sample
     )
+
+
+def _gunzipped(data: bytes) -> bytes:
+    """gzip's content, unpacked a MiB at a time to at most PROFILE_LIMIT bytes (a small file may
+    unpack to gigabytes)."""
+    unpacker, pieces, size = zlib.decompressobj(16 + zlib.MAX_WBITS), [], 0
+    rest = data
+    while rest and not unpacker.eof:
+        piece = unpacker.decompress(rest, 1 << 20)
+        rest = unpacker.unconsumed_tail
+        size += len(piece)
+        if size > PROFILE_LIMIT:
+            raise UnreadableReport(f"the profile unpacks to more than {PROFILE_LIMIT >> 20} MiB")
+        pieces.append(piece)
+    return b"".join(pieces)
 
 
 def read_sites(data: bytes) -> dict[Site, Held]:
