@@ -128,7 +128,7 @@ timeout "${LEAKTRACE_VM_TIMEOUT:-5400}" qemu-system-x86_64 -accel "$accel" -cpu 
     -virtfs local,path=/,mount_tag=host,security_model=passthrough,readonly=on,multidevs=remap \
     -virtfs "local,path=$run,mount_tag=run,security_model=passthrough" </dev/null |
     sed -u -e 's/\r$//' -e 's/\x1bc//g' -e 's/\x1b\[[?0-9;]*[a-zA-Z]//g' |
-    grep -av -e '\] reboot: Power down$' -e '^SeaBIOS (version' -e '^Booting from ROM' || true
+    grep -a --line-buffered -v -e '\] reboot: Power down$' -e '^SeaBIOS (version' -e '^Booting from ROM' || true
 if [ ! -s "$run/status" ]; then
     echo "vm.sh: the VM ($series, $version) ended without COMMAND's status" >&2
     exit 1

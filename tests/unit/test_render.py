@@ -317,3 +317,19 @@ def test_the_html_page_draws_the_measure_and_says_the_peak():
     assert "<h2>Peak</h2><p>peak of pid 10: 34048 live bytes at " in page
     assert flame_tree(viewed(), "peak")["value"] == 34048 and flame_tree(viewed(), "allocated")["value"] == 39168
     assert flame_tree(viewed(), "short-lived")["value"] == 80 * 64
+
+
+def test_short_lived_blocks_of_a_sampled_trace_are_said_to_be_uncounted():
+    """--measure short-lived --sample: the library and the kernel follow no short-lived block
+    when sampling, which the table says rather than "no stacks"."""
+    symbolized = viewed()
+    sampled = dataclasses.replace(
+        symbolized,
+        snapshot=dataclasses.replace(
+            symbolized.snapshot,
+            sample_rate=4096,
+            sites=tuple(dataclasses.replace(s, short_lived=None) for s in symbolized.snapshot.sites),
+        ),
+    )
+    text = render_text(sampled, measure="short-lived")
+    assert "short-lived blocks are not counted when sampled (--sample)" in text and "no stacks by" not in text, text

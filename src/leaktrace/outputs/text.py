@@ -163,7 +163,9 @@ def render_text(
     title, by_count = MEASURE_TITLES[measure]
     ranked = ranked_stacks(snap.measured(measure), by_count)
     if not ranked:
-        if measure != "live":
+        if measure == "short-lived" and snap.sample_rate:
+            lines.append("short-lived blocks are not counted when sampled (--sample): trace exactly to see them")
+        elif measure != "live":
             lines.append(f"no stacks by {title}")
         elif snap.counters.incompleteness() is None:
             lines.append("no live allocations")
