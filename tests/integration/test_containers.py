@@ -79,6 +79,25 @@ class Container:
         self.process.wait(timeout=60)
 
 
+def traced_shapes(container: Container, argv: list[str], stop) -> dict:
+    """`shapes wait` in container traced by argv from the moment it says it is live: shapes
+    allocates, the trace is stopped (stop(tracer)), and its final report, every site exact."""
+    tracer = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = wait_for_line(tracer.stderr)
+        assert "probes live" in line or "attached in-process" in line, line + tracer.stderr.read()
+        container.send(b"x")
+        assert wait_for_line(container.process.stdout) == b"done\n"
+        stop(tracer)
+        out, err = tracer.communicate(timeout=TIMEOUT)
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+    report = final_report(subprocess.CompletedProcess([], tracer.returncode, out, err))
+    assert_shapes(report)
+    return report
+
+
 @pytest.mark.parametrize("engine", ["bpf", "preload"])
 def test_both_engines_attach_to_a_container_exactly_and_name_it(image, program, build_dir, engine):
     """shapes in a container under podman's default seccomp profile: -p from the host, every
@@ -90,21 +109,9 @@ def test_both_engines_attach_to_a_container_exactly_and_name_it(image, program, 
         container.started()
         status = Path(f"/proc/{container.pid}/status").read_text()
         assert "Seccomp:\t2" in status, status  # podman's default profile is on
-        tracer = subprocess.Popen(
-            leaktrace_command("-p", str(container.pid), "--engine", engine, "--json", "3600")
-            + ["--pprof", str(build_dir / f"container-{engine}.pb.gz")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        line = wait_for_line(tracer.stderr)
-        assert "probes live" in line or "attached in-process" in line, line + tracer.stderr.read()
-        container.send(b"x")
-        assert wait_for_line(container.process.stdout) == b"done\n"
-        tracer.send_signal(signal.SIGINT)
-        out, err = tracer.communicate(timeout=TIMEOUT)
-        report = final_report(subprocess.CompletedProcess([], tracer.returncode, out, err))
-        assert_shapes(report)
+        pprof = ["--pprof", str(build_dir / f"container-{engine}.pb.gz")]
+        argv = leaktrace_command("-p", str(container.pid), "--engine", engine, "--json", "3600", *pprof)
+        report = traced_shapes(container, argv, lambda tracer: tracer.send_signal(signal.SIGINT))
         [process] = report["processes"]
         assert process["container"] == {"id": container.id, "runtime": "podman", "pod_uid": ""}
         assert container.running()
@@ -256,29 +263,18 @@ def test_leaktraces_own_image_traces_a_service_in_another_container(image, leakt
     """leaktrace's image, run with the documented capabilities (not --privileged), traces shapes
     in another container by its host pid: every site exact, both containers running on."""
     service = Container(image, build_dir, f"/fixture/{program('shapes').name}", "wait")
-    tracer = None
     try:
         assert wait_for_line(service.process.stdout) == b"ready\n"
         service.started()
         name = f"leaktrace-agent-{uuid.uuid4().hex[:12]}"
-        tracer = subprocess.Popen(
-            [*PODMAN, *RUN, "--name", name, *AGENT_CONTAINER, leaktrace_image]
-            + ["-p", str(service.pid), "--engine", engine, "--json", "3600"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        argv = [*PODMAN, *RUN, "--name", name, *AGENT_CONTAINER, leaktrace_image]
+        argv += ["-p", str(service.pid), "--engine", engine, "--json", "3600"]
+        report = traced_shapes(
+            service,
+            argv,
+            lambda _: subprocess.run([*PODMAN, "kill", "--signal", "INT", name], check=True, capture_output=True),
         )
-        line = wait_for_line(tracer.stderr)
-        assert "probes live" in line or "attached in-process" in line, line + tracer.stderr.read()
-        service.send(b"x")
-        assert wait_for_line(service.process.stdout) == b"done\n"
-        subprocess.run([*PODMAN, "kill", "--signal", "INT", name], check=True, capture_output=True)
-        out, err = tracer.communicate(timeout=TIMEOUT)
-        report = final_report(subprocess.CompletedProcess([], tracer.returncode, out, err))
-        assert_shapes(report)
         assert report["processes"][0]["container"]["id"] == service.id
         assert service.running()
     finally:
-        if tracer is not None and tracer.poll() is None:
-            tracer.kill()
         service.close()

@@ -14,7 +14,16 @@ import subprocess
 import pytest
 
 from conftest import leaktrace_command
-from helpers import GO, final_report, pprof_top, preload_attached, run_command, trace_ended, wait_for_line
+from helpers import (
+    GO,
+    final_report,
+    pprof_top,
+    preload_attached,
+    preload_tracing,
+    run_command,
+    trace_ended,
+    wait_for_line,
+)
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
 
@@ -115,13 +124,7 @@ def test_an_attached_process_is_sampled_and_the_library_goes_back_to_exact(progr
     target = subprocess.Popen([program("attach_target")], stdout=subprocess.PIPE, text=True)
     try:
         assert wait_for_line(target.stdout) == "ready\n"
-        sampled = subprocess.Popen(
-            leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json")
-            + ["--sample", "4KiB", "--sample-seed", "7", "3600"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        sampled = preload_tracing(target.pid, "--sample", "4KiB", "--sample-seed", "7")
         assert "attached in-process" in wait_for_line(sampled.stderr)
         target.send_signal(signal.SIGUSR1)
         assert wait_for_line(target.stdout) == "done\n"
@@ -267,13 +270,7 @@ def test_unkept_blocks_behave_as_untraced_in_a_sampled_attach(program):
     )
     try:
         assert wait_for_line(target.stdout) == "ready\n"
-        tracer = subprocess.Popen(
-            leaktrace_command("-p", str(target.pid), "--engine", "preload", "--json")
-            + ["--sample", "4KiB", "--sample-seed", "11", "3600"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        tracer = preload_tracing(target.pid, "--sample", "4KiB", "--sample-seed", "11")
         assert "attached in-process" in wait_for_line(tracer.stderr)
         target.stdin.write("go\n")
         target.stdin.flush()

@@ -95,29 +95,9 @@ def run_filter(program: bytes, number: int, args: Sequence[int], arch: int = AUD
         pc_index += 1
         cls = op & 0x07
         if cls == 0x00:  # BPF_LD
-            mode, size = op & 0xE0, op & 0x18
-            if mode == 0x20 and size == 0x00:  # ABS, W
-                if k % 4 or k + 4 > len(data):
-                    raise SeccompUnreadable(f"a filter loads seccomp_data at offset {k}")
-                a = struct.unpack_from("<I", data, k)[0]
-            elif mode == 0x80:  # LEN
-                a = len(data)
-            elif mode == 0x00:  # IMM
-                a = k
-            elif mode == 0x60 and k < 16:  # MEM
-                a = memory[k]
-            else:
-                raise SeccompUnreadable(f"a filter has the load {op:#x}")
-        elif cls == 0x01:  # BPF_LDX
-            mode = op & 0xE0
-            if mode == 0x80:  # LEN
-                x = len(data)
-            elif mode == 0x00:  # IMM
-                x = k
-            elif mode == 0x60 and k < 16:  # MEM
-                x = memory[k]
-            else:
-                raise SeccompUnreadable(f"a filter has the load {op:#x}")
+            a = _load(op, k, data, memory)
+        elif cls == 0x01:  # BPF_LDX: no ABS load into X
+            x = _load(op, k, b"" if op & 0xE0 == 0x20 else data, memory)
         elif cls in (0x02, 0x03):  # BPF_ST, BPF_STX
             if k >= 16:
                 raise SeccompUnreadable(f"a filter stores to slot {k}")
@@ -135,6 +115,22 @@ def run_filter(program: bytes, number: int, args: Sequence[int], arch: int = AUD
             else:
                 a = x
     raise SeccompUnreadable("a filter ends without returning")
+
+
+def _load(op: int, k: int, data: bytes, memory: list[int]) -> int:
+    """What a load puts in A (or X): a word of seccomp_data (ABS, W), its length, k, or a slot."""
+    mode, size = op & 0xE0, op & 0x18
+    if mode == 0x20 and size == 0x00:  # ABS, W
+        if k % 4 or k + 4 > len(data):
+            raise SeccompUnreadable(f"a filter loads seccomp_data at offset {k}")
+        return int(struct.unpack_from("<I", data, k)[0])
+    if mode == 0x80:  # LEN
+        return 64
+    if mode == 0x00:  # IMM
+        return k
+    if mode == 0x60 and k < 16:  # MEM
+        return memory[k]
+    raise SeccompUnreadable(f"a filter has the load {op:#x}")
 
 
 def _alu(op: int, a: int, operand: int) -> int:
