@@ -8,7 +8,7 @@
 #     - the HTML page's flame graph library (d3, d3-flame-graph from the npm registry: scripts/web_assets.py)
 #     - .venv (with system site packages, for bcc) holding leaktrace in editable mode
 #   scripts/setup.sh --tests   the same, and what the tests and benches use (scripts/test.sh):
-#     bpftool, g++, tmux, setpriv, podman and runc (the container tests), qemu, cpio and busybox-static
+#     bpftool, g++, tmux, setpriv, musl-tools, podman and runc (the container tests), qemu, cpio, busybox-static
 #     (the test VMs: scripts/vm.sh fetches their kernels into build/vm), the other allocators, redis,
 #     libc6-dbg, golang-go (go tool pprof),
 #     chromium (the HTML page), valgrind (the heap walk's oracle), debuginfod's server, mypy,
@@ -29,7 +29,7 @@ tests=0
 packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
 if [ $tests -eq 1 ]; then
     command -v npm >/dev/null 2>&1 || packages+=(npm)   # speedscope's; a machine's own Node.js is kept
-    packages+=(bpfcc-tools bpftool g++ util-linux tmux podman runc qemu-system-x86 cpio busybox-static xz-utils zstd libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap)
+    packages+=(bpfcc-tools bpftool g++ util-linux tmux musl-tools podman runc qemu-system-x86 cpio busybox-static xz-utils zstd libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap)
 fi
 
 missing=()

@@ -19,6 +19,7 @@ import ctypes
 import errno
 import fcntl
 import os
+import re
 import stat
 import struct
 
@@ -48,6 +49,7 @@ from leaktrace.sources.preload.table import (
 )
 from leaktrace.sources.sampling import EXACT, Sampling
 
+MUSL_LIBC = re.compile(r"/ld-musl-[^/]*\.so[.\d]*$|-linux-musl/libc\.so$")  # Alpine's layout, and Debian's
 RTLD_NOW = 2
 ERROR_READ_LIMIT = 512  # bytes of dlerror's message read from the target
 ATTACH_ERRORS = {
@@ -143,6 +145,11 @@ def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | No
         return f"pid {pid} is traced by pid {tracer} (a debugger?)"
     if (status_field(pid, "State") or "").startswith(("T", "t")):
         return f"pid {pid} is stopped (SIGSTOP or a debugger): continue it first"
+    if any(MUSL_LIBC.search(m.path) for m in executable):
+        return (
+            f"pid {pid} ({info.comm}) runs on musl, and leaktrace's library is built for glibc; "
+            "the BPF engine (leave out --engine preload) traces it"
+        )
     if not any(os.path.basename(m.path).startswith("ld-linux") for m in executable):
         return f"pid {pid} ({info.comm}) has no dynamic loader (a static program)"
     return None

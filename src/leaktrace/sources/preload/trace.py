@@ -17,6 +17,7 @@ import ctypes
 import dataclasses
 import fcntl
 import os
+import re
 import shutil
 import signal
 import stat
@@ -51,6 +52,7 @@ from leaktrace.platform.process import (
     parse_maps,
     printable,
     proc_path,
+    program_behind,
     read_target,
     resolve_executable,
     waits_in_read,
@@ -108,6 +110,7 @@ def remove_stale_workdirs() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+MUSL_LOADER = re.compile(r"/ld-musl-[^/]*\.so")  # musl's dynamic loader, which is its libc too
 HELD_FDS_FROM = 900  # the command's ends of the exit hold's pipes: above the fds a program counts on
 
 
@@ -177,12 +180,18 @@ class PreloadTrace(PollingSource):
         sampling as asked. With leak_check, the library holds the command at its exit (in its
         destructor, after the program's own exit work) on a pipe of ours, for valgrind's kinds."""
         path = resolve_executable(argv[0])
+        program = program_behind(path)  # a script: the interpreter its #! names loads the library
         try:
-            static = ElfFile(path).interpreter is None
+            loader = ElfFile(program).interpreter
         except ElfError:
-            static = False  # a script: the interpreter its #! names loads the library
-        if static:
-            raise RuntimeFailure(f"{path} is statically linked: LD_PRELOAD cannot load leaktrace's library into it")
+            loader = ""
+        if loader is None:
+            raise RuntimeFailure(f"{program} is statically linked: LD_PRELOAD cannot load leaktrace's library into it")
+        if loader and MUSL_LOADER.search(loader):
+            raise RuntimeFailure(
+                f"{program} runs on musl ({loader}), and leaktrace's library is built for glibc: "
+                "it was not started; the BPF engine (leave out --engine preload) traces it"
+            )
         remove_stale_workdirs()
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         prefix = os.path.join(workdir, "heap")
