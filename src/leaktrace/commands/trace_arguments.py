@@ -25,6 +25,7 @@ from leaktrace.interpreters.python.frame_words import named_like_python
 from leaktrace.model.snapshot import MEASURES
 from leaktrace.outputs.renderers import FILE_FORMATS
 from leaktrace.platform.atomic_write import not_replaceable
+from leaktrace.platform.containers import ID_PREFIX
 from leaktrace.platform.process import program_behind, resolve_executable
 from leaktrace.sources.sampling import EXACT, Sampling, parse_size, random_seed
 from leaktrace.sources.settings import EngineSettings
@@ -65,7 +66,7 @@ _SELECTION = ("comm", "exe", "uid")
 
 
 def _container_prefix(text: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{1,64}", text):
+    if not ID_PREFIX.fullmatch(text):
         raise argparse.ArgumentTypeError(f"'{text[:80]}' is not a container id (hex digits, as podman ps prints)")
     return text
 

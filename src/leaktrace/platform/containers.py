@@ -13,6 +13,7 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Container
 
 CGROUP_READ_LIMIT = 64 << 10  # bytes of /proc/PID/cgroup read
+ID_PREFIX = re.compile(r"[0-9a-f]{1,64}")  # what --container takes: the start of an id, as podman ps prints it
 _ID = r"([0-9a-f]{64})"
 # (runtime, pattern) for one path component, most specific first: a runtime's monitor process
 # (conmon) is not in the container.
@@ -92,7 +93,7 @@ def container_pid_namespace(prefix: str) -> tuple[Container, tuple[int, int]]:
 def find_container(prefix: str) -> tuple[Container, list[int]]:
     """The one running container whose id begins with prefix, and its processes; RuntimeFailure
     when none does, or several."""
-    if not re.fullmatch(r"[0-9a-f]{1,64}", prefix):
+    if not ID_PREFIX.fullmatch(prefix):
         raise RuntimeFailure(f"'{prefix[:80]}' is not a container id (hex digits, as podman ps or docker ps print)")
     found: dict[str, tuple[Container, list[int]]] = {}
     for entry in os.listdir("/proc"):

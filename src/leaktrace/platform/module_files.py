@@ -222,7 +222,9 @@ def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles, hin
 
 
 GLIBC_NAME = re.compile(r"/(libc\.so[.\d]*|libc-[\d.]+\.so)$")
-_LIBC_NAME = re.compile(rf"{GLIBC_NAME.pattern}|/ld-musl-[^/]*\.so[.\d]*$")
+# musl's libc: Alpine's loader, which is its libc too, and Debian's musl-gcc libc.so.
+MUSL_NAME = re.compile(r"/ld-musl-[^/]*\.so[.\d]*$|-linux-musl/libc\.so$")
+_LIBC_NAME = re.compile(rf"{GLIBC_NAME.pattern}|{MUSL_NAME.pattern}")
 
 
 def libc_libraries(modules: ModuleFiles) -> tuple[ElfFile, ...]:

@@ -19,14 +19,13 @@ import ctypes
 import errno
 import fcntl
 import os
-import re
 import stat
 import struct
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
-from leaktrace.platform.module_files import ModuleFiles
+from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles
 from leaktrace.platform.process import (
     Mapping,
     MapsFollower,
@@ -49,7 +48,6 @@ from leaktrace.sources.preload.table import (
 )
 from leaktrace.sources.sampling import EXACT, Sampling
 
-MUSL_LIBC = re.compile(r"/ld-musl-[^/]*\.so[.\d]*$|-linux-musl/libc\.so$")  # Alpine's layout, and Debian's
 RTLD_NOW = 2
 ERROR_READ_LIMIT = 512  # bytes of dlerror's message read from the target
 ATTACH_ERRORS = {
@@ -145,7 +143,7 @@ def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | No
         return f"pid {pid} is traced by pid {tracer} (a debugger?)"
     if (status_field(pid, "State") or "").startswith(("T", "t")):
         return f"pid {pid} is stopped (SIGSTOP or a debugger): continue it first"
-    if any(MUSL_LIBC.search(m.path) for m in executable):
+    if any(MUSL_NAME.search(m.path) for m in executable):
         return (
             f"pid {pid} ({info.comm}) runs on musl, and leaktrace's library is built for glibc; "
             "the BPF engine (leave out --engine preload) traces it"

@@ -17,7 +17,6 @@ import ctypes
 import dataclasses
 import fcntl
 import os
-import re
 import shutil
 import signal
 import stat
@@ -43,7 +42,7 @@ from leaktrace.model.snapshot import (
 )
 from leaktrace.platform.containers import container_of
 from leaktrace.platform.elf import ElfError, ElfFile
-from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process
+from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import (
     alive,
     catches,
@@ -110,7 +109,6 @@ def remove_stale_workdirs() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-MUSL_LOADER = re.compile(r"/ld-musl-[^/]*\.so")  # musl's dynamic loader, which is its libc too
 HELD_FDS_FROM = 900  # the command's ends of the exit hold's pipes: above the fds a program counts on
 
 
@@ -187,7 +185,7 @@ class PreloadTrace(PollingSource):
             loader = ""
         if loader is None:
             raise RuntimeFailure(f"{program} is statically linked: LD_PRELOAD cannot load leaktrace's library into it")
-        if loader and MUSL_LOADER.search(loader):
+        if loader and MUSL_NAME.search(loader):
             raise RuntimeFailure(
                 f"{program} runs on musl ({loader}), and leaktrace's library is built for glibc: "
                 "it was not started; the BPF engine (leave out --engine preload) traces it"
