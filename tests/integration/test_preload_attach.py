@@ -186,3 +186,42 @@ def test_a_process_killed_at_any_moment_of_the_attach_ends_leaktrace_in_one_line
         _, err = tracer.communicate(timeout=30)
         assert "Traceback" not in err, err
         assert tracer.returncode in (0, 1), err
+
+
+CTYPES_FIRST = """import ctypes, sys
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+print("ready", flush=True)
+sys.stdin.readline()
+kept = [libc.malloc(77777) for _ in range(3)]
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_ctypes_loaded_before_the_attach_is_said_once(target):
+    """A ctypes function looked up before the attach is called through its pointer, which the
+    attach cannot hook: one line says so where ctypes is loaded, and none where it is not."""
+    script = subprocess.Popen(["python3", "-c", CTYPES_FIRST], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert wait_for_line(script.stdout) == "ready\n"
+        tracer = preload_attached(script.pid)
+        script.stdin.write("go\n")
+        script.stdin.flush()
+        assert wait_for_line(script.stdout) == "done\n"
+        tracer.send_signal(signal.SIGINT)
+        _, err = tracer.communicate(timeout=120)
+        assert tracer.returncode == 0, err
+        said = [line for line in err.splitlines() if "ctypes loaded" in line]
+        assert said == [
+            f"leaktrace: pid {script.pid} has ctypes loaded: a C function it looked up before the attach "
+            "(ctypes.CDLL(None).malloc) is called through its pointer, and those calls are not seen "
+            "(the BPF engine sees them)"
+        ], err
+    finally:
+        script.kill()
+        script.wait()
+    plain = preload_attached(target.pid)
+    plain.send_signal(signal.SIGINT)
+    _, err = plain.communicate(timeout=120)
+    assert plain.returncode == 0 and "ctypes" not in err, err

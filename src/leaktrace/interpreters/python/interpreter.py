@@ -4,6 +4,7 @@ against its Py_Version and its code type's sizes."""
 
 from __future__ import annotations
 
+import os
 import struct
 
 from leaktrace.interpreters.python.layout import PYTHON_CODE_UNIT, PYTHON_TYPE_BASICSIZE
@@ -118,4 +119,17 @@ def unknown_interpreter(elf: ElfFile, walked: bool) -> str | None:
     return (
         f"{elf.path} is CPython {version >> 24}.{version >> 16 & 0xFF}, {why}: leaktrace does not walk its"
         " frames (it walks 3.11, 3.12 and 3.13), so its stacks have native frames only"
+    )
+
+
+def ctypes_attach_notice(pid: int, module_paths: list[str]) -> str | None:
+    """The in-process attach's limit in one line, where pid has ctypes' module loaded: a C
+    function ctypes looked up before the attach is called through its pointer, never a GOT
+    slot the attach hooks (None: no ctypes)."""
+    if not any(os.path.basename(path).startswith("_ctypes") and ".so" in path for path in module_paths):
+        return None
+    return (
+        f"pid {pid} has ctypes loaded: a C function it looked up before the attach "
+        "(ctypes.CDLL(None).malloc) is called through its pointer, and those calls are not seen "
+        "(the BPF engine sees them)"
     )

@@ -29,7 +29,7 @@ from leaktrace.android.options import DEFAULT_DUMP_PREFIX, OptionError, parse_ma
 from leaktrace.errors import RuntimeFailure
 from leaktrace.interpreters.python.code_objects import PythonCodeCapture
 from leaktrace.interpreters.python.frame_words import named_like_python
-from leaktrace.interpreters.python.interpreter import interpreter_offsets, unknown_interpreter
+from leaktrace.interpreters.python.interpreter import ctypes_attach_notice, interpreter_offsets, unknown_interpreter
 from leaktrace.interpreters.python.versions import PythonOffsets
 from leaktrace.model.snapshot import (
     UNREACHABLE_LIMIT,
@@ -253,6 +253,8 @@ class PreloadTrace(PollingSource):
             trace = cls(info, DEFAULT_DUMP_PREFIX, parse_malloc_debug_options(options).backtrace_frames)
             trace.injection = injection
             trace.sampling = sampling
+            said = ctypes_attach_notice(pid, [mapping.path for mapping in parse_maps(info.maps)])
+            trace._notices += [said] if said else []
             return trace
         return cls(info, str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)), config.backtrace_frames)
 
