@@ -101,6 +101,11 @@ INIT
     rm -rf "$staging"
 fi
 
+accel=tcg cpu=max
+if [ "${LEAKTRACE_VM_ACCEL:-}" = kvm ]; then accel=kvm cpu=host; fi
+# Under TCG every instruction is emulated: the tests' timeouts stretch (helpers.SLOWDOWN).
+[ "$accel" = kvm ] || export LEAKTRACE_TEST_SLOWDOWN=${LEAKTRACE_TEST_SLOWDOWN:-4}
+
 # The run: its command, environment and status in a directory of its own, shared read-write.
 run=$(mktemp -d "$top/build/vm/run.XXXXXX")
 trap 'rm -rf "$run"' EXIT
@@ -119,8 +124,6 @@ trap 'rm -rf "$run"' EXIT
     echo "echo \$? >$run/status"
 } >"$run/guest.sh"
 
-accel=tcg cpu=max
-if [ "${LEAKTRACE_VM_ACCEL:-}" = kvm ]; then accel=kvm cpu=host; fi
 timeout "${LEAKTRACE_VM_TIMEOUT:-5400}" qemu-system-x86_64 -accel "$accel" -cpu "$cpu" -m "$memory" -smp 2 \
     -display none -vga none -no-reboot -monitor none -serial stdio -nic none \
     -kernel "$(ls "$dir"/root/boot/vmlinuz-*)" -initrd "$dir/initrd.cpio.gz" \

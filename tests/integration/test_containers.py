@@ -19,7 +19,7 @@ import pytest
 from test_exact_counts import SHAPES, SHAPES_BYTES, SHAPES_COUNT, assert_shapes
 
 from conftest import leaktrace_command
-from helpers import TIMEOUT, final_report, free_port, reports, sites, wait_for_line
+from helpers import TIMEOUT, final_report, free_port, reports, sites, wait_for_line, wait_for_start
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
 
@@ -84,8 +84,10 @@ def traced_shapes(container: Container, argv: list[str], stop) -> dict:
     allocates, the trace is stopped (stop(tracer)), and its final report, every site exact."""
     tracer = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = wait_for_line(tracer.stderr)
-        assert "probes live" in line or "attached in-process" in line, line + tracer.stderr.read()
+        line = wait_for_start(tracer.stderr)
+        if "probes live" not in line and "attached in-process" not in line:
+            tracer.kill()
+            raise AssertionError(line + tracer.stderr.read())
         container.send(b"x")
         assert wait_for_line(container.process.stdout) == b"done\n"
         stop(tracer)
@@ -152,7 +154,7 @@ def test_all_with_container_traces_only_that_containers_processes(image, program
             stderr=subprocess.PIPE,
             text=True,
         )
-        first = wait_for_line(tracer.stderr)
+        first = wait_for_start(tracer.stderr)
         assert f"podman container {container.id[:12]}" in first, first
         assert "probes live" in wait_for_line(tracer.stderr)
         assert subprocess.run([str(shapes)], timeout=60).returncode == 0

@@ -20,7 +20,7 @@ from leaktrace.sources.bpf.compile import first_error_line
 from leaktrace.sources.bpf.engine import place_probes
 
 from conftest import leaktrace_command
-from helpers import run_command
+from helpers import run_command, wait_for_start
 
 SYS_BPF = 321
 BPF_LINK_CREATE = 28
@@ -198,7 +198,7 @@ def test_sigterm_gives_final_report_and_detaches(program, probes_left_as_found):
             stderr=subprocess.PIPE,
             text=True,
         )
-        line = tracer.stderr.readline()
+        line = wait_for_start(tracer.stderr)
         assert "probes live" in line
         tracer.terminate()
         out, err = tracer.communicate(timeout=60)
@@ -221,7 +221,7 @@ def test_large_reports_arrive_whole_when_a_signal_stops_a_blocked_write(program,
     tool = subprocess.Popen(
         leaktrace_command("-c", command, "--json", "0.2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    started = tool.stderr.readline()
+    started = wait_for_start(tool.stderr)
     assert "probes live" in started, started
     command_pid = int(started.split("' ")[1].split()[0])
     try:

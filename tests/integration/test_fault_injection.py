@@ -16,7 +16,6 @@ import json
 import os
 import random
 import re
-import select
 import signal
 import subprocess
 import threading
@@ -26,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from conftest import leaktrace_command, uprobe_links
-from helpers import reports
+from helpers import SLOWDOWN, reports, wait_for_start
 
 TRIES = int(os.environ.get("LEAKTRACE_FAULT_TRIES", "20"))  # per moment; more for a soak
-ENDS_WITHIN = 10.0  # seconds from the target's death (or leaktrace's) to all being let go
+ENDS_WITHIN = 10.0 * SLOWDOWN  # seconds from the target's death (or leaktrace's) to all being let go
 ENDS_AFTER_TARGET = 2.0  # seconds from the target's exit to leaktrace's own, final report written
 SEED = int(os.environ.get("LEAKTRACE_FAULT_SEED", str(time.time_ns() % 1_000_000_007)))
 
@@ -105,9 +104,7 @@ class Run:
         self.process = subprocess.Popen(
             leaktrace_command("-c", command, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        ready, _, _ = select.select([self.process.stderr], [], [], 60)
-        assert ready, "leaktrace said nothing"
-        self.first_line = self.process.stderr.readline()
+        self.first_line = wait_for_start(self.process.stderr, 60 * SLOWDOWN)
         found = re.search(r"command '.*' (\d+) through", self.first_line)
         assert found, self.first_line
         self.target = int(found.group(1))
@@ -117,9 +114,10 @@ class Run:
 
     def first_report(self) -> None:
         """Waits until the first report (JSON) is out."""
-        assert self.wait_until(lambda: any(line.startswith("{") for line in self._out), timeout=60), "no report"
+        reported = self.wait_until(lambda: any(line.startswith("{") for line in self._out), timeout=60 * SLOWDOWN)
+        assert reported, "no report"
 
-    def wait_until(self, condition, timeout: float = 20) -> bool:
+    def wait_until(self, condition, timeout: float = 20 * SLOWDOWN) -> bool:
         """Polls condition() until it holds (True) or leaktrace or time runs out (False)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.process.poll() is None:
@@ -280,8 +278,7 @@ def test_processes_dying_while_the_kernel_tables_are_cleaned(program):
         text=True,
     )
     try:
-        ready, _, _ = select.select([trace.stderr], [], [], 60)
-        assert ready and "probes live" in trace.stderr.readline()
+        assert "probes live" in wait_for_start(trace.stderr, 60)
         for _ in range(2):
             children = subprocess.run(
                 [str(program("many_blocks")), "100", "1", "forks"], capture_output=True, timeout=60

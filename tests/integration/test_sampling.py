@@ -23,6 +23,7 @@ from helpers import (
     run_command,
     trace_ended,
     wait_for_line,
+    wait_for_start,
 )
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
@@ -220,7 +221,7 @@ def test_the_bpf_engine_samples_an_attached_process_and_every_process(program, h
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert "probes live" in wait_for_line(trace.stderr)
+        assert "probes live" in wait_for_start(trace.stderr)
         if target is None:
             target = subprocess.Popen(start, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             assert wait_for_line(target.stdout) == "ready\n"

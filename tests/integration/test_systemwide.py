@@ -20,7 +20,7 @@ from leaktrace import BpfTrace, EngineSettings
 from leaktrace.sources.bpf.process_tracking import Selection
 
 from conftest import leaktrace_command
-from helpers import TIMEOUT, reports, wait_for_line
+from helpers import TIMEOUT, reports, wait_for_line, wait_for_start
 
 
 class Workers:
@@ -80,8 +80,10 @@ class SystemTrace:
             stderr=subprocess.PIPE,
             text=True,
         )
-        self.started = wait_for_line(self.process.stderr)
-        assert "probes live" in self.started, self.started + self.process.stderr.read()
+        self.started = wait_for_start(self.process.stderr)
+        if "probes live" not in self.started:
+            self.process.kill()
+            raise AssertionError(self.started + self.process.stderr.read())
 
     def next_report(self) -> dict:
         while True:
@@ -279,7 +281,7 @@ def test_text_report_groups_by_process_and_flags_growth(workers):
         text=True,
     )
     try:
-        assert "probes live" in wait_for_line(process.stderr)
+        assert "probes live" in wait_for_start(process.stderr)
         [leak] = workers.start("leak")
         for _ in range(6):  # about a step per interval (a slow report can merge two intervals)
             time.sleep(0.4)

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import leaktrace_command
-from helpers import TIMEOUT
+from helpers import TIMEOUT, wait_for_start
 
 REPO = Path(__file__).parents[2]
 
@@ -36,7 +36,7 @@ def test_provisioning_installs_a_demo_that_leaktrace_all_sees_leaking(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert "probes live" in tool.stderr.readline()
+    assert "probes live" in wait_for_start(tool.stderr)
     service = subprocess.Popen([str(demo), "0"])
     try:
         out, err = tool.communicate(timeout=TIMEOUT)

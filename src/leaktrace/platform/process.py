@@ -6,6 +6,7 @@ import functools
 import itertools
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform import system
 from leaktrace.platform.arch import SYS_READ, SYS_RT_SIGACTION
 from leaktrace.platform.containers import container_of
 from leaktrace.platform.elf import ElfError, ElfFile
@@ -33,6 +35,35 @@ class Mapping:
 def maps_device(st_dev: int) -> str:
     """A stat's device as /proc/PID/maps prints it: major:minor in hexadecimal."""
     return f"{os.major(st_dev):02x}:{os.minor(st_dev):02x}"
+
+
+@functools.lru_cache(maxsize=8)
+def mapped_identity(path: str) -> tuple[str, int]:
+    """The (device, inode) that /proc/PID/maps shows for a mapping of path: stat's, but on
+    overlayfs (a container's root, a test VM's), whose mappings show the file of the layer
+    beneath. Found by mapping its first page here for a moment and reading our own maps."""
+    import ctypes  # a library's identity is asked for rarely: no import at start-up
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = (
+        ctypes.c_void_p,
+        [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long],
+    )
+    st = os.stat(path)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        address = libc.mmap(None, page, 1, 2, fd, 0)  # PROT_READ, MAP_PRIVATE
+        if address in (None, ctypes.c_void_p(-1).value):
+            return maps_device(st.st_dev), st.st_ino
+        try:
+            with open("/proc/self/maps") as maps:
+                mine = next((m for m in map(_mapping, maps) if m and m.start == address), None)
+        finally:
+            libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(page))
+    finally:
+        os.close(fd)
+    return (mine.device, mine.inode) if mine else (maps_device(st.st_dev), st.st_ino)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -387,7 +418,8 @@ NSIG_KERNEL = 65  # the kernel's signals are 1 to 64
 
 def launch(path: str, argv: list[str], env: dict[str, str] | None = None, gate: int = -1) -> tuple[int, int]:
     """Forks a child that execs argv (once a byte or EOF arrives on gate, when given) as a shell
-    starts a program: every signal at its default disposition, none blocked. Returns its pid and
+    starts a program: every signal at its default disposition, none blocked, leaktrace's own
+    RLIMIT_MEMLOCK as it was before lift_memlock. Returns its pid and
     the read end of a pipe that gives exec's error, or EOF once exec succeeded."""
     import ctypes  # for the kernel's own rt_sigaction, made ready before the fork
 
@@ -406,6 +438,8 @@ def launch(path: str, argv: list[str], env: dict[str, str] | None = None, gate: 
             for sig in range(1, NSIG_KERNEL):
                 syscall(SYS_RT_SIGACTION, sig, default_action, None, 8)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            if system.memlock_before is not None:  # the limit leaktrace had before it lifted its own
+                resource.setrlimit(resource.RLIMIT_MEMLOCK, system.memlock_before)
             if env is None:
                 os.execv(path, argv)
             os.execve(path, argv, env)

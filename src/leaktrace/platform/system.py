@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import SYS_BPF
@@ -68,9 +69,31 @@ def check_uprobes() -> None:
     raise RuntimeFailure("this kernel has no uprobe support (no uprobe PMU and no tracefs uprobe_events)")
 
 
+# leaktrace's own RLIMIT_MEMLOCK before lift_memlock (None: never lifted): what a command it
+# launches gets back (process.launch).
+memlock_before: tuple[int, int] | None = None
+
+
+def lift_memlock() -> None:
+    """Before Linux 5.11 the kernel charges BPF maps and programs to the user's RLIMIT_MEMLOCK
+    (64 KiB by default there), which one trace's maps exceed: leaktrace lifts its own, as bcc
+    does at its first refusal. Where it may not, bpf() says so."""
+    global memlock_before
+    current = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    if current == (resource.RLIM_INFINITY, resource.RLIM_INFINITY):
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (OSError, ValueError):
+        return
+    if memlock_before is None:
+        memlock_before = current
+
+
 def check_system() -> None:
     """CAP_SYS_ADMIN (or CAP_BPF and CAP_PERFMON), bpf() and uprobes: what the BPF engine needs."""
     check_privileges()
+    lift_memlock()
     check_bpf()
     check_uprobes()
 

@@ -20,6 +20,7 @@ class EngineSettings:
     max_sites: int = 262_144  # distinct (pid, stack, size)
     max_stacks: int = 65_536  # distinct stacks
     max_procs: int = 32_768  # processes known at once (with fork following, and --all)
+    max_threads: int = 32_768  # threads with a call in flight at once, before Linux 5.11 (after: no limit)
     follow_forks: bool = False  # trace children, with the blocks they inherit
     # --leak-check: judge valgrind's kinds at exits; with fork following, whole processes are
     # held in _exit for it from the first probe on (a child forked at once is judged too).

@@ -36,8 +36,9 @@ struct python_offsets {
     u32 unused;
 };
 #define PYTHON_NO_CFRAME 0xffffffff
-#define PYTHON_CODE_UNIT 2    // bytes an instruction (PyCode_Type's tp_itemsize)
-#define PYTHON_FRAME_HEAD 72  // a frame's bytes the walks read: every row's frame fields lie in them
+#define PYTHON_CODE_UNIT 2     // bytes an instruction (PyCode_Type's tp_itemsize)
+#define PYTHON_FRAME_HEAD 72   // a frame's bytes the walks read: every row's frame fields lie in them
+#define PYTHON_FIELD_MASK 127  // covers every field's offset in a frame's head (python_walk)
 // The same in every version walked: a type object, a str (PEP 393) and a bytes object.
 #define PYTHON_TYPE_NAME 24       // PyTypeObject's tp_name, after the object's head
 #define PYTHON_TYPE_BASICSIZE 32  // then tp_basicsize and tp_itemsize

@@ -73,6 +73,12 @@ static __always_inline void python_walk(struct pending_call *call)
         if (size < PYTHON_FRAME_HEAD || offset > STACK_COPY - PYTHON_FRAME_HEAD)
             return;
         u8 *head = &call->stack_copy[offset];
+        // Masked at their use, which changes none (each was checked above), for verifiers
+        // (Linux 5.10) that keep no bound on a copy spilled before that check; the record's
+        // slack after stack_copy holds what the mask allows past a frame's head.
+        asm volatile("" : "+r"(code_at), "+r"(previous_at), "+r"(last_at), "+r"(entry_at));
+        code_at &= PYTHON_FIELD_MASK, previous_at &= PYTHON_FIELD_MASK;
+        last_at &= PYTHON_FIELD_MASK, entry_at &= PYTHON_FIELD_MASK;
         u8 entry = head[entry_at];
         u64 code = *(u64 *)(head + code_at), last = *(u64 *)(head + last_at);
         u64 word = python_frame_word(code, last, instructions, !shim && entry);

@@ -20,7 +20,8 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.interpreters.python.layout import PYTHON_MAX_FRAMES
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
-from leaktrace.sources.bpf.kernel_features import UPROBE_MULTI, UPROBE_SESSION, offers
+from leaktrace.sources.bpf.cookie_stubs import COOKIE_TARGETS
+from leaktrace.sources.bpf.kernel_features import PERF_LINK_COOKIE, TASK_STORAGE, UPROBE_MULTI, UPROBE_SESSION, offers
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION
 from leaktrace.sources.bpf.stop_owners import stop_owners_cflags
 from leaktrace.sources.settings import EngineSettings
@@ -80,22 +81,32 @@ def bpf_source() -> str:
     return text
 
 
+# Where a task's thread group keeps its count of live threads (signal_struct.live): the test of
+# a group's death on kernels whose sched_process_exit has no group_dead field (Debian's 5.10 to 6.12).
+LIVE_MEMBERS = (("task_struct", "signal"), ("signal_struct", "live"))
+
+
 def _tracepoint_cflags(follow_forks: bool) -> list[str]:
     """Where the fork and exit tracepoints keep the fields the BPF program reads (-f only)."""
     if not follow_forks:
         return ["-DNEWTASK_PID=0", "-DNEWTASK_CLONE_FLAGS=0", "-DEXIT_GROUP_DEAD=0"]
     newtask = tracepoint_fields("task", "task_newtask")
     exits = tracepoint_fields("sched", "sched_process_exit")
-    if "pid" not in newtask or "clone_flags" not in newtask or "group_dead" not in exits:
+    live = member_offsets(LIVE_MEMBERS) if "group_dead" not in exits else {}
+    if "pid" not in newtask or "clone_flags" not in newtask or ("group_dead" not in exits and len(live) != 2):
         raise RuntimeFailure(
             "this kernel's task_newtask and sched_process_exit tracepoints lack the "
-            "fields -f needs (pid, clone_flags, group_dead)"
+            "fields -f needs (pid, clone_flags, and group_dead or its BTF's signal_struct.live)"
         )
-    return [
-        f"-DNEWTASK_PID={newtask['pid']}",
-        f"-DNEWTASK_CLONE_FLAGS={newtask['clone_flags']}",
-        f"-DEXIT_GROUP_DEAD={exits['group_dead']}",
-    ]
+    group_dead = (
+        [f"-DEXIT_GROUP_DEAD={exits['group_dead']}"]
+        if "group_dead" in exits
+        else [
+            "-DEXIT_GROUP_DEAD=0",
+            *(f"-D{macro}={live[member]}" for member, macro in zip(LIVE_MEMBERS, ("EXIT_TASK_SIGNAL", "SIGNAL_LIVE"))),
+        ]
+    )
+    return [f"-DNEWTASK_PID={newtask['pid']}", f"-DNEWTASK_CLONE_FLAGS={newtask['clone_flags']}", *group_dead]
 
 
 def program_cflags(settings: EngineSettings, target: TraceTarget) -> list[str]:
@@ -127,6 +138,10 @@ def program_cflags(settings: EngineSettings, target: TraceTarget) -> list[str]:
             f"-DSAMPLE_BYTES={s.sampling.rate}ULL",
             f"-DSAMPLE_SEED={s.sampling.seed}ULL",
             f"-DRETURN_SESSION={int(returns_by_session(s))}",
+            f"-DTASK_STORAGE={int(offers(TASK_STORAGE))}",
+            f"-DMAX_THREADS={s.max_threads}",
+            f"-DATTACH_COOKIES={int(offers(PERF_LINK_COOKIE))}",
+            f"-DCOOKIE_TARGETS={len(COOKIE_TARGETS)}",
         ]
         + _tracepoint_cflags(follow_forks)
         + _hold_cflags(follow_forks)

@@ -16,8 +16,9 @@ from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import MapsFollower, live_thread, maps_device, read_process
 from leaktrace.sources.bpf.compile import bcc_output, claim_or_start_compile, returns_by_session
+from leaktrace.sources.bpf.cookie_stubs import COOKIE_TARGETS, CookieStubs
 from leaktrace.sources.bpf.inheritance import ForkInheritance
-from leaktrace.sources.bpf.kernel_features import UPROBE_MULTI, offers
+from leaktrace.sources.bpf.kernel_features import PERF_LINK_COOKIE, TASK_STORAGE, UPROBE_MULTI, offers
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
     AR_RAX,
@@ -184,6 +185,7 @@ class BpfEngine:
         self.kernel = KernelState()
         self._programs: dict[bytes, int] = {}  # program name -> fd
         self._links: list[int] = []  # uprobe_multi link fds (before 6.6: perf event links and events)
+        self._cookie_stubs: CookieStubs | None = None  # before Linux 5.15: while probes are attached
         self._text_around_free = (0, 0)
         self.tables = UnwindTables(TableCache(settings.table_cache) if settings.table_cache else None)
         self.notices: list[str] = []  # said at the next report (BpfTrace.take_notices)
@@ -228,10 +230,16 @@ class BpfEngine:
                         self._programs[program], library.descriptor, offsets, cookies, pid, returns, attach_type
                     )
                 )
-            else:
-                self._links += attach_perf_uprobes(
-                    self._programs[program], library.descriptor, offsets, cookies, pid, returns
-                )
+            elif offers(PERF_LINK_COOKIE):
+                programs = [self._programs[program]] * len(offsets)
+                self._links += attach_perf_uprobes(programs, library.descriptor, offsets, cookies, pid, returns)
+            else:  # no perf link: each event runs its program, or its cookie's stub for one that reads it
+                assert self._cookie_stubs is not None  # made at start where perf links lack cookies
+                if program in COOKIE_TARGETS:
+                    programs = [self._cookie_stubs.program(program, cookie) for cookie in cookies]
+                else:
+                    programs = [self._programs[program]] * len(offsets)
+                self._links += attach_perf_uprobes(programs, library.descriptor, offsets, None, pid, returns)
         except OSError as e:
             if self.target.pid is not None and not os.path.exists(f"/proc/{self.target.pid}"):
                 raise RuntimeFailure(f"pid {self.target.pid} exited before the probes were attached") from None
@@ -327,6 +335,25 @@ class BpfEngine:
             if target_maps is not None and target_maps.maps:
                 self.upload.load_tables(target_maps, gen, target_follower)
         self.kernel.bpf.attach_raw_tracepoint(tp=b"sched_process_exec", fn_name=b"process_exec")
+        if not offers(TASK_STORAGE):
+            self.kernel.bpf.attach_raw_tracepoint(tp=b"sched_process_exit", fn_name=b"thread_exit")
+        if not offers(PERF_LINK_COOKIE):
+            targets = self.kernel.bpf[b"cookie_targets"]
+            for index, program in enumerate(COOKIE_TARGETS):
+                targets[ct.c_int(index)] = ct.c_int(self._programs[program])
+            self._cookie_stubs = CookieStubs(self.kernel.bpf[b"stub_cookie"].map_fd, targets.map_fd)
+        try:
+            self._attach_probes(layouts, stops)
+        finally:
+            if self._cookie_stubs is not None:  # each perf event holds its stub
+                self._cookie_stubs.close()
+
+    def _attach_probes(
+        self,
+        layouts: list[tuple[ElfFile, dict[str, int], dict[str, Placement]]],
+        stops: list[tuple[ElfFile, list[int]]],
+    ) -> None:
+        """The tracepoints and every uprobe: the allocators', the stops', the loader's."""
         if self.settings.follow_forks:
             for tracepoint, program in (
                 (b"task:task_newtask", b"task_newtask"),

@@ -25,6 +25,10 @@
 //   TASK_SIGNAL, SIGNAL_TTY   offsets of task_struct.signal and signal_struct.tty (from BTF)
 //   PYTHON_FRAMES  room for a stack's Python frames (0: no Python walk; python_walk)
 //   TASK_FSBASE    offset of task_struct.thread.fsbase, a thread's TLS base (from BTF; with PYTHON_FRAMES)
+//   TASK_STORAGE   1: a thread's call record is in its task storage (Linux 5.11+); 0: in a hash of
+//                  MAX_THREADS records by thread id
+//   ATTACH_COOKIES 1: a probe's program reads its cookie (Linux 5.15+); 0: a stub hands it on
+//   COOKIE_TARGETS the programs stubs hand cookies to (cookie_stubs.py)
 //
 // Traced processes are the keys of `procs`. Each process image has a `gen`
 // (new at fork and exec, never reused) that is part of every live and site
@@ -103,6 +107,7 @@ struct pending_call {
     u64 walked_addr;  // the block whose stack is being walked, with its record
     struct live_val walked_val;
     u8 stack_copy[STACK_COPY];
+    u8 stack_copy_slack[PYTHON_FIELD_MASK + 8 - PYTHON_FRAME_HEAD];  // never read (python_walk's masks)
 };
 
 // Allocated as it fills: 1.2M preallocated records would cost ~115 MB and 0.5 s at start.
@@ -112,8 +117,23 @@ BPF_HASH(peaks, u64, struct peak, MAX_PROCS);  // (tgid << 32 | gen) -> its imag
 BPF_HASH(stacks, u64, struct stack_val, MAX_STACKS);
 BPF_HASH(procs, u32, struct proc, MAX_PROCS);
 BPF_TABLE("lru_hash", u32, u8, unfollowed, 1024);
+#if TASK_STORAGE
 // In the thread's own storage: a hash update and delete per call cost ~5x more here.
 BPF_TASK_STORAGE(pending, struct pending_call);
+#else
+// Linux before 5.11: by thread id, made from a zeroed template (pending_blank, never written) and
+// dropped at the thread's exit (thread_exit); a thread past MAX_THREADS counts pending_lost.
+BPF_F_TABLE("hash", u32, struct pending_call, pending, MAX_THREADS, BPF_F_NO_PREALLOC);
+BPF_PERCPU_ARRAY(pending_blank, struct pending_call, 1);
+#endif
+#if !ATTACH_COOKIES
+// Linux before 5.15 gives a perf event's program no cookie: each probe has a program of its own
+// (cookie_stubs.py) that leaves its cookie here and tail-calls the probe's program, which reads
+// it at once. The CPU runs nothing else between: uprobe programs run with preemption off and
+// never nest.
+BPF_PERCPU_ARRAY(stub_cookie, u64, 1);
+BPF_PROG_ARRAY(cookie_targets, COOKIE_TARGETS);
+#endif
 BPF_HASH(inherits, u32, struct inherit, MAX_PROCS);
 BPF_HASH(copy_slots, struct copy_slot_key, u32, MAX_PROCS);
 BPF_PERCPU_ARRAY(counters, u64, C_COUNTERS);
@@ -274,7 +294,30 @@ static __always_inline u32 calling_gen(u32 tgid)
 // The current thread's call record; created on first use when `create`.
 static __always_inline struct pending_call *thread_call(u64 create)
 {
+#if TASK_STORAGE
     return pending.task_storage_get(bpf_get_current_task_btf(), 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+#else
+    u32 tid = bpf_get_current_pid_tgid(), zero = 0;
+    struct pending_call *call = pending.lookup(&tid);
+    if (call || !create)
+        return call;
+    struct pending_call *blank = pending_blank.lookup(&zero);
+    if (!blank || pending.insert(&tid, blank) != 0)
+        return 0;
+    return pending.lookup(&tid);
+#endif
+}
+
+// The cookie of the probe that runs this program (before Linux 5.15: its stub's, see stub_cookie).
+static __always_inline u64 probe_cookie(void *ctx)
+{
+#if ATTACH_COOKIES
+    return bpf_get_attach_cookie(ctx);
+#else
+    u32 zero = 0;
+    u64 *cookie = stub_cookie.lookup(&zero);
+    return cookie ? *cookie : 0;
+#endif
 }
 
 static __always_inline int wants_stack(u64 size)
@@ -839,7 +882,7 @@ static __always_inline u64 argument(struct pt_regs *ctx, u64 cookie, u32 index, 
 // where its arguments are.
 static __always_inline int alloc_entry(struct pt_regs *ctx)
 {
-    u64 cookie = bpf_get_attach_cookie(ctx);
+    u64 cookie = probe_cookie(ctx);
     u64 a = argument(ctx, cookie, 0, PT_REGS_PARM1(ctx));
     u64 b = argument(ctx, cookie, 1, PT_REGS_PARM2(ctx));
     u64 c = argument(ctx, cookie, 2, PT_REGS_PARM3(ctx));
@@ -903,7 +946,7 @@ int alloc_return(struct pt_regs *ctx)
 
 int free_enter(struct pt_regs *ctx)
 {
-    u64 addr = argument(ctx, bpf_get_attach_cookie(ctx), 0, PT_REGS_PARM1(ctx));
+    u64 addr = argument(ctx, probe_cookie(ctx), 0, PT_REGS_PARM1(ctx));
     u64 id = bpf_get_current_pid_tgid();
     u32 tgid = id >> 32;
     u32 gen = addr ? current_gen(tgid) : 0;
@@ -976,11 +1019,22 @@ int process_exec(struct bpf_raw_tracepoint_args *ctx)
     return 0;
 }
 
+#if !TASK_STORAGE
+// A thread ends (sched_process_exit, each thread): its call record goes with it.
+int thread_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+    u32 tid = bpf_get_current_pid_tgid();
+    pending.delete(&tid);
+    return 0;
+}
+#endif
+
 #if FOLLOW_FORKS  // the fork and exit tracepoints are attached only then
 
 // Tracepoint records are read at offsets that user space takes from tracefs
-// (NEWTASK_PID, NEWTASK_CLONE_FLAGS, EXIT_GROUP_DEAD), as their layout varies
-// between kernels.
+// (NEWTASK_PID, NEWTASK_CLONE_FLAGS, EXIT_GROUP_DEAD; 0: no group_dead field, whose test
+// then reads the task at EXIT_TASK_SIGNAL and SIGNAL_LIVE, from BTF), as their layout
+// varies between kernels.
 static __always_inline u64 tracepoint_field(void *record, u32 offset, u32 size)
 {
     u64 value = 0;
@@ -1056,9 +1110,25 @@ int task_newtask(void *record)
 
 // The last thread of a traced process is gone: user space reports it once, then drops it
 // (its procs record, which says so, and its live and site records).
+// Whether the exiting thread is its group's last: the tracepoint's group_dead where it has one;
+// else the group's live-thread count, which do_exit has already taken this thread from.
+static __always_inline int group_dead(void *record)
+{
+#if EXIT_GROUP_DEAD
+    return tracepoint_field(record, EXIT_GROUP_DEAD, 1);
+#else
+    void *signal = 0;
+    int live = 1;
+    bpf_probe_read_kernel(&signal, sizeof(signal), (char *)bpf_get_current_task() + EXIT_TASK_SIGNAL);
+    if (!signal || bpf_probe_read_kernel(&live, sizeof(live), (char *)signal + SIGNAL_LIVE))
+        return 0;
+    return live == 0;
+#endif
+}
+
 int process_exit(void *record)
 {
-    if (!tracepoint_field(record, EXIT_GROUP_DEAD, 1))
+    if (!group_dead(record))
         return 0;
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct proc *p = procs.lookup(&tgid);
@@ -1089,7 +1159,7 @@ int modules_changed(struct pt_regs *ctx)
         return 0;
     // The cookie: _r_debug's distance from here; its r_state is RT_CONSISTENT (0) once the
     // change is done (each dlopen also calls in with RT_ADD, before its module is mapped).
-    u64 to_r_debug = bpf_get_attach_cookie(ctx);
+    u64 to_r_debug = probe_cookie(ctx);
     u32 state = 0;
     void *r_state = (void *)(PT_REGS_IP(ctx) + to_r_debug + 24);
     if (to_r_debug && !bpf_probe_read_user(&state, sizeof state, r_state) && state)

@@ -3,8 +3,9 @@ one file, each with a cookie the program reads to tell them apart.
 
 bcc attaches a perf event per uprobe, and closing each one waits out an RCU grace
 period of its own (17 probes took 1.4 s to detach here); a link waits once for all.
-Before 6.6 (from 5.15, which gave perf-event links their cookie) each place gets a perf event
-of the uprobe PMU and a BPF link to it carrying the same cookie (attach_perf_uprobes).
+Before 6.6 each place gets a perf event of the uprobe PMU and a BPF link to it carrying the same
+cookie (attach_perf_uprobes); before 5.15, which gave perf-event links their cookie, the event
+runs a stub of its own that hands the cookie on (cookie_stubs.py).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def attach_uprobes(
 
 BPF_PERF_EVENT = 41  # a link's attach type for a perf event
 PERF_EVENT_IOC_ENABLE = 0x2400
+PERF_EVENT_IOC_SET_BPF = 0x40042408  # _IOW('$', 8, __u32)
 PERF_FLAG_FD_CLOEXEC = 8
 UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
 
@@ -116,17 +118,18 @@ def _pmu_value(name: str) -> int:
 
 
 def attach_perf_uprobes(
-    prog_fd: int, path: str, offsets: list[int], cookies: list[int], pid: int | None, returns: bool = False
+    programs: list[int], path: str, offsets: list[int], cookies: list[int] | None, pid: int | None, returns=False
 ) -> list[int]:
-    """attach_uprobes through a perf event and a link per place (kernels before 6.6): the fds to
-    close, links first; on failure none is left open."""
+    """attach_uprobes through a perf event per place (kernels before 6.6), each running its
+    program (fd), through a link with its cookie; cookies None (before 5.15: no link carries
+    one): attached to the event itself. The fds to close, links first; on failure none is left open."""
     libc = ct.CDLL(None, use_errno=True)
     pmu, retprobe_bit = _pmu_value("type"), _pmu_value("format/retprobe")
     path_buffer = ct.create_string_buffer(os.fsencode(path))
     links: list[int] = []
     events: list[int] = []
     try:
-        for offset, cookie in zip(offsets, cookies):
+        for index, (prog_fd, offset) in enumerate(zip(programs, offsets)):
             attr = _PerfEventAttr(
                 type=pmu,
                 size=ct.sizeof(_PerfEventAttr),
@@ -143,12 +146,12 @@ def attach_perf_uprobes(
             if fd < 0:
                 raise OSError(ct.get_errno(), os.strerror(ct.get_errno()))
             events.append(fd)
-            links.append(
-                bpf(
-                    BPF_LINK_CREATE,
-                    _PerfLinkAttr(prog_fd=prog_fd, target_fd=fd, attach_type=BPF_PERF_EVENT, bpf_cookie=cookie),
-                )
-            )
+            if cookies is None:
+                fcntl.ioctl(fd, PERF_EVENT_IOC_SET_BPF, prog_fd)
+            else:
+                link = _PerfLinkAttr(prog_fd=prog_fd, target_fd=fd, attach_type=BPF_PERF_EVENT)
+                link.bpf_cookie = cookies[index]
+                links.append(bpf(BPF_LINK_CREATE, link))
             fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
     except OSError:
         for fd in links + events:

@@ -38,7 +38,7 @@ from leaktrace.model.snapshot import (
 )
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
-from leaktrace.platform.process import Mapping, maps_device, parse_maps, proc_path, read_target
+from leaktrace.platform.process import Mapping, mapped_identity, maps_device, parse_maps, proc_path, read_target
 from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS, PEAK  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import (  # from native/record.h
     MAX_FRAMES,
@@ -118,10 +118,9 @@ def library_base(pid: int, maps: list[Mapping]) -> int | None:
     """Where leaktrace's library is loaded in pid: the installed file's mapping at offset 0 (by
     device and inode, never by the path the process names) or a sealed copy of it; None if
     neither is mapped."""
-    st = os.stat(preload_library())
-    device = maps_device(st.st_dev)
+    identity = mapped_identity(preload_library())
     for mapping in maps:
-        if mapping.offset == 0 and (mapping.device, mapping.inode) == (device, st.st_ino):
+        if mapping.offset == 0 and (mapping.device, mapping.inode) == identity:
             return mapping.start
     return next((b for b in (sealed_copy_base(pid, m) for m in maps) if b is not None), None)
 
