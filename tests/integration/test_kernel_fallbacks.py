@@ -7,12 +7,9 @@ this kernel's verifier follows that program past its limit."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
+from test_exact_counts import assert_shapes, attached_shapes_report
 
-from test_exact_counts import assert_shapes
-
-from helpers import AttachedTrace, final_report, run_command, wait_for_line
+from helpers import final_report, run_command
 
 OFF = "perf_link_cookie,uprobe_multi"
 
@@ -29,17 +26,6 @@ def test_stub_cookies_keep_command_counts_exact(program, monkeypatch, probes_lef
 
 def test_stub_cookies_keep_attach_counts_exact(program, monkeypatch, probes_left_as_found):
     monkeypatch.setenv("LEAKTRACE_FEATURES_OFF", OFF)
-    target = subprocess.Popen([str(program("shapes")), "wait"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert wait_for_line(target.stdout) == b"ready\n"
-        trace = AttachedTrace(target.pid, "3600")
-        target.stdin.write(b"x")
-        target.stdin.flush()
-        assert wait_for_line(target.stdout) == b"done\n"
-        status, out, err = trace.stop(signal.SIGINT)
-    finally:
-        target.stdin.close()
-        target.wait(timeout=30)
-    report = final_report(subprocess.CompletedProcess([], status, out, err))
+    report = attached_shapes_report(program)
     assert_shapes(report)
     assert report["counters"]["unknown_frees"] == 7  # made before the attach, freed after it
