@@ -20,7 +20,8 @@ from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process
 from leaktrace.platform.process import library_of_executable, read_target, resolve_executable
 from leaktrace.sources.bpf.engine import file_offsets, place_probes
-from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, attach_uprobes
+from leaktrace.sources.bpf.kernel_features import UPROBE_MULTI, offers
+from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, attach_perf_uprobes, attach_uprobes
 
 EMPTY = b"int empty(void *ctx) { return 0; }"
 
@@ -38,11 +39,15 @@ def attach(library: str, pid: int) -> list[int]:
     """Empty programs on leaktrace's probe spots of library, for pid: the links."""
     allocating, free = probe_offsets(library)
     bpf = BPF(text=EMPTY)
-    program = bpf.load_func(b"empty", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI).fd
+    multi = offers(UPROBE_MULTI)  # else a perf event per probe, as the engine does before Linux 6.6
+    program = bpf.load_func(b"empty", BPF.KPROBE, attach_type=BPF_TRACE_UPROBE_MULTI if multi else -1).fd
+    places = ((allocating, False), (allocating, True), ([free], False))
+    if multi:
+        return [attach_uprobes(program, library, spots, [0] * len(spots), pid, returns) for spots, returns in places]
     return [
-        attach_uprobes(program, library, allocating, [0] * len(allocating), pid),
-        attach_uprobes(program, library, allocating, [0] * len(allocating), pid, returns=True),
-        attach_uprobes(program, library, [free], [0], pid),
+        fd
+        for spots, returns in places
+        for fd in attach_perf_uprobes([program] * len(spots), library, spots, None, pid, returns)
     ]
 
 
