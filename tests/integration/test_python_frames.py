@@ -19,7 +19,7 @@ import pytest
 from python_interpreters import INTERPRETERS, Interpreter, module_file, placed
 
 from conftest import leaktrace_command
-from helpers import TIMEOUT, final_report, reports, run_command
+from helpers import TIMEOUT, final_report, reports, run_command, wait_for_start
 
 pytestmark = pytest.mark.usefixtures("cpu_hogs")
 
@@ -79,15 +79,19 @@ def expected_python_frames(interpreter: Interpreter, script: str) -> dict[int, l
     }
 
 
-def check_stacks(report: dict, interpreter: Interpreter, script: str) -> None:
+def check_stacks(report: dict, interpreter: Interpreter, script: str, main_freed: bool = False) -> None:
     """Each site's count, and its stacks: native frames, its Python frames in order where the
     interpreter's were, native frames out to _start (clone3 in a thread; Debian 13's libc in
     its root has no symbols for either); no interpreter frame left unspliced. A site may have
     more than one native stack: 3.12 on, the interpreter runs a generator's frame in its
-    caller's eval loop once it has specialised the loop's FOR_ITER."""
+    caller's eval loop once it has specialised the loop's FOR_ITER. main_freed: the script's own
+    <module> frame is not named (CPython frees its code before Py_FinalizeEx)."""
     groups = [group for group in report["groups"] if group["size"] in SIZES]
     assert {size: sum(g["count"] for g in groups if g["size"] == size) for size in SIZES} == SIZES
     expected = expected_python_frames(interpreter, script)
+    if main_freed:
+        freed = ("<module>", script, line_of("MAIN"))
+        expected = {size: [(None, None, None) if f == freed else f for f in want] for size, want in expected.items()}
     for group in groups:
         size, frames = group["size"], group["frames"]
         kinds = "".join("p" if frame["kind"] == "python" else "n" for frame in frames)
@@ -180,6 +184,35 @@ def test_an_attached_script_shows_its_python_frames(engine: str, interpreter: In
         out, err = tool.communicate(timeout=TIMEOUT)
         assert tool.returncode == 0, err
         check_stacks(reports(out)[-1], interpreter, script_path)
+    finally:
+        script.kill()
+        script.wait()
+
+
+@pytest.mark.parametrize("interpreter", PRESENT, ids=[i.name for i in PRESENT])
+def test_an_attached_script_that_exits_before_any_report_is_named(interpreter: Interpreter, tmp_path):
+    """-p (BPF engine), no report while the script runs (the interval is an hour): off a terminal,
+    it is stopped once in Py_FinalizeEx, before the interpreter frees its functions' code
+    objects, which are read then; the report at its exit names those frames. The script's own
+    <module> code is freed when it ends, before Py_FinalizeEx: that frame alone is unnamed."""
+    here, script_path = placed(interpreter, SCRIPT, tmp_path)
+    seen_ready = f"{script_path.rsplit('/', 1)[0]}/ready"
+    script = subprocess.Popen(interpreter.command(script_path, seen_ready, "on_signal"), start_new_session=True)
+    try:
+        tool = subprocess.Popen(
+            leaktrace_command("-p", str(script.pid), *trace_args("bpf"), "3600"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert "probes live" in wait_for_start(tool.stderr)
+        script.send_signal(signal.SIGUSR1)
+        wait_ready(here / "ready")
+        script.send_signal(signal.SIGTERM)
+        out, err = tool.communicate(timeout=TIMEOUT)
+        assert tool.returncode == 0 and f"pid {script.pid} exited" in err, err
+        check_stacks(reports(out)[-1], interpreter, script_path, main_freed=True)
+        assert script.wait(timeout=TIMEOUT) == 0
     finally:
         script.kill()
         script.wait()

@@ -251,3 +251,21 @@ def libc_libraries(modules: ModuleFiles) -> tuple[ElfFile, ...]:
             if elf is not None:
                 found.setdefault(elf.identity, elf)
     return tuple(found.values())
+
+
+def python_module_of_process(process: ProcessInfo, modules: ModuleFiles) -> ElfFile | None:
+    """The module of a running process that holds its CPython (it exports Py_FinalizeEx): its
+    program or a libpython it maps; None if it maps neither."""
+    named: dict[str, Mapping] = {}
+    for mapping in parse_maps(process.maps):
+        if "python" in os.path.basename(mapping.path):
+            named.setdefault(mapping.path, mapping)
+    opened = modules.open(process, named.values())
+    for mapping in named.values():
+        elf = opened[mapping.start]
+        try:
+            if elf is not None and elf.exports_function("Py_FinalizeEx"):
+                return elf
+        except ElfError:
+            continue
+    return None

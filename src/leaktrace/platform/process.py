@@ -230,6 +230,18 @@ def _stat_fields(pid: int | str) -> list[str]:
         return []
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (T: stopped by a signal); None once it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def on_terminal(pid: int) -> bool:
+    """The process has a controlling terminal (tty_nr of /proc/PID/stat); False once it is gone."""
+    fields = _stat_fields(pid)
+    return len(fields) > 4 and fields[4] != "0"
+
+
 def alive(pid: int) -> bool:
     """The process lives: any of its threads does (its first thread may have called
     pthread_exit and wait, a zombie, for the others)."""

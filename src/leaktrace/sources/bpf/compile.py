@@ -113,11 +113,13 @@ def program_cflags(settings: EngineSettings, target: TraceTarget) -> list[str]:
     """The program's -D flags for an engine tracing target (every process: with children)."""
     s = settings
     follow_forks = s.follow_forks or target.is_every_process
+    attached = not target.is_command and not target.is_every_process
     return (
         [
             f"-DTARGET_TGID={target.pid or 0}",  # the program's word for no one process: 0, never a pid
             f"-DFOLLOW_FORKS={int(follow_forks)}",
             f"-DTRACE_ALL={int(target.is_every_process)}",
+            f"-DTARGET_ATTACHED={int(attached)}",
             # Its pid namespace's nsfs device and inode (0 0: every process on the machine).
             *(
                 f"-D{name}={value}ULL"
@@ -144,7 +146,7 @@ def program_cflags(settings: EngineSettings, target: TraceTarget) -> list[str]:
             f"-DCOOKIE_TARGETS={len(COOKIE_TARGETS)}",
         ]
         + _tracepoint_cflags(follow_forks)
-        + _hold_cflags(follow_forks)
+        + _terminal_cflags(follow_forks, attached and s.python_frames)
         + list(stop_owners_cflags())
         + python_cflags(s.python_frames)
     )
@@ -158,13 +160,14 @@ def python_cflags(wanted: bool) -> list[str]:
     return [f"-DPYTHON_FRAMES={PYTHON_MAX_FRAMES}", f"-DTASK_FSBASE={sum(offsets.values())}"]
 
 
-def _hold_cflags(follow_forks: bool) -> list[str]:
-    """With children traced, programs they exec are held for their tables (hold_for_tables),
-    where the kernel's BTF says where a task's controlling terminal is."""
-    offsets = member_offsets(TERMINAL_MEMBERS) if follow_forks else {}
-    if len(offsets) != len(TERMINAL_MEMBERS):
-        return ["-DHOLD_IMAGES=0"]
-    return ["-DHOLD_IMAGES=1"] + [f"-D{macro}={offsets[member]}" for member, macro in TERMINAL_MEMBERS.items()]
+def _terminal_cflags(follow_forks: bool, attached_python: bool) -> list[str]:
+    """Where the kernel's BTF says a task's controlling terminal is, for the stops that spare a
+    process on one: holds of programs exec'd with children traced (hold_for_tables) and -p's
+    CPython stop (python_stop). Without it, neither stops anything."""
+    offsets = member_offsets(TERMINAL_MEMBERS) if follow_forks or attached_python else {}
+    known = len(offsets) == len(TERMINAL_MEMBERS)
+    places = [f"-D{macro}={offsets[member]}" for member, macro in TERMINAL_MEMBERS.items()] if known else []
+    return [f"-DHOLD_IMAGES={int(follow_forks and known)}", f"-DTERMINAL_KNOWN={int(known)}", *places]
 
 
 @contextlib.contextmanager

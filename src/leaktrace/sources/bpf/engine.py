@@ -167,7 +167,7 @@ class BpfEngine:
         libraries: tuple[ElfFile, ...],
         stop_library: str | None = None,
         loader: str | None = None,
-        python_library: str | None = None,
+        python_library: ElfFile | None = None,
     ):
         if target.is_every_process:
             settings = dataclasses.replace(settings, follow_forks=True)
@@ -176,7 +176,7 @@ class BpfEngine:
         self.libraries = libraries
         self.stop_library = stop_library  # library with _exit, to stop the target there
         self.loader = loader  # -c: the command's ld.so, whose _dl_debug_state says modules changed
-        self.python_library = python_library  # -c: the command's CPython, stopped in its Py_FinalizeEx
+        self.python_library = python_library  # the target's CPython, stopped once in its Py_FinalizeEx
         self.probes: list[AttachedProbe] = []
         self.exit_hold_spots: tuple[tuple[str, int, int], ...] = ()  # (device, inode, file offset) of _exit's probes
         self.unprobed: list[Placement] = []  # functions left to the probe of the one they tail-call
@@ -369,7 +369,7 @@ class BpfEngine:
         for library, offsets in stops:
             self._link(b"exit_stop", library, offsets, [0])
         if self.python_library and self.settings.python_frames:
-            python = ElfFile(self.python_library)
+            python = self.python_library
             finalize = python.dynamic_functions.get("Py_FinalizeEx")
             if finalize:
                 self._link(b"python_stop", python, file_offsets(python, [finalize]), [0])

@@ -8,6 +8,8 @@
 //   TARGET_TGID    the process -c launches (armed at its exec, stopped in its _exit)
 //   FOLLOW_FORKS   1 when children are traced (-f): only then can a free concern a waiting child
 //   TRACE_ALL      1 for --all: a process is traced from its first allocator call
+//   TARGET_ATTACHED 1 for -p: TARGET_TGID was running before the trace
+//   TERMINAL_KNOWN 1: TASK_SIGNAL and SIGNAL_TTY are given (has_terminal)
 //   SELF_TGID      leaktrace itself, which --all never traces, nor the processes it starts
 //   PIDNS_DEV, PIDNS_INO  --container: with --all, only the processes of this pid namespace (0: all)
 //   STOP_OWNERS_SHARED, STOP_OWNERS_PIN   1 and the bpffs path of the stop_owners map every
@@ -553,7 +555,7 @@ static __always_inline u64 store_stack(struct stack_capture *capture)
     return store_as_last_stack(capture, hash);
 }
 
-#if HOLD_IMAGES
+#if TERMINAL_KNOWN
 // Whether the current process has a controlling terminal: a job-control shell waits for its
 // jobs with WUNTRACED and would take a stop for the user's Ctrl-Z, so such a process is not held.
 static __always_inline int has_terminal(void)
@@ -565,7 +567,9 @@ static __always_inline int has_terminal(void)
         return 1;
     return tty != 0;
 }
+#endif
 
+#if HOLD_IMAGES
 // Stops the current process for user space (state: HOLD_*), unless user space takes no more
 // holds, it has a terminal, or the holds table is full. The stop is sent before the wakeup,
 // so user space's SIGCONT always comes after it.
@@ -1187,10 +1191,17 @@ static __always_inline int stop_target(u32 slot)
     return 1;
 }
 
-// Py_FinalizeEx of -c's CPython (-c only): the target stops once, before the interpreter frees
-// its code objects, and user space reads those its stacks' Python frames name.
+// Py_FinalizeEx of the target's CPython: it stops once, before the interpreter frees its code
+// objects, and user space reads those its stacks' Python frames name. Attached to (-p), only
+// off a terminal, whose job-control shell would take the stop for the user's Ctrl-Z.
 int python_stop(struct pt_regs *ctx)
 {
+#if TARGET_ATTACHED && TERMINAL_KNOWN
+    if (has_terminal())
+        return 0;
+#elif TARGET_ATTACHED
+    return 0;
+#endif
     stop_target(CTL_PYTHON_STOP);
     return 0;
 }

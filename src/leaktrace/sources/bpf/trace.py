@@ -15,12 +15,19 @@ from leaktrace.errors import RuntimeFailure
 from leaktrace.interpreters.python.code_objects import PythonCodeCapture
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, LeakCheck, ProcessInfo, Snapshot, UnreachableReport
 from leaktrace.platform.elf import ElfError, ElfFile
-from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_process, libc_libraries
+from leaktrace.platform.module_files import (
+    ModuleFiles,
+    allocator_library_of_process,
+    libc_libraries,
+    python_module_of_process,
+)
 from leaktrace.platform.process import (
     MapsFollower,
     alive,
     command_line,
     library_of_executable,
+    on_terminal,
+    process_state,
     program_behind,
     program_loader,
     read_process,
@@ -52,12 +59,12 @@ def _library(path: str) -> ElfFile:
         raise RuntimeFailure(f"cannot read allocator library: {e}") from None
 
 
-def _python_library(program: str) -> str | None:
+def _python_library(program: str) -> ElfFile | None:
     """The module of a program that holds its CPython (Py_FinalizeEx): the program, or a library it loads."""
     try:
         if ElfFile(program).exports_function("Py_FinalizeEx"):
-            return program
-        return library_of_executable(program, "Py_FinalizeEx")
+            return ElfFile(program)
+        return ElfFile(library_of_executable(program, "Py_FinalizeEx"))
     except (ElfError, RuntimeFailure):
         return None
 
@@ -114,9 +121,26 @@ class BpfTrace(PollingSource):
         if pid == os.getpid():
             raise RuntimeFailure("leaktrace cannot trace itself")
         info = read_target(pid)
-        elf = _library(library) if library else allocator_library_of_process(info, ModuleFiles(), "; use --lib PATH")
-        engine = BpfEngine(settings, TraceTarget.process(pid), (elf,))
-        return cls(_started_or_closed(engine), info, selection=selection)
+        modules = ModuleFiles()
+        elf = _library(library) if library else allocator_library_of_process(info, modules, "; use --lib PATH")
+        # Its CPython is stopped once in Py_FinalizeEx, as -c's is, for the code its frames name;
+        # a continuer lets it go if leaktrace dies meanwhile.
+        python = python_module_of_process(info, modules) if settings.python_frames else None
+        engine = BpfEngine(settings, TraceTarget.process(pid), (elf,), python_library=python)
+        if python and on_terminal(pid):
+            engine.notices.append(
+                f"pid {pid} is on a terminal, and is not stopped before its CPython frees its code: "
+                "a Python frame that no report saw while it ran is not named"
+            )
+        release = StopRelease(pid) if python else None
+        try:
+            trace = cls(_started_or_closed(engine), info, selection=selection)
+        except BaseException:
+            if release is not None:
+                release.release()
+            raise
+        trace._stop_release = release
+        return trace
 
     @classmethod
     def launch(
@@ -258,7 +282,7 @@ class BpfTrace(PollingSource):
         self.processes.track()
         if self.target.is_every_process:
             return True  # a systemwide trace runs until it is stopped
-        running = self._poll_child() if self.target.is_command else alive(self.target.single_pid)
+        running = self._poll_child() if self.target.is_command else self._poll_attached()
         if not running:
             if not self._exited:
                 self._finish(None)
@@ -301,6 +325,15 @@ class BpfTrace(PollingSource):
             return True
         self._finish(status)
         return False
+
+    def _poll_attached(self) -> bool:
+        """-p's process: alive; stopped in Py_FinalizeEx, the code its frames name is read and it goes on."""
+        pid = self.target.single_pid
+        if self.engine.kernel.python_stop_pending() and process_state(pid) == "T":
+            self._read_python_code()
+            self.engine.kernel.clear_python_stop()
+            self._stop_owners.let_go(pid)
+        return alive(pid)
 
     def _read_python_code(self) -> None:
         """Stopped in Py_FinalizeEx: the code its stacks' Python frames name is read now, before
