@@ -97,6 +97,7 @@ class BpfTrace(PollingSource):
         self._python_code = PythonCodeCapture(engine.upload.python_rows.get)
         self.processes = ProcessTracker(engine, selection, info, lambda: self._exited)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
+        self._unprobed_at_exit: str | None = None  # the allocator -c's last image used unprobed, seen at its exit stop
         # Continues what this trace stopped, once no other leaktrace holds it.
         self._stop_owners = StopOwners(engine.kernel.bpf[b"stop_owners"])
         self._stop_owners.sweep()
@@ -320,6 +321,8 @@ class BpfTrace(PollingSource):
                 if self.leak_check_at_exit:  # after the children judged at their own exits
                     judged = self.final_snapshot.leak_checks + self._judge_at_exit()
                     self.final_snapshot = dataclasses.replace(self.final_snapshot, leak_checks=judged)
+                # Its allocator's file is read now, while its maps still lead to it.
+                self._unprobed_at_exit = self._allocator_not_probed(self.processes.process_info(child))
                 self.engine.kernel.clear_exit_stop()
                 self._stop_owners.let_go(child)
             return True
@@ -426,7 +429,7 @@ class BpfTrace(PollingSource):
                 "allocator library with --lib"
             )
         elif self.target.is_command and last is not None and last.maps:
-            unseen = self._allocator_not_probed(last)
+            unseen = self._unprobed_at_exit or self._allocator_not_probed(last)
             if unseen:  # a script that exec'd a program of another allocator (redis-server: jemalloc)
                 self.engine.notices.append(
                     f"the command's last program ({last.name or last.comm}) allocated through {unseen},"
