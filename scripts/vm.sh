@@ -62,7 +62,7 @@ version=$(cat "$dir/ready")
 
 # The initramfs: busybox, the modules a 9p root and its overlay need (in the order modprobe
 # resolves them, uncompressed), and /init.
-if [ ! -f "$dir/initrd.cpio.gz" ]; then
+if [ ! -f "$dir/initrd.v2.cpio.gz" ]; then
     staging=$(mktemp -d)
     mkdir -p "$staging"/{bin,proc,sys,dev,mnt,modules}
     cp /bin/busybox "$staging/bin/busybox"
@@ -87,17 +87,18 @@ mkdir -p /mnt/host /mnt/up /mnt/root
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 host /mnt/host
 mount -t tmpfs -o size=75% tmpfs /mnt/up && mkdir -p /mnt/up/upper /mnt/up/work
 mount -t overlay overlay -o lowerdir=/mnt/host,upperdir=/mnt/up/upper,workdir=/mnt/up/work /mnt/root
+# A tmpfs /tmp, unless the checkout is under the host's /tmp (the overlay keeps it writable).
+case "$run" in /tmp/*) ;; *) mount -t tmpfs tmpfs /mnt/root/tmp ;; esac
 mkdir -p "/mnt/root$run"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 run "/mnt/root$run"
 for fs in proc sys dev; do mount --move "/$fs" "/mnt/root/$fs"; done
-mount -t tmpfs tmpfs /mnt/root/tmp
 chroot /mnt/root /bin/bash "$run/guest.sh"
 sync
 poweroff -f
 INIT
     chmod +x "$staging/init"
-    (cd "$staging" && find . | cpio -o -H newc --quiet | gzip -1) >"$dir/initrd.cpio.gz.partial"
-    mv "$dir/initrd.cpio.gz.partial" "$dir/initrd.cpio.gz"
+    (cd "$staging" && find . | cpio -o -H newc --quiet | gzip -1) >"$dir/initrd.v2.cpio.gz.partial"
+    mv "$dir/initrd.v2.cpio.gz.partial" "$dir/initrd.v2.cpio.gz"
     rm -rf "$staging"
 fi
 
@@ -126,7 +127,7 @@ trap 'rm -rf "$run"' EXIT
 
 timeout "${LEAKTRACE_VM_TIMEOUT:-5400}" qemu-system-x86_64 -accel "$accel" -cpu "$cpu" -m "$memory" -smp 2 \
     -display none -vga none -no-reboot -monitor none -serial stdio -nic none \
-    -kernel "$(ls "$dir"/root/boot/vmlinuz-*)" -initrd "$dir/initrd.cpio.gz" \
+    -kernel "$(ls "$dir"/root/boot/vmlinuz-*)" -initrd "$dir/initrd.v2.cpio.gz" \
     -append "console=ttyS0 quiet loglevel=3 panic=-1 leaktrace_run=$run" \
     -virtfs local,path=/,mount_tag=host,security_model=passthrough,readonly=on,multidevs=remap \
     -virtfs "local,path=$run,mount_tag=run,security_model=passthrough" </dev/null |
