@@ -230,16 +230,16 @@ class BpfEngine:
                         self._programs[program], library.descriptor, offsets, cookies, pid, returns, attach_type
                     )
                 )
-            elif offers(PERF_LINK_COOKIE):
-                programs = [self._programs[program]] * len(offsets)
-                self._links += attach_perf_uprobes(programs, library.descriptor, offsets, cookies, pid, returns)
-            else:  # no perf link: each event runs its program, or its cookie's stub for one that reads it
-                assert self._cookie_stubs is not None  # made at start where perf links lack cookies
-                if program in COOKIE_TARGETS:
+            else:  # before 5.15 no perf link carries a cookie: a program that reads one runs its cookie's stub
+                linked = offers(PERF_LINK_COOKIE)
+                if not linked and program in COOKIE_TARGETS:
+                    assert self._cookie_stubs is not None  # made at start where perf links lack cookies
                     programs = [self._cookie_stubs.program(program, cookie) for cookie in cookies]
                 else:
                     programs = [self._programs[program]] * len(offsets)
-                self._links += attach_perf_uprobes(programs, library.descriptor, offsets, None, pid, returns)
+                self._links += attach_perf_uprobes(
+                    programs, library.descriptor, offsets, cookies if linked else None, pid, returns
+                )
         except OSError as e:
             if self.target.pid is not None and not os.path.exists(f"/proc/{self.target.pid}"):
                 raise RuntimeFailure(f"pid {self.target.pid} exited before the probes were attached") from None

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from leaktrace.errors import RuntimeFailure
+from leaktrace.sources.settings import EngineSettings
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,9 @@ class KernelFeature:
 BTF = KernelFeature("btf", (5, 4), "")  # /sys/kernel/btf/vmlinux, checked on its own
 RINGBUF = KernelFeature("ringbuf", (5, 8), "")
 TASK_STORAGE = KernelFeature(
-    "task_storage", (5, 11), "each thread's call in a hash by thread id: a lookup more a call, 32,768 threads at most"
+    "task_storage",
+    (5, 11),
+    f"each thread's call in a hash by thread id: a lookup more a call, {EngineSettings.max_threads:,} threads at most",
 )
 PERF_LINK_COOKIE = KernelFeature(
     "perf_link_cookie", (5, 15), "each probe runs a stub that hands its cookie on: a tail call more a call"

@@ -62,9 +62,10 @@ def _library(path: str) -> ElfFile:
 def _python_library(program: str) -> ElfFile | None:
     """The module of a program that holds its CPython (Py_FinalizeEx): the program, or a library it loads."""
     try:
-        if ElfFile(program).exports_function("Py_FinalizeEx"):
-            return ElfFile(program)
-        return ElfFile(library_of_executable(program, "Py_FinalizeEx"))
+        elf = ElfFile(program)
+        return (
+            elf if elf.exports_function("Py_FinalizeEx") else ElfFile(library_of_executable(program, "Py_FinalizeEx"))
+        )
     except (ElfError, RuntimeFailure):
         return None
 
