@@ -119,10 +119,12 @@ def trace_args(engine: str) -> list[str]:
     return ["--engine", engine, "--frames", "64", "--min-size", "100000", "--max-size", "100100", "--json"]
 
 
-def wait_ready(ready: Path) -> None:
+def wait_ready(ready: Path, state: str = "ready") -> None:
+    """Until the script's file reads state (an attach waits for "waiting": the process is then
+    the interpreter, its libraries mapped, no longer the exec chain that starts it)."""
     deadline = time.monotonic() + TIMEOUT
-    while not ready.exists() or not ready.read_text().endswith("\n"):
-        assert time.monotonic() < deadline, "the script never became ready"
+    while not ready.exists() or ready.read_text() != f"{state}\n":
+        assert time.monotonic() < deadline, f"the script never became {state}"
         time.sleep(0.02)
 
 
@@ -165,6 +167,7 @@ def test_an_attached_script_shows_its_python_frames(engine: str, interpreter: In
     seen_ready = f"{script_path.rsplit('/', 1)[0]}/ready"
     script = subprocess.Popen(interpreter.command(script_path, seen_ready, "on_signal"))
     try:
+        wait_ready(here / "ready", "waiting")
         tool = subprocess.Popen(
             leaktrace_command("-p", str(script.pid), *trace_args(engine), "0.3"),
             stdout=subprocess.PIPE,
@@ -199,6 +202,7 @@ def test_an_attached_script_that_exits_before_any_report_is_named(interpreter: I
     seen_ready = f"{script_path.rsplit('/', 1)[0]}/ready"
     script = subprocess.Popen(interpreter.command(script_path, seen_ready, "on_signal"), start_new_session=True)
     try:
+        wait_ready(here / "ready", "waiting")
         tool = subprocess.Popen(
             leaktrace_command("-p", str(script.pid), *trace_args("bpf"), "3600"),
             stdout=subprocess.PIPE,

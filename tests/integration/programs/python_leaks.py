@@ -4,7 +4,7 @@ slots, sees it on every interpreter, where a malloc that ctypes took by dlsym be
 attach would not be seen): 3 blocks of 100003 bytes through outer -> nested, 4 of 100019
 from a generator, 2 of 100043 in a thread of its own; all the while another thread runs
 Python code. argv: the file to write "ready" in once they are made, then "now", or
-"on_signal" to wait for SIGUSR1 first. Waits for SIGTERM at the end. Each site's line ends
+"on_signal" to wait for SIGUSR1 first (that file reads "waiting\n" meanwhile). Waits for SIGTERM at the end. Each site's line ends
 with a comment naming it: the test finds the lines by those names."""
 
 import ctypes
@@ -61,6 +61,8 @@ signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})
 spinner = threading.Thread(target=spin)
 spinner.start()
 if sys.argv[2] == "on_signal":
+    with open(sys.argv[1], "w") as waiting:
+        waiting.write("waiting\n")
     signal.sigwait({signal.SIGUSR1})
 leak_all()  # MAIN
 stop.set()
