@@ -5,15 +5,19 @@ lifts its own RLIMIT_MEMLOCK for BPF); and one that cannot run is one line."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import resource
 import signal
 import struct
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
 from leaktrace.platform.arch import SYS_RT_SIGACTION
+from leaktrace.platform.process import process_state
 
 from conftest import leaktrace_command
 from helpers import TIMEOUT, run_command
@@ -64,3 +68,29 @@ def test_a_command_that_cannot_run_is_one_line(tmp_path, engine):
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("leaktrace: cannot ") and line.endswith(": No such file or directory"), line
+
+
+def test_a_command_whose_leaktrace_is_killed_before_it_starts_is_not_left_waiting(tmp_path):
+    """SIGKILL while the BPF engine compiles, its command forked and waiting for the gate: the
+    command holds no end of the gate that would keep it waiting, so it runs and exits (it hung
+    in the gate's read for good, an orphan)."""
+    marker = tmp_path / "ran"
+    tool = subprocess.Popen(leaktrace_command("-c", f"touch {marker}", "3600"), stderr=subprocess.DEVNULL)
+    own = Path(f"/proc/{tool.pid}/cmdline").read_bytes()
+    deadline = time.monotonic() + TIMEOUT
+    forked: list[int] = []
+    while not forked:  # its fork waiting in the gate's read, leaktrace's argv still (not ld.so --list)
+        assert time.monotonic() < deadline and tool.poll() is None, "no command was forked"
+        for child in Path(f"/proc/{tool.pid}/task/{tool.pid}/children").read_text().split():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                waits = Path(f"/proc/{child}/wchan").read_text().endswith("pipe_read")
+                if waits and Path(f"/proc/{child}/cmdline").read_bytes() == own:
+                    forked.append(int(child))
+        time.sleep(0.005)
+    [command] = forked
+    tool.kill()
+    tool.wait()
+    deadline = time.monotonic() + 10
+    while process_state(command) not in (None, "Z") or not marker.exists():  # an orphan's zombie is init's to reap
+        assert time.monotonic() < deadline, f"command {command} still waits (or never ran)"
+        time.sleep(0.05)

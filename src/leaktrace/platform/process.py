@@ -428,9 +428,12 @@ def library_of_executable(path: str, symbol: str = "malloc") -> str:
 NSIG_KERNEL = 65  # the kernel's signals are 1 to 64
 
 
-def launch(path: str, argv: list[str], env: dict[str, str] | None = None, gate: int = -1) -> tuple[int, int]:
-    """Forks a child that execs argv (once a byte or EOF arrives on gate, when given) as a shell
-    starts a program: every signal at its default disposition, none blocked, leaktrace's own
+def launch(
+    path: str, argv: list[str], env: dict[str, str] | None = None, gate: tuple[int, int] | None = None
+) -> tuple[int, int]:
+    """Forks a child that execs argv (once a byte or EOF arrives on gate's read end, when
+    given: the child holds no write end, so leaktrace's death lets it go) as a shell starts a
+    program: every signal at its default disposition, none blocked, leaktrace's own
     RLIMIT_MEMLOCK as it was before lift_memlock. Returns its pid and
     the read end of a pipe that gives exec's error, or EOF once exec succeeded."""
     import ctypes  # for the kernel's own rt_sigaction, made ready before the fork
@@ -442,9 +445,10 @@ def launch(path: str, argv: list[str], env: dict[str, str] | None = None, gate: 
     if pid == 0:  # child: nothing here may raise past os._exit
         try:
             os.close(err_r)
-            if gate >= 0:
-                os.read(gate, 1)
-                os.close(gate)
+            if gate is not None:
+                os.close(gate[1])
+                os.read(gate[0], 1)
+                os.close(gate[0])
             # Python ignores SIGPIPE and SIGXFSZ, and glibc refuses sigaction on its own two
             # signals, which a parent may leave ignored: an ignored signal stays so across exec.
             for sig in range(1, NSIG_KERNEL):

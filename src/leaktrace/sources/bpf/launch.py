@@ -17,9 +17,9 @@ from leaktrace.sources.bpf.stop_owners import open_stop_owners
 
 def spawn_gated(path: str, argv: list[str]) -> tuple[int, int, int]:
     """Forks a child that execs argv once the gate is written; returns (pid, gate, errors)."""
-    gate_r, gate_w = os.pipe()
+    gate_r, gate_w = os.pipe2(os.O_CLOEXEC)  # no program leaktrace starts holds it: its death opens the gate
     try:
-        pid, err_r = launch(path, argv, gate=gate_r)
+        pid, err_r = launch(path, argv, gate=(gate_r, gate_w))
     finally:
         os.close(gate_r)
     return pid, gate_w, err_r
