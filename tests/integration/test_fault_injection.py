@@ -27,7 +27,8 @@ import pytest
 from conftest import leaktrace_command, uprobe_links
 from helpers import SLOWDOWN, reports, wait_for_start
 
-TRIES = int(os.environ.get("LEAKTRACE_FAULT_TRIES", "20"))  # per moment; more for a soak
+# Per moment; more for a soak, fewer where every instruction is emulated (a test VM under TCG).
+TRIES = int(os.environ.get("LEAKTRACE_FAULT_TRIES") or max(4, round(20 / SLOWDOWN)))
 ENDS_WITHIN = 10.0 * SLOWDOWN  # seconds from the target's death (or leaktrace's) to all being let go
 ENDS_AFTER_TARGET = 2.0  # seconds from the target's exit to leaktrace's own, final report written
 SEED = int(os.environ.get("LEAKTRACE_FAULT_SEED", str(time.time_ns() % 1_000_000_007)))

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -104,15 +106,41 @@ def check_stacks(report: dict, interpreter: Interpreter, script: str, main_freed
     assert report["counters"]["python_frames_cut"] == 0
 
 
-def until_sites_reported(tool: subprocess.Popen) -> None:
-    """Reads the trace's reports until one holds every site (its code is read while it lives)."""
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        line = tool.stdout.readline()
-        assert line, tool.stderr.read()
-        if line.startswith("{") and SIZES.keys() <= {group["size"] for group in json.loads(line)["groups"]}:
-            return
-    raise AssertionError("no report held the sites")
+class DrainedTrace:
+    """A trace whose stdout is read as it comes: a full pipe would stall the trace, and with
+    it a target held at a new mapping until its tables are loaded (under TCG, reports every
+    0.3 s fill a pipe before the script is ready)."""
+
+    def __init__(self, tool: subprocess.Popen):
+        self.tool, self.seen, self.lines = tool, [], queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.tool.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def until_sites_reported(self) -> None:
+        """Reads the trace's reports until one holds every site (its code is read while it lives)."""
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError("no report held the sites") from None
+            assert line is not None, self.tool.stderr.read()
+            self.seen.append(line)
+            if line.startswith("{") and SIZES.keys() <= {group["size"] for group in json.loads(line)["groups"]}:
+                return
+
+    def ended(self) -> tuple[str, str]:
+        """(stdout, stderr) once the trace has ended, which it must within TIMEOUT."""
+        self.tool.wait(timeout=TIMEOUT)
+        self.reader.join()
+        while (line := self.lines.get()) is not None:
+            self.seen.append(line)
+        return "".join(self.seen), self.tool.stderr.read()
 
 
 def trace_args(engine: str) -> list[str]:
@@ -144,10 +172,11 @@ def launched_until_its_exit(
         text=True,
     )
     try:
+        trace = DrainedTrace(tool)
+        trace.until_sites_reported()
         wait_ready(ready)
-        until_sites_reported(tool)
         subprocess.run(["pkill", "-TERM", "-f", f"{script} {ready}"], check=True)
-        out, err = tool.communicate(timeout=TIMEOUT)
+        out, err = trace.ended()
     finally:
         tool.kill()
     assert tool.returncode == 0, err
@@ -180,11 +209,12 @@ def test_an_attached_script_shows_its_python_frames(engine: str, interpreter: In
         if engine == "bpf":  # the library probed, named as it is found from here (a chroot's too)
             named = line.split(" through ", 1)[1].split(" (", 1)[0]
             assert os.path.isfile(named) and "/root/" not in named, line
+        trace = DrainedTrace(tool)
         script.send_signal(signal.SIGUSR1)
+        trace.until_sites_reported()
         wait_ready(here / "ready")
-        until_sites_reported(tool)
         tool.send_signal(signal.SIGINT)
-        out, err = tool.communicate(timeout=TIMEOUT)
+        out, err = trace.ended()
         assert tool.returncode == 0, err
         check_stacks(reports(out)[-1], interpreter, script_path)
     finally:

@@ -4,8 +4,9 @@ slots, sees it on every interpreter, where a malloc that ctypes took by dlsym be
 attach would not be seen): 3 blocks of 100003 bytes through outer -> nested, 4 of 100019
 from a generator, 2 of 100043 in a thread of its own; all the while another thread runs
 Python code. argv: the file to write "ready" in once they are made, then "now", or
-"on_signal" to wait for SIGUSR1 first (that file reads "waiting\n" meanwhile). Waits for SIGTERM at the end. Each site's line ends
-with a comment naming it: the test finds the lines by those names."""
+"on_signal" to wait for SIGUSR1 first (that file reads "waiting\n" meanwhile). Waits for
+SIGTERM at the end. Each site's line ends with a comment naming it: the test finds the lines
+by those names."""
 
 import ctypes
 import signal
