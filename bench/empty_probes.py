@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 
 from bcc import BPF
@@ -21,6 +20,7 @@ from leaktrace.platform.module_files import ModuleFiles, allocator_library_of_pr
 from leaktrace.platform.process import library_of_executable, read_target, resolve_executable
 from leaktrace.sources.bpf.engine import file_offsets, place_probes
 from leaktrace.sources.bpf.kernel_features import UPROBE_MULTI, offers
+from leaktrace.sources.bpf.launch import spawn_gated
 from leaktrace.sources.bpf.links import BPF_TRACE_UPROBE_MULTI, attach_perf_uprobes, attach_uprobes
 
 EMPTY = b"int empty(void *ctx) { return 0; }"
@@ -63,11 +63,15 @@ def main() -> None:
             for link in links:
                 os.close(link)
         return
-    library = library_of_executable(resolve_executable(sys.argv[1]))
-    workload = subprocess.Popen(sys.argv[1:])
+    path = resolve_executable(sys.argv[1])
+    library = library_of_executable(path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench's stop: the workload ends by itself
-    links = attach(library, workload.pid)  # the links filter by the workload's pid, which its exec keeps
-    status = workload.wait()
+    pid, gate, errors = spawn_gated(path, sys.argv[1:])  # it execs once the probes are live
+    links = attach(library, pid)  # the links filter by the workload's pid, which its exec keeps
+    os.write(gate, b"x")
+    os.close(gate)
+    os.close(errors)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     for link in links:
         os.close(link)
     sys.exit(status)

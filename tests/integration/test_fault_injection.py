@@ -304,7 +304,7 @@ def test_leaktrace_killed_while_it_holds_the_command_at_its_exit(program):
     for _ in range(TRIES):
         run = Run(f"{program('many_blocks')} 20000 -1", "--json", "3600")
         try:
-            if run.wait_until(lambda run=run: (status_of(run.target) or ("",))[0] == "T", timeout=30):
+            if run.wait_until(lambda run=run: (status_of(run.target) or ("",))[0] == "T", timeout=30 * SLOWDOWN):
                 run.process.send_signal(signal.SIGSTOP)  # so that it cannot let the command go first
                 caught += (status_of(run.target) or ("",))[0] == "T"
             run.kill_leaktrace()
