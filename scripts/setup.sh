@@ -29,7 +29,7 @@ tests=0
 packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
 if [ $tests -eq 1 ]; then
     command -v npm >/dev/null 2>&1 || packages+=(npm)   # speedscope's; a machine's own Node.js is kept
-    packages+=(bpfcc-tools bpftool g++ util-linux tmux musl-tools podman runc qemu-system-x86 cpio busybox-static xz-utils zstd libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap)
+    packages+=(bpfcc-tools bpftool g++ util-linux tmux musl-tools podman runc qemu-system-x86 cpio busybox-static xz-utils zstd libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap)
 fi
 
 missing=()

@@ -107,7 +107,7 @@ class AttachedTrace:
             stderr=subprocess.PIPE,
             text=True,
         )
-        line = wait_for_start(self.process.stderr)
+        line = self.start_line = wait_for_start(self.process.stderr)
         if "probes live" not in line:
             self.process.kill()  # else the read below waits for a trace that never ends
             raise AssertionError(line + self.process.stderr.read())
@@ -259,3 +259,37 @@ def library_hooked(pid: int) -> bool:
     before = counters_in_place(pid).allocations
     time.sleep(0.3)
     return counters_in_place(pid).allocations != before
+
+
+def attach_target_traced(argv: list[str], pid_of=lambda target: target.pid) -> tuple[dict, str]:
+    """attach_target (argv runs it; pid_of: its pid as this machine sees it), its threads
+    allocating all along, traced by the BPF engine from its "ready": what SIGUSR1 keeps is
+    exact. The final report, and the trace's start line."""
+    target = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    try:
+        assert wait_for_line(target.stdout) == b"ready\n"
+        pid = pid_of(target)
+        trace = AttachedTrace(pid, "3600")
+        os.kill(pid, signal.SIGUSR1)
+        assert wait_for_line(target.stdout) == b"done\n"
+        status, out, err = trace.stop()
+        assert target.poll() is None
+    finally:
+        target.kill()
+        target.wait(timeout=TIMEOUT)
+    report = final_report(subprocess.CompletedProcess([], status, out, err))
+    kept = sites(report)
+    assert kept.get("keep") == [(100, 50), (101, 50), (102, 50), (103, 50)], kept
+    assert (3000, 7) in kept.get("main", []), kept
+    return report, trace.start_line
+
+
+def fake_python_traced(fake: Path, *options: str) -> subprocess.CompletedProcess:
+    """leaktrace -c on a build of fake_python (a CPython the walk is not to walk): it ends
+    well, and its 100 blocks of 4321 bytes are exact, with native frames only, from make."""
+    result = run_command(["-c", str(fake), *options, "--json", "3600"])
+    assert result.returncode == 0 and "done" in result.stdout, result.stderr
+    made = [g for g in final_report(result)["groups"] if g["size"] == 4321]
+    assert sum(g["count"] for g in made) == 100, made
+    assert all(f["kind"] == "native" for g in made for f in g["frames"]) and made[0]["frames"][0]["function"] == "make"
+    return result

@@ -96,7 +96,7 @@ def test_a_static_program_and_a_traced_one_are_refused_in_one_line(program, buil
     source.write_text("#include <unistd.h>\nint main(void) { for (;;) pause(); }\n")
     subprocess.run(["gcc", "-static", "-o", static, source], check=True)
     cases = [
-        (subprocess.Popen([static]), "has no dynamic loader (a static program)"),
+        (subprocess.Popen([static]), "is a static program: the in-process library cannot interpose calls"),
         (
             subprocess.Popen(
                 ["strace", "-f", "-o", "/dev/null", str(program("attach_target"))], stdout=subprocess.PIPE

@@ -14,6 +14,7 @@ LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
 MIMALLOC = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2.0"
+MUSL = "/usr/lib/x86_64-linux-musl/libc.so"
 # The one function of these four left unprobed: glibc's reallocarray multiplies into rdx (its
 # third argument) before its first jump, so its own probe would be single-stepped; it only
 # checks the product and tail-calls realloc, whose probe counts its calls.
@@ -91,10 +92,12 @@ def test_verbose_says_where_each_probe_went(program):
 
 
 @pytest.mark.parametrize(
-    "library, name", [(LIBC, "glibc"), (JEMALLOC, "jemalloc"), (TCMALLOC, "tcmalloc"), (MIMALLOC, "mimalloc")]
+    "library, name",
+    [(LIBC, "glibc"), (JEMALLOC, "jemalloc"), (TCMALLOC, "tcmalloc"), (MIMALLOC, "mimalloc"), (MUSL, "musl")],
 )
 def test_each_debian_allocator_is_recognised_by_its_family(library, name):
-    """The allocators package names the family of each library, and what it says of it (its
+    """The allocators package names the family of each library (musl's: Debian's musl-tools),
+    and what it says of it (its
     usable-size function, its free-like extras) is what the library exports."""
     from leaktrace.allocators import ALLOCATING, FREE, family_of
 

@@ -139,3 +139,24 @@ def test_cfi_c_survives_damaged_sections():
     for _ in range(300):  # cut short, undamaged: the rows of the FDEs before the cut, as they were
         rows = section_rows(section[: rng.randrange(len(section) + 1)], address)
         assert rows == whole[: len(rows)]
+
+
+def test_a_walk_ends_in_the_functions_musl_starts_stacks_in(tmp_path):
+    """A static musl program: its libc's start functions have no CFI; marked by the family's
+    stack_starts, each is one CFA_END row from its first byte (a table of its own digest)."""
+    from leaktrace.allocators import FAMILIES
+    from leaktrace.unwind.tables import UnwindTables, cfi_digest
+
+    source, program = tmp_path / "main.c", tmp_path / "main"
+    source.write_text("#include <stdlib.h>\nint main(void) { return malloc(1) == 0; }\n")
+    subprocess.run(["musl-gcc", "-static", "-o", str(program), str(source)], check=True)
+    elf = ElfFile(str(program))
+    [musl] = [family for family in FAMILIES if family.name == "musl"]
+    ends = elf.extents_of(musl.stack_starts)
+    assert len(ends) == 1  # libc_start_main_stage2: this program starts no thread
+    tables = UnwindTables()
+    tables.end_walks_in(elf, ends)
+    rows = list(UNWIND_ROW.iter_unpack(tables.table_of(elf).rows))
+    start, end = ends[0]
+    assert any(row[0] == start and row[3] == CFA_END for row in rows)
+    assert cfi_digest(elf, tuple(ends)) != cfi_digest(elf)

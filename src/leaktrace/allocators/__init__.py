@@ -48,23 +48,34 @@ FREE = Function("free", "frees", (RDI,))
 @dataclass(frozen=True)
 class Family:
     name: str
-    recognised_by: str  # a function only this family's library exports
+    recognised_by: tuple[str, ...]  # functions only this family defines (any one names it)
     usable_size: str  # the function that gives a block's usable size
     # Functions that free or resize a block without calling free (not probed: their frees
     # show as blocks that stay live, and the address's next allocation as missed_frees).
     free_like: tuple[str, ...] = ()
     heap_walker: str | None = None  # the module that walks its heap of a process never traced
+    # The functions of its libc a thread's stack begins in, where they have no CFI of their own
+    # (musl's): a walk that reaches one ends there, as at _start, not cut short.
+    stack_starts: tuple[str, ...] = ()
 
 
-# Most particular first: tcmalloc and mimalloc also export glibc's __libc_malloc, to replace it.
+# Most particular first: tcmalloc and mimalloc also export glibc's __libc_malloc, to replace it,
+# and musl's static libc defines one too. musl: its libc.so's loader stage (__dls3), or in a
+# static program its libc's set-up (__init_libc), which its libc.so hides.
 FAMILIES = (
-    Family("jemalloc", "mallocx", "malloc_usable_size", free_like=("sdallocx", "dallocx", "rallocx", "xallocx")),
-    Family("tcmalloc", "tc_malloc", "malloc_usable_size", free_like=("tc_free_sized", "tc_deletearray_sized")),
-    Family("mimalloc", "mi_malloc", "mi_usable_size", free_like=("mi_free_size", "mi_free_aligned", "mi_realloc")),
-    Family("glibc", "__libc_malloc", "malloc_usable_size", heap_walker="leaktrace.reachability.glibc_heap"),
+    Family("jemalloc", ("mallocx",), "malloc_usable_size", free_like=("sdallocx", "dallocx", "rallocx", "xallocx")),
+    Family("tcmalloc", ("tc_malloc",), "malloc_usable_size", free_like=("tc_free_sized", "tc_deletearray_sized")),
+    Family("mimalloc", ("mi_malloc",), "mi_usable_size", free_like=("mi_free_size", "mi_free_aligned", "mi_realloc")),
+    Family(
+        "musl",
+        ("__dls3", "__init_libc"),
+        "malloc_usable_size",
+        stack_starts=("libc_start_main_stage2", "start", "start_c11"),  # main's caller; threads'
+    ),
+    Family("glibc", ("__libc_malloc",), "malloc_usable_size", heap_walker="leaktrace.reachability.glibc_heap"),
 )
 
 
-def family_of(exported: set[str] | dict[str, int]) -> Family | None:
-    """The family of a library, from the functions it exports (None: not one described here)."""
-    return next((family for family in FAMILIES if family.recognised_by in exported), None)
+def family_of(defined: set[str] | dict[str, int]) -> Family | None:
+    """The family of a module, from the functions it defines (None: not one described here)."""
+    return next((f for f in FAMILIES if any(name in defined for name in f.recognised_by)), None)

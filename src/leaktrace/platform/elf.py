@@ -18,6 +18,7 @@ PF_X = 1  # an executable segment
 NT_GNU_BUILD_ID = 3
 SHT_SYMTAB, SHT_NOBITS, SHT_DYNSYM, SHT_GNU_HASH = 2, 8, 11, 0x6FFFFFF6
 STT_OBJECT, STT_FUNC, STT_TLS, STT_GNU_IFUNC = 1, 2, 6, 10
+STB_LOCAL = 0
 SHN_UNDEF = 0
 FileIdentity = tuple[int, int, int, int]  # (device, inode, mtime in ns, size): one version of one file
 
@@ -56,6 +57,8 @@ class ElfFile:
         descriptor the caller opened (with a target's rights), which the ElfFile owns from then on."""
         self.path = path
         self.fd = -1
+        # A separate debug file whose symbols name this file's functions (a stripped program's).
+        self.symbol_file: ElfFile | None = None
         try:  # paths come from targets' maps and dumps: a FIFO or a device is refused, never waited on
             self.fd = open_regular(path) if fd is None else fd
             st = os.fstat(self.fd)
@@ -179,9 +182,10 @@ class ElfFile:
         return None
 
     def _symbols_of(
-        self, section_type: int, types: tuple[int, ...] = (STT_FUNC, STT_GNU_IFUNC)
+        self, section_type: int, types: tuple[int, ...] = (STT_FUNC, STT_GNU_IFUNC), linked_only: bool = False
     ) -> list[tuple[Symbol, int]]:
-        """Defined symbols of one table (functions unless types says otherwise), with their section index."""
+        """Defined symbols of one table (functions unless types says otherwise), with their
+        section index; linked_only: global and weak ones alone (no file's static function)."""
         result = []
         for _, typ, off, size, link, entsize in self._sections:
             if typ != section_type or not entsize:
@@ -192,7 +196,7 @@ class ElfFile:
                     name, info, _, shndx, value, sym_size = struct.unpack_from("<IBBHQQ", self._data, at)
                 else:
                     name, value, sym_size, info, _, shndx = struct.unpack_from("<IIIBBH", self._data, at)
-                if _defined(info, shndx, value, types):
+                if _defined(info, shndx, value, types) and not (linked_only and info >> 4 == STB_LOCAL):
                     result.append((Symbol(self._cstring(strtab + name), value, sym_size), shndx))
         return result
 
@@ -200,6 +204,37 @@ class ElfFile:
     def dynamic_functions(self) -> dict[str, int]:
         """Exported function name -> address (link-time virtual address)."""
         return {sym.name.split("@")[0]: sym.value for sym, _ in self._symbols_of(SHT_DYNSYM)}
+
+    def take_symbols_from(self, debug: ElfFile | None) -> None:
+        """Names this file's functions (their extents too) by debug's symbols: a stripped
+        program's separate debug file, of the same build."""
+        self.symbol_file = debug
+        self.__dict__.pop("_function_index", None)
+
+    @cached_property
+    def linked_functions(self) -> dict[str, int]:
+        """The functions of .symtab by name -> address: global and weak ones, then a local one
+        where its name is that of no other (a static-pie's malloc is local: glibc hides it)."""
+        found = {sym.name: sym.value for sym, _ in self._symbols_of(SHT_SYMTAB, linked_only=True)}
+        locals_: dict[str, set[int]] = {}
+        for sym, _ in self._symbols_of(SHT_SYMTAB):
+            if sym.name not in found:
+                locals_.setdefault(sym.name, set()).add(sym.value)
+        found.update((name, addresses.pop()) for name, addresses in locals_.items() if len(addresses) == 1)
+        return found
+
+    @property
+    def probe_functions(self) -> dict[str, int]:
+        """Name -> address of the functions where this module's allocator is probed: a
+        library's exports; for a program with its allocator linked in (static, or its malloc
+        kept to itself), the functions of its .symtab, else of symbol_file's."""
+        exported = self.dynamic_functions
+        if "malloc" in exported:
+            return exported
+        for source in (self, self.symbol_file):
+            if source is not None and "malloc" in source.linked_functions:
+                return source.linked_functions
+        return exported
 
     def exports_function(self, name: str) -> bool:
         """Whether the library exports a function of this name: one probe of the GNU hash
@@ -256,13 +291,20 @@ class ElfFile:
     @cached_property
     def _function_index(self) -> tuple[list[int], list[Symbol]]:
         by_addr: dict[int, Symbol] = {}
-        for sym, _ in self._symbols_of(SHT_DYNSYM) + self._symbols_of(SHT_SYMTAB):
+        named = self._symbols_of(SHT_DYNSYM) + self._symbols_of(SHT_SYMTAB)
+        if self.symbol_file is not None:
+            named += self.symbol_file._symbols_of(SHT_SYMTAB)
+        for sym, _ in named:
             known = by_addr.get(sym.value)
             # Prefer a sized, public-looking name among aliases (malloc over __libc_malloc).
             if known is None or (sym.size, -sym.name.startswith("_")) > (known.size, -known.name.startswith("_")):
                 by_addr[sym.value] = sym
         starts = sorted(by_addr)
         return starts, [by_addr[s] for s in starts]
+
+    def extents_of(self, names: tuple[str, ...]) -> list[tuple[int, int]]:
+        """[start, end) of each sized function of these names its symbols hold (locals too)."""
+        return [(sym.value, sym.value + sym.size) for sym in self._function_index[1] if sym.name in names and sym.size]
 
     def function_at(self, vaddr: int) -> Symbol | None:
         starts, symbols = self._function_index

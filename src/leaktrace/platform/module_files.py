@@ -195,18 +195,35 @@ class ModuleFiles:
 
 
 def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles, hint: str = "") -> ElfFile:
-    """The allocator library a running process uses, from its maps.
+    """The allocator module a running process uses, from its maps.
 
-    A library other than libc that exports malloc (jemalloc, tcmalloc, mimalloc)
-    is preferred: when one is mapped it is almost always the one in use. leaktrace's own
-    in-process library (it exports leaktrace_attach) is never the one: it forwards to it.
-    hint ends the message when there is none (what the caller's user can do about it).
+    The program itself where it defines malloc (static, or its allocator linked in: its
+    definition comes first in every lookup). Else a library other than libc that exports
+    malloc (jemalloc, tcmalloc, mimalloc) is preferred: when one is mapped it is almost always
+    the one in use. leaktrace's own in-process library (it exports leaktrace_attach) is never
+    the one: it forwards to it. hint ends the message when there is none (what the caller's
+    user can do about it).
     """
     libraries: dict[str, Mapping] = {}
+    program = None
+    executable: str | None
+    try:
+        executable = os.readlink(f"/proc/{process.pid}/exe")
+    except OSError:  # it has exited: its program is its first module mapped, unless that is a loader
+        first = [m.path for m in parse_maps(process.maps) if m.path.startswith("/")][:1]
+        executable = first[0] if first and "/ld-" not in first[0] else None
     for mapping in parse_maps(process.maps):
-        if ".so" in mapping.path and "/ld-" not in mapping.path:
+        if mapping.path == executable and program is None:
+            program = mapping
+        elif ".so" in mapping.path and ("/ld-" not in mapping.path or MUSL_NAME.search(mapping.path)):
             libraries.setdefault(mapping.path, mapping)
-    opened = modules.open(process, libraries.values())
+    opened = modules.open(process, [*([program] if program else []), *libraries.values()])
+    own = opened[program.start] if program else None
+    try:
+        if own is not None and (own.interpreter is None or own.exports_function("malloc")):
+            return linked_allocator(process, modules, own)
+    except ElfError as e:
+        raise RuntimeFailure(f"cannot read pid {process.pid}'s program: {e}") from None
     candidates = []
     for mapping in libraries.values():
         elf = opened[mapping.start]
@@ -216,9 +233,25 @@ def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles, hin
         except ElfError:
             continue
     if not candidates:
-        raise RuntimeFailure(f"pid {process.pid} maps no dynamic allocator library (statically linked?){hint}")
-    others = [elf for elf in candidates if "/libc.so" not in elf.path and "/libc-" not in elf.path]
+        raise RuntimeFailure(f"pid {process.pid} maps no library that exports malloc{hint}")
+    others = [elf for elf in candidates if not _LIBC_NAME.search(elf.path)]
     return (others or candidates)[0]
+
+
+def linked_allocator(process: ProcessInfo, modules: ModuleFiles, program: ElfFile) -> ElfFile:
+    """program, whose allocator is linked in, named by its debug file's symbols where its own
+    lack malloc (a stripped static program); refused in one line where nothing names it."""
+    if "malloc" not in program.probe_functions:
+        program.take_symbols_from(modules.debug_file(process, program))
+    if "malloc" in program.probe_functions:
+        return program
+    if program.has_symtab or program.symbol_file is not None:
+        raise RuntimeFailure(f"{program.path} is statically linked and defines no malloc: nothing to probe")
+    raise RuntimeFailure(
+        f"{program.path} is statically linked and stripped, and no debug file of it was found "
+        "(by build-id under /usr/lib/debug, .gnu_debuglink, .gnu_debugdata or DEBUGINFOD_URLS): "
+        "no symbol names its malloc"
+    )
 
 
 GLIBC_NAME = re.compile(r"/(libc\.so[.\d]*|libc-[\d.]+\.so)$")

@@ -410,11 +410,9 @@ def library_of_executable(path: str, symbol: str = "malloc") -> str:
         elf = ElfFile(path)
     except ElfError as e:
         raise RuntimeFailure(f"{path} is not an ELF program ({e}); use --lib PATH") from None
-    if elf.exports_function(symbol):
-        return path
     interpreter = elf.interpreter
-    if interpreter is None:
-        raise RuntimeFailure(f"{path} is statically linked: it has no dynamic allocator library to probe")
+    if interpreter is None or elf.exports_function(symbol):  # static: all it calls is linked in
+        return path
     listing = subprocess.run([interpreter, "--list", path], capture_output=True, text=True, check=False)
     for line in listing.stdout.splitlines():
         if "=>" not in line:

@@ -69,6 +69,7 @@ def _without(ranges: tuple[tuple[int, int], ...], excluded: tuple[tuple[int, int
 def _regions(
     image: FrozenImage,
     begins: np.ndarray,
+    sizes: np.ndarray,
     complete: bool,
     excluded: tuple[tuple[int, int], ...],
     holds: frozenset[int] = frozenset(),
@@ -84,7 +85,13 @@ def _regions(
         first = np.searchsorted(begins, np.uint64(mapping.start))
         holds_allocations = first < len(begins) and int(begins[first]) < mapping.end
         starts = [start for sp, start in scan_starts if mapping.start <= sp < mapping.end]
-        if holds_allocations:
+        if holds_allocations and complete and mapping.path.startswith("/"):
+            # A module's data where its allocator put blocks (musl gives malloc the spare ends
+            # of each module's .bss): its variables are roots, the blocks in it are not.
+            last = np.searchsorted(begins, np.uint64(mapping.end))
+            blocks = tuple((int(b), int(b) + int(n)) for b, n in zip(begins[first:last], sizes[first:last]))
+            roots = _without(((mapping.start, mapping.end),), blocks)
+        elif holds_allocations:
             roots = () if complete else ((mapping.start, mapping.end),)
         elif starts:
             roots = ((max(mapping.start, min(starts)), mapping.end),)
@@ -270,7 +277,7 @@ def _graph(
 ) -> HeapGraph:
     """The references among the blocks, and from the roots, in the frozen copy."""
     registers = image.root_registers(holds)
-    return build_graph(begins, sizes, _regions(image, begins, complete, excluded, holds, exiting), registers)
+    return build_graph(begins, sizes, _regions(image, begins, sizes, complete, excluded, holds, exiting), registers)
 
 
 def _sweep_blocks(

@@ -292,11 +292,13 @@ CACHE_FILE_NAME = re.compile(r"(?:[0-9a-f]{2,128}|\d+-\d+-\d+-\d+)\.v\d+")
 CFI_SECTIONS = (".eh_frame", ".debug_frame")  # what a module's rows are compiled from
 
 
-def cfi_digest(elf: ElfFile) -> str:
+def cfi_digest(elf: ElfFile, walk_ends: tuple[tuple[int, int], ...] = ()) -> str:
     """What a module's rows are a function of: its CFI sections' bytes and load addresses,
-    hashed. A target chooses its build-id, so a build-id is no proof that two files compile
-    to the same rows; this digest is."""
+    and the functions where walks end, hashed. A target chooses its build-id, so a build-id
+    is no proof that two files compile to the same rows; this digest is."""
     digest = hashlib.sha256(CACHE_HEADER.pack(b"LTUW", CACHE_FORMAT, 0, 0, 0, 0, 0))
+    for start, end in walk_ends:
+        digest.update(struct.pack("<QQ", start, end))
     for start, end in code_ranges(elf):  # the rows are clipped to them
         digest.update(struct.pack("<QQ", start, end))
     for name in CFI_SECTIONS:
@@ -404,6 +406,13 @@ class UnwindTables:
         self._tables: dict[FileIdentity, FileTable] = {}
         self._cache = cache
         self._notices: list[str] = []
+        self._walk_ends: dict[FileIdentity, tuple[tuple[int, int], ...]] = {}  # a file -> where stacks begin
+
+    def end_walks_in(self, elf: ElfFile, extents: list[tuple[int, int]]) -> None:
+        """The walk ends in these functions of elf (a thread's first frames, with no CFI of
+        their own), as where CFI says a stack ends; said before elf's table is made."""
+        if extents:
+            self._walk_ends[elf.identity] = tuple(sorted(extents))
 
     def take_notices(self) -> list[str]:
         """What compiling met since the last call (FDEs outside their module's code), each once."""
@@ -418,11 +427,14 @@ class UnwindTables:
     def table_of(self, elf: ElfFile) -> FileTable:
         """A module file's rows and page index (none when it has no CFI)."""
         if elf.identity not in self._tables:
-            digest = cfi_digest(elf) if self._cache and self._cache.usable else None
+            ends = self._walk_ends.get(elf.identity, ())
+            digest = cfi_digest(elf, ends) if self._cache and self._cache.usable else None
             table = self._cache.load(digest) if self._cache and digest else None
             if table is None:
                 fdes, refused = clip_to_code(
-                    compile_eh_frame(elf) or parse_frames_interp(readelf_frames(elf)), code_ranges(elf)
+                    (compile_eh_frame(elf) or parse_frames_interp(readelf_frames(elf)))
+                    + [(start, end, [(start, Rule(CFA_END))]) for start, end in ends],
+                    code_ranges(elf),
                 )
                 table = dataclasses.replace(file_table(compile_rows(fdes)), refused=refused)
                 if self._cache and digest:

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from leaktrace.allocators import ALLOCATING, FREE, family_of
+from leaktrace.allocators import ALLOCATING, FREE, Family, family_of
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import ARGUMENT_REGISTERS
 from leaktrace.platform.elf import ElfError, ElfFile
@@ -142,7 +142,8 @@ def place_probes(elf: ElfFile, functions: dict[str, int]) -> dict[str, Placement
                 why=f"{described.name}: not probed: it only checks its arguments and tail-calls "
                 f"{described.tail_calls}, whose probe counts its calls (its own would be single-stepped)",
             )
-    placements["free"] = place_probe(elf, "free", functions["free"], FREE.arguments)
+    if "free" in functions:  # a static program that never frees has none linked in
+        placements["free"] = place_probe(elf, "free", functions["free"], FREE.arguments)
     return placements
 
 
@@ -204,12 +205,17 @@ class BpfEngine:
         """Each probed library's path, with its allocator family where it is one described."""
         named = []
         for library in self.libraries:
-            try:
-                family = family_of(library.dynamic_functions)
-            except ElfError:
-                family = None
+            family = self._family(library)
             named.append(f"{library.path} ({family.name})" if family else library.path)
         return named
+
+    @staticmethod
+    def _family(library: ElfFile) -> Family | None:
+        """The allocator family of a probed module, from the functions it defines."""
+        try:
+            return family_of(library.probe_functions.keys() | library.linked_functions.keys())
+        except ElfError:
+            return None
 
     def _link(
         self,
@@ -250,14 +256,15 @@ class BpfEngine:
     def _placements(self, elf: ElfFile) -> tuple[dict[str, int], dict[str, Placement]]:
         """The library's allocator functions (name -> entry) and where each one's probe goes."""
         try:
-            functions = elf.dynamic_functions
+            functions = elf.probe_functions
         except ElfError as e:
             raise RuntimeFailure(f"cannot read allocator library: {e}") from None
-        if "malloc" not in functions or "free" not in functions:
-            raise RuntimeFailure(f"{elf.path} does not export malloc and free")
+        # A library exports both; a program with its allocator linked in may never free.
+        if "malloc" not in functions or ("free" not in functions and elf.exports_function("malloc")):
+            raise RuntimeFailure(f"{elf.path} defines no malloc and free that its symbols name")
         placements = place_probes(elf, functions)
-        free_probe = placements["free"].address
-        text = elf.segment_containing(free_probe)
+        free_probe = placements["free"].address if "free" in placements else 0
+        text = elf.segment_containing(free_probe) if free_probe else None
         if text is not None:
             # One extent serves every library: the widest (it only sorts unknown frees).
             before, after = self._text_around_free
@@ -285,17 +292,20 @@ class BpfEngine:
                 continue
             by_address[address] = AttachedProbe(elf.path, function, address, placements[function])
         allocating = list(by_address.values())
-        free = AttachedProbe(elf.path, "free", functions["free"], placements["free"])
-        offsets = file_offsets(elf, [probe.placement.address for probe in allocating + [free]])
+        offsets = file_offsets(elf, [probe.placement.address for probe in allocating])
         cookies = [probe_cookie(*PROBES[probe.function], probe.placement) for probe in allocating]
         # The return probe shares the spot: the stack pointer, so the return address, is unchanged there.
         if returns_by_session(self.settings):
-            self._link(b"alloc_session", elf, offsets[:-1], cookies, attach_type=BPF_TRACE_UPROBE_SESSION)
+            self._link(b"alloc_session", elf, offsets, cookies, attach_type=BPF_TRACE_UPROBE_SESSION)
         else:
-            self._link(b"alloc_enter", elf, offsets[:-1], cookies)
-            self._link(b"alloc_return", elf, offsets[:-1], cookies, returns=True)
-        self._link(b"free_enter", elf, offsets[-1:], [probe_cookie(0, FREE.arguments, free.placement)])
-        self.probes += allocating + [free]
+            self._link(b"alloc_enter", elf, offsets, cookies)
+            self._link(b"alloc_return", elf, offsets, cookies, returns=True)
+        self.probes += allocating
+        if "free" in placements:
+            free = AttachedProbe(elf.path, "free", functions["free"], placements["free"])
+            offset = file_offsets(elf, [free.placement.address])
+            self._link(b"free_enter", elf, offset, [probe_cookie(0, FREE.arguments, free.placement)])
+            self.probes.append(free)
 
     def start(self) -> None:
         """Compiles, arms (unless waiting for exec or tracing all) and attaches every probe."""
@@ -306,6 +316,10 @@ class BpfEngine:
         target_maps = read_process(self.target.single_pid) if attached else None
         try:
             layouts = [(library, *self._placements(library)) for library in self.libraries]
+            for library in self.libraries:
+                family = self._family(library)
+                if family is not None and family.stack_starts:
+                    self.tables.end_walks_in(library, library.extents_of(family.stack_starts))
             stops = self._exit_stops()
             # Where a process held at its exit stands: below its stack pointer lies nothing live.
             self.exit_hold_spots = tuple(
@@ -396,7 +410,9 @@ class BpfEngine:
             candidates = list(self.libraries)
         stops = []
         for elf in candidates:
-            exit_address = elf.dynamic_functions.get("_exit")
+            # musl's exit() ends in _Exit, which its _exit calls; glibc's _Exit is its _exit.
+            functions = elf.probe_functions
+            exit_address = functions.get("_Exit") or functions.get("_exit")
             if exit_address:
                 stops.append((elf, file_offsets(elf, [exit_address])))
         return stops

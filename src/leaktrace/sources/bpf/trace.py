@@ -19,6 +19,7 @@ from leaktrace.platform.module_files import (
     ModuleFiles,
     allocator_library_of_process,
     libc_libraries,
+    linked_allocator,
     python_module_of_process,
 )
 from leaktrace.platform.process import (
@@ -158,8 +159,10 @@ class BpfTrace(PollingSource):
         path = resolve_executable(argv[0])
         program = program_behind(path)  # a script: the program it runs is traced through its exec
         library = library or library_of_executable(program)
-        libc = library_of_executable(program, "_exit") if library != program else None
+        libc = library_of_executable(program, "_Exit")
         elf = _library(library)
+        if library == program and elf.interpreter is None:  # its allocator linked in: found by its symbols
+            elf = linked_allocator(read_target(os.getpid()), ModuleFiles(), elf)
         python = _python_library(program) if settings.python_frames else None
         pid, gate, errors = spawn_gated(path, argv)
         engine = BpfEngine(

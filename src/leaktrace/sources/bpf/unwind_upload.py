@@ -8,12 +8,12 @@ import struct
 import threading
 from typing import Any
 
-from leaktrace.interpreters.python.interpreter import unknown_interpreter, walked_interpreter
+from leaktrace.interpreters.python.interpreter import interpreter_version, unknown_interpreter, walked_interpreter
 from leaktrace.interpreters.python.layout import PYTHON_PROC
 from leaktrace.interpreters.python.versions import PythonOffsets
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
-from leaktrace.platform.module_files import ModuleFiles
+from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles
 from leaktrace.platform.process import Mapping, MapsFollower
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.maps import update_array
@@ -65,11 +65,19 @@ class UnwindUpload:
         except KeyError:  # no BTF for the TLS base: compiled without it
             return None
 
-    def _note_python(self, pid: int, gen: int, mapping: Mapping, elf: ElfFile | None) -> None:
+    def _note_python(self, pid: int, gen: int, mapping: Mapping, elf: ElfFile | None, on_musl: bool) -> None:
         """Tells the Python walk where the thread-state key of a CPython module mapped here is,
-        and its version's row."""
+        and its version's row; none on musl, whose thread layout the walk does not know."""
         procs = self._python_procs
         if procs is None or elf is None:
+            return
+        if on_musl:
+            if elf.identity not in self._pythons and interpreter_version(elf) is not None:
+                self._pythons[elf.identity] = None
+                self.notices.append(
+                    f"{elf.path} is CPython on musl: its Python frames are left out "
+                    "(the walk knows glibc's thread layout, not musl's)"
+                )
             return
         if elf.identity not in self._pythons:
             self._pythons[elf.identity] = walked_interpreter(elf)
@@ -141,6 +149,7 @@ class UnwindUpload:
                     f" {MAX_EXEC_MAPS}: a frame in the lowest libraries ends its stack (stacks_truncated)"
                 )
         new = [m for m in executable if m not in entries]
+        on_musl = any(MUSL_NAME.search(m.path) for m in executable)
         modules = self._modules.open(process, new)
         for m in new:
             elf = modules[m.start]
@@ -149,7 +158,7 @@ class UnwindUpload:
                 rows = self.tables.table_of(elf)
             located = self._upload(elf.path, rows) if elf is not None and rows is not None else (0, 0, 0, 0)
             entries[m] = exec_map_entry(m, elf, rows, located)
-            self._note_python(pid, gen, m, elf)
+            self._note_python(pid, gen, m, elf, on_musl)
         entries = {m: entries[m] for m in executable}
         table = self.kernel.bpf[b"exec_maps"]
         value = table.Leaf()

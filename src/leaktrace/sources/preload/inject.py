@@ -149,7 +149,10 @@ def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | No
             "the BPF engine (leave out --engine preload) traces it"
         )
     if not any(os.path.basename(m.path).startswith("ld-linux") for m in executable):
-        return f"pid {pid} ({info.comm}) has no dynamic loader (a static program)"
+        return (
+            f"pid {pid} ({info.comm}) is a static program: the in-process library cannot interpose calls "
+            "inside an executable; the BPF engine (leave out --engine preload) probes its allocator by its symbols"
+        )
     return None
 
 

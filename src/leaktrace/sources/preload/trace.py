@@ -180,11 +180,16 @@ class PreloadTrace(PollingSource):
         path = resolve_executable(argv[0])
         program = program_behind(path)  # a script: the interpreter its #! names loads the library
         try:
-            loader = ElfFile(program).interpreter
+            elf = ElfFile(program)
+            loader, own_malloc = elf.interpreter, elf.exports_function("malloc")
         except ElfError:
-            loader = ""
-        if loader is None:
-            raise RuntimeFailure(f"{program} is statically linked: LD_PRELOAD cannot load leaktrace's library into it")
+            loader, own_malloc = "", False
+        if loader is None or own_malloc:
+            linked = "is statically linked" if loader is None else "defines its own malloc"
+            raise RuntimeFailure(
+                f"{program} {linked}: the in-process library cannot interpose calls inside an executable; "
+                "the BPF engine (leave out --engine preload) probes its allocator by its symbols"
+            )
         if loader and MUSL_NAME.search(loader):
             raise RuntimeFailure(
                 f"{program} runs on musl ({loader}), and leaktrace's library is built for glibc: "
