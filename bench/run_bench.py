@@ -81,11 +81,11 @@ def run(argv: list[str]) -> float:
     return ns_per_call("".join(seen))
 
 
-def interleaved(tools: dict[str, list[str]], workload: str, rounds: int) -> dict[str, float]:
-    """Median ns per call of each tool (and memleak-bpfcc, if installed), rounds interleaved."""
-    memleak = shutil.which("memleak-bpfcc")
-    if memleak:
-        tools["memleak-bpfcc"] = [memleak, "-c", workload, "3600"]
+def interleaved(tools: dict[str, list[str]], workload: str, rounds: int, memleak: bool = True) -> dict[str, float]:
+    """Median ns per call of each tool (and memleak-bpfcc, if installed and asked for), rounds interleaved."""
+    found = shutil.which("memleak-bpfcc") if memleak else None
+    if found:
+        tools["memleak-bpfcc"] = [found, "-c", workload, "3600"]
     samples: dict[str, list[float]] = {name: [] for name in tools}
     for _ in range(rounds):
         for name, argv in tools.items():
