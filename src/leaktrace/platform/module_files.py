@@ -206,13 +206,14 @@ def allocator_library_of_process(process: ProcessInfo, modules: ModuleFiles, hin
     """
     libraries: dict[str, Mapping] = {}
     program = None
+    maps = parse_maps(process.maps)
     executable: str | None
     try:
         executable = os.readlink(f"/proc/{process.pid}/exe")
     except OSError:  # it has exited: its program is its first module mapped, unless that is a loader
-        first = [m.path for m in parse_maps(process.maps) if m.path.startswith("/")][:1]
+        first = [m.path for m in maps if m.path.startswith("/")][:1]
         executable = first[0] if first and "/ld-" not in first[0] else None
-    for mapping in parse_maps(process.maps):
+    for mapping in maps:
         if mapping.path == executable and program is None:
             program = mapping
         elif ".so" in mapping.path and ("/ld-" not in mapping.path or MUSL_NAME.search(mapping.path)):

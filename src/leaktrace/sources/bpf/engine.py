@@ -263,14 +263,14 @@ class BpfEngine:
         if "malloc" not in functions or ("free" not in functions and elf.exports_function("malloc")):
             raise RuntimeFailure(f"{elf.path} defines no malloc and free that its symbols name")
         placements = place_probes(elf, functions)
-        free_probe = placements["free"].address if "free" in placements else 0
-        text = elf.segment_containing(free_probe) if free_probe else None
-        if text is not None:
+        free = placements.get("free")
+        text = elf.segment_containing(free.address) if free else None
+        if free and text:
             # One extent serves every library: the widest (it only sorts unknown frees).
             before, after = self._text_around_free
             self._text_around_free = (
-                max(before, free_probe - text.vaddr),
-                max(after, text.vaddr + text.memsz - free_probe),
+                max(before, free.address - text.vaddr),
+                max(after, text.vaddr + text.memsz - free.address),
             )
         return functions, placements
 

@@ -71,13 +71,14 @@ class UnwindUpload:
         procs = self._python_procs
         if procs is None or elf is None:
             return
-        if on_musl:
-            if elf.identity not in self._pythons and interpreter_version(elf) is not None:
+        if on_musl:  # each module read once, as below
+            if elf.identity not in self._pythons:
                 self._pythons[elf.identity] = None
-                self.notices.append(
-                    f"{elf.path} is CPython on musl: its Python frames are left out "
-                    "(the walk knows glibc's thread layout, not musl's)"
-                )
+                if interpreter_version(elf) is not None:
+                    self.notices.append(
+                        f"{elf.path} is CPython on musl: its Python frames are left out "
+                        "(the walk knows glibc's thread layout, not musl's)"
+                    )
             return
         if elf.identity not in self._pythons:
             self._pythons[elf.identity] = walked_interpreter(elf)
