@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from leaktrace.sources.bpf.compile import first_error_line
 from leaktrace.sources.bpf.engine import place_probes
 
 from conftest import leaktrace_command
-from helpers import run_command, wait_for_start
+from helpers import TIMEOUT, run_command, wait_for_start
 
 SYS_BPF = 321
 BPF_LINK_CREATE = 28
@@ -253,14 +254,20 @@ def test_without_kernel_headers_exits_1(program, probes_left_as_found):
         target.wait()
 
 
-def test_another_tools_uprobe_on_malloc_is_named(program, probes_left_as_found):
+def test_another_tools_uprobe_on_malloc_is_named(program, probes_left_as_found, tmp_path):
     """A uprobe on libc's malloc with a reference counter (perf's uprobe PMU, as bcc's Python
     attach_uprobe makes them): the kernel refuses leaktrace's link on that instruction, and
-    leaktrace says why in one line, naming the function; nothing of it stays attached."""
-    idle = subprocess.Popen([str(program("idle")), "30"])
+    leaktrace says why in one line, naming the function; nothing of it stays attached. The
+    libc is a copy of its own: no other test's uprobe (nor one the kernel leaked) is on it."""
+    libc = str(tmp_path / "libc.so.6")
+    shutil.copyfile(next(line.split()[-1] for line in open("/proc/self/maps") if "/libc.so" in line), libc)
+    idle = subprocess.Popen([str(program("idle")), "30"], env={**os.environ, "LD_LIBRARY_PATH": str(tmp_path)})
     holder = None
     try:
-        libc = next(line.split()[-1] for line in open("/proc/self/maps") if "/libc.so" in line)  # idle's too
+        deadline = time.monotonic() + TIMEOUT
+        while libc not in Path(f"/proc/{idle.pid}/maps").read_text():  # its loader is done with it
+            assert time.monotonic() < deadline, "idle never mapped the copy of libc"
+            time.sleep(0.01)
         elf = ElfFile(libc)
         offset = elf.vaddr_to_file_offset(place_probes(elf, elf.dynamic_functions)["malloc"].address)
         holder = subprocess.Popen(

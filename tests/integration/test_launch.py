@@ -59,6 +59,30 @@ def test_a_launched_command_starts_with_default_signals_an_empty_mask_and_its_li
     assert [line.split()[3:5] for line in lines if line.startswith("Max locked")] == [[str(MEMLOCK)] * 2], lines
 
 
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of pid stopped, or pid gone."""
+    states = []
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+    return all(state in "Tt" for state in states)
+
+
+def gated_forks(pid: int, argv: bytes) -> list[int]:
+    """pid's children waiting in the gate's read, its argv still (not ld.so --list, not the command)."""
+    forked, tasks = [], []
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    for task in tasks:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for child in (task / "children").read_text().split():
+                waits = Path(f"/proc/{child}/wchan").read_text().endswith("pipe_read")
+                if waits and Path(f"/proc/{child}/cmdline").read_bytes() == argv:
+                    forked.append(int(child))
+    return forked
+
+
 @pytest.mark.parametrize("engine", ["bpf", "preload"])
 def test_a_command_that_cannot_run_is_one_line(tmp_path, engine):
     script = tmp_path / "script"
@@ -75,21 +99,26 @@ def test_a_command_whose_leaktrace_is_killed_before_it_starts_is_not_left_waitin
     command holds no end of the gate that would keep it waiting, so it runs and exits (it hung
     in the gate's read for good, an orphan)."""
     marker = tmp_path / "ran"
-    tool = subprocess.Popen(leaktrace_command("-c", f"touch {marker}", "3600"), stderr=subprocess.DEVNULL)
-    own = Path(f"/proc/{tool.pid}/cmdline").read_bytes()
+    argv = leaktrace_command("-c", f"touch {marker}", "3600")
+    tool = subprocess.Popen(argv, stderr=(tmp_path / "stderr").open("w"))
+    own = b"".join(arg.encode() + b"\0" for arg in argv)  # its /proc cmdline read at once did not always match
     deadline = time.monotonic() + TIMEOUT
     forked: list[int] = []
-    while not forked:  # its fork waiting in the gate's read, leaktrace's argv still (not ld.so --list)
-        assert time.monotonic() < deadline and tool.poll() is None, "no command was forked"
-        for child in Path(f"/proc/{tool.pid}/task/{tool.pid}/children").read_text().split():
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                waits = Path(f"/proc/{child}/wchan").read_text().endswith("pipe_read")
-                if waits and Path(f"/proc/{child}/cmdline").read_bytes() == own:
-                    forked.append(int(child))
-        time.sleep(0.005)
+    try:
+        while not forked:  # confirmed while leaktrace is stopped, so it cannot open the gate in between
+            assert time.monotonic() < deadline and tool.poll() is None, (tmp_path / "stderr").read_text()
+            if gated_forks(tool.pid, own):  # each stop and go may cost its BPF load a retry (EAGAIN)
+                tool.send_signal(signal.SIGSTOP)
+                while not all_threads_stopped(tool.pid):
+                    time.sleep(0.001)
+                forked = gated_forks(tool.pid, own)
+                if not forked:
+                    tool.send_signal(signal.SIGCONT)
+            time.sleep(0.005)
+    finally:
+        tool.kill()
+        tool.wait()
     [command] = forked
-    tool.kill()
-    tool.wait()
     deadline = time.monotonic() + 10
     while process_state(command) not in (None, "Z") or not marker.exists():  # an orphan's zombie is init's to reap
         assert time.monotonic() < deadline, f"command {command} still waits (or never ran)"
