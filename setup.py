@@ -7,7 +7,11 @@ import runpy
 from glob import glob
 from pathlib import Path
 
+import shutil
+import subprocess
+
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 
@@ -21,6 +25,28 @@ class build_py_with_web_assets(build_py):
         super().run()
 
 
+class build_ext_with_musl_library(build_ext):
+    """The preload library again, for programs on musl (musl-gcc, from musl-tools), beside the
+    glibc one: a program's loader takes only a library built for its libc. Without musl-gcc
+    there is none, and leaktrace refuses a musl program in-process in one line."""
+
+    def run(self):
+        super().run()
+        compiler = shutil.which("musl-gcc")
+        library = self.extensions[0]
+        target = Path(self.get_ext_fullpath(library.name)).with_name(MUSL_LIBRARY)
+        if compiler is None:
+            print(f"setup.py: musl-gcc not found: {MUSL_LIBRARY} not built (musl programs are refused in-process)")
+            return
+        includes = [f"-I{d}" for d in library.include_dirs]
+        subprocess.run(
+            [compiler, *FLAGS, "-fPIC", "-shared", *includes, *library.sources, "-Wl,-Bsymbolic-functions",
+             "-Wl,--eh-frame-hdr", "-o", str(target)],  # musl-gcc's specs leave the header out
+            check=True,
+        )
+
+
+MUSL_LIBRARY = "malloc_debug_musl.so"
 NATIVE = "src/leaktrace/sources/preload/native"
 BPF = "src/leaktrace/sources/bpf"
 UNWIND = "src/leaktrace/unwind"
@@ -30,7 +56,7 @@ ALLOCATORS = "src/leaktrace/allocators"
 FLAGS = ["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"]
 CFI = [f"{UNWIND}/cfi.h", f"{UNWIND}/rows.h"]  # the CFI interpreter both engines use, and its rows
 
-setup(cmdclass={"build_py": build_py_with_web_assets}, ext_modules=[
+setup(cmdclass={"build_py": build_py_with_web_assets, "build_ext": build_ext_with_musl_library}, ext_modules=[
     Extension(
         "leaktrace.sources.preload._malloc_debug",
         sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{UNWIND}/cfi.c", f"{PYTHON}/python_stack.c"],

@@ -3,12 +3,13 @@
 #   scripts/setup.sh           what leaktrace needs to run (scripts/demo.sh):
 #     - bcc (Debian's python3-bpfcc), gcc, binutils (readelf: unwind tables), llvm (llvm-symbolizer),
 #       debuginfod's client, python3-protobuf (--pprof)
+#     - musl-tools: musl-gcc builds the in-process library for musl programs (setup.py)
 #     - kernel headers for bcc: the running kernel's, or the distro's default linked in
 #     - tracefs at /sys/kernel/tracing
 #     - the HTML page's flame graph library (d3, d3-flame-graph from the npm registry: scripts/web_assets.py)
 #     - .venv (with system site packages, for bcc) holding leaktrace in editable mode
 #   scripts/setup.sh --tests   the same, and what the tests and benches use (scripts/test.sh):
-#     bpftool, g++, tmux, setpriv, musl-tools, podman and runc (the container tests), qemu, cpio, busybox-static
+#     bpftool, g++, tmux, setpriv, podman and runc (the container tests), qemu, cpio, busybox-static
 #     (the test VMs: scripts/vm.sh fetches their kernels into build/vm), the other allocators, redis,
 #     libc6-dbg, golang-go (go tool pprof),
 #     chromium (the HTML page), valgrind (the heap walk's oracle), debuginfod's server, mypy,
@@ -26,10 +27,10 @@ arch=$(dpkg --print-architecture)
 release=$(uname -r)
 tests=0
 [ "${1:-}" = "--tests" ] && tests=1
-packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
+packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev musl-tools binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
 if [ $tests -eq 1 ]; then
     command -v npm >/dev/null 2>&1 || packages+=(npm)   # speedscope's; a machine's own Node.js is kept
-    packages+=(bpfcc-tools bpftool g++ util-linux tmux musl-tools podman runc qemu-system-x86 cpio busybox-static xz-utils zstd libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap)
+    packages+=(bpfcc-tools bpftool g++ util-linux tmux podman runc qemu-system-x86 cpio busybox-static xz-utils zstd libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap)
 fi
 
 missing=()

@@ -108,7 +108,7 @@ class AttachedTrace:
             text=True,
         )
         line = self.start_line = wait_for_start(self.process.stderr)
-        if "probes live" not in line:
+        if "probes live" not in line and "attached in-process" not in line:
             self.process.kill()  # else the read below waits for a trace that never ends
             raise AssertionError(line + self.process.stderr.read())
 
@@ -261,15 +261,15 @@ def library_hooked(pid: int) -> bool:
     return counters_in_place(pid).allocations != before
 
 
-def attach_target_traced(argv: list[str], pid_of=lambda target: target.pid) -> tuple[dict, str]:
+def attach_target_traced(argv: list[str], pid_of=lambda target: target.pid, *options: str) -> tuple[dict, str]:
     """attach_target (argv runs it; pid_of: its pid as this machine sees it), its threads
-    allocating all along, traced by the BPF engine from its "ready": what SIGUSR1 keeps is
-    exact. The final report, and the trace's start line."""
+    allocating all along, traced (by the BPF engine, unless options say) from its "ready":
+    what SIGUSR1 keeps is exact. The final report, and the trace's start line."""
     target = subprocess.Popen(argv, stdout=subprocess.PIPE)
     try:
         assert wait_for_line(target.stdout) == b"ready\n"
         pid = pid_of(target)
-        trace = AttachedTrace(pid, "3600")
+        trace = AttachedTrace(pid, *options, "3600")
         os.kill(pid, signal.SIGUSR1)
         assert wait_for_line(target.stdout) == b"done\n"
         status, out, err = trace.stop()

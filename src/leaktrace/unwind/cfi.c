@@ -11,12 +11,147 @@
 #include <dlfcn.h>
 #include <string.h>
 
+#ifdef __GLIBC__
 #pragma weak _dl_find_object  // glibc 2.35 and later: before, every stack is libgcc's
 
 int cfi_usable(void)
 {
     return _dl_find_object != NULL;
 }
+
+// The .eh_frame_hdr of the module holding pc, or NULL.
+static const uint8_t *eh_frame_header(uintptr_t pc)
+{
+    struct dl_find_object object;
+    return _dl_find_object((void *)pc, &object) == 0 ? object.dlfo_eh_frame : NULL;
+}
+#else
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <unistd.h>
+
+int cfi_usable(void)
+{
+    return 1;
+}
+
+#define SEGMENTS_KEPT 8
+// The module holding a pc, as dl_iterate_phdr shows it. musl has no _dl_find_object, and its
+// dl_iterate_phdr neither allocates nor takes a lock that a call into the allocator may hold.
+struct module_search {
+    uintptr_t pc;
+    const uint8_t *header;  // its .eh_frame_hdr (Debian's musl-gcc links none)
+    uintptr_t bias;
+    const char *path;
+    uintptr_t segments[SEGMENTS_KEPT][2];  // its readable PT_LOADs, [start, end)
+    int visited, found;
+};
+
+static int module_if_holding(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct module_search *search = data;
+    const uint8_t *header = NULL;
+    int holds = 0, kept = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && search->pc >= start && search->pc - start < ph->p_memsz)
+            holds = 1;
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_R) && kept < SEGMENTS_KEPT) {
+            search->segments[kept][0] = start;
+            search->segments[kept++][1] = start + ph->p_memsz;
+        } else if (ph->p_type == PT_GNU_EH_FRAME)
+            header = (const uint8_t *)start;
+    }
+    if (holds) {
+        for (; kept < SEGMENTS_KEPT; kept++)
+            search->segments[kept][0] = search->segments[kept][1] = 0;
+        search->header = header;
+        search->bias = info->dlpi_addr;
+        search->path = search->visited ? info->dlpi_name : "/proc/self/exe";  // the program is first
+        search->found = 1;
+    }
+    search->visited++;
+    return holds;
+}
+
+static const uint8_t *eh_frame_header(uintptr_t pc)
+{
+    struct module_search search = {.pc = pc};
+    dl_iterate_phdr(module_if_holding, &search);
+    return search.header;
+}
+
+// A module's .eh_frame as its file's section headers place it, inside one of its readable segments.
+struct eh_frame_section {
+    uintptr_t bias;
+    char path[256];
+    const uint8_t *start;
+    size_t size;
+};
+
+static int read_eh_frame(const struct module_search *module, struct eh_frame_section *out)
+{
+    int fd = open(module->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ElfW(Ehdr) ehdr;
+    ElfW(Shdr) strings, shdr;
+    int found = 0;
+    if (pread(fd, &ehdr, sizeof ehdr, 0) == sizeof ehdr && !memcmp(ehdr.e_ident, ELFMAG, SELFMAG) &&
+        ehdr.e_shentsize == sizeof shdr && ehdr.e_shstrndx < ehdr.e_shnum &&
+        pread(fd, &strings, sizeof strings, ehdr.e_shoff + ehdr.e_shstrndx * sizeof shdr) == sizeof strings) {
+        for (unsigned i = 0; i < ehdr.e_shnum && i < 1024 && !found; i++) {
+            char name[sizeof ".eh_frame"];
+            found = pread(fd, &shdr, sizeof shdr, ehdr.e_shoff + i * sizeof shdr) == sizeof shdr &&
+                    shdr.sh_name < strings.sh_size && (shdr.sh_flags & SHF_ALLOC) &&
+                    pread(fd, name, sizeof name, strings.sh_offset + shdr.sh_name) == sizeof name &&
+                    !memcmp(name, ".eh_frame", sizeof name);
+        }
+    }
+    close(fd);
+    uintptr_t start = module->bias + shdr.sh_addr;
+    for (int i = 0; found && i < SEGMENTS_KEPT; i++)
+        if (start >= module->segments[i][0] && shdr.sh_size <= module->segments[i][1] - start) {
+            *out =
+                (struct eh_frame_section){.bias = module->bias, .start = (const uint8_t *)start, .size = shdr.sh_size};
+            strncpy(out->path, module->path, sizeof out->path - 1);
+            return 1;
+        }
+    return 0;
+}
+
+#define SECTIONS_KEPT 64
+static struct eh_frame_section sections[SECTIONS_KEPT];
+static unsigned sections_kept;
+static int sections_lock;
+
+// The .eh_frame of the module holding pc when it has no .eh_frame_hdr (read once from its file).
+static int eh_frame_section(uintptr_t pc, struct eh_frame_section *out)
+{
+    struct module_search search = {.pc = pc};
+    dl_iterate_phdr(module_if_holding, &search);
+    if (!search.found || search.header)
+        return 0;
+    while (__atomic_exchange_n(&sections_lock, 1, __ATOMIC_ACQUIRE))
+        ;
+    int found = 0;
+    for (unsigned i = 0; i < sections_kept && !found; i++)
+        if (sections[i].bias == search.bias && !strncmp(sections[i].path, search.path, sizeof sections[i].path - 1)) {
+            *out = sections[i];
+            found = 1;
+        }
+    if (!found && read_eh_frame(&search, out)) {
+        found = 1;
+        if (sections_kept < SECTIONS_KEPT)  // beyond, read again each time
+            sections[sections_kept++] = *out;
+    }
+    __atomic_store_n(&sections_lock, 0, __ATOMIC_RELEASE);
+    return found;
+}
+#endif
 
 #define DWARF_RBP 6
 #define DWARF_RSP 7
@@ -425,13 +560,14 @@ static void to_row(const struct frame_state *s, int signal_frame, struct unwind_
     }
 }
 
+static const uint8_t *scanned_fde(uintptr_t pc, uintptr_t *data_base);
+
 // The FDE whose range holds pc, by binary search of .eh_frame_hdr's table.
 static const uint8_t *find_fde(uintptr_t pc, uintptr_t *data_base)
 {
-    struct dl_find_object object;
-    if (_dl_find_object((void *)pc, &object) != 0 || !object.dlfo_eh_frame)
-        return NULL;
-    const uint8_t *header = object.dlfo_eh_frame;
+    const uint8_t *header = eh_frame_header(pc);
+    if (!header)
+        return scanned_fde(pc, data_base);
     *data_base = (uintptr_t)header;
     if (header[0] != 1 || header[3] != 0x3b)  // version 1; table of datarel sdata4 pairs
         return NULL;
@@ -475,6 +611,34 @@ static int read_fde(struct reader *r, uintptr_t data_base, struct fde *fde)
     fde->instructions = *r;
     return !r->bad;
 }
+
+#ifdef __GLIBC__
+static const uint8_t *scanned_fde(uintptr_t pc, uintptr_t *data_base)
+{
+    (void)pc, (void)data_base;
+    return NULL;  // glibc's loader always has the header (ld links one for it)
+}
+#else
+// The FDE whose range holds pc, entry by entry through a module's .eh_frame (no header to search).
+static const uint8_t *scanned_fde(uintptr_t pc, uintptr_t *data_base)
+{
+    struct eh_frame_section section;
+    if (!eh_frame_section(pc, &section))
+        return NULL;
+    const struct image image = {section.start, section.start + section.size, 0, 1};
+    *data_base = 0;  // no header: nothing is datarel
+    struct reader r;
+    for (const uint8_t *entry = section.start; enter_entry(&r, entry, &image); entry = r.end) {
+        const uint8_t *next = r.end;
+        struct reader peek = r;
+        struct fde fde;
+        if (read_fixed(&peek, 4) != 0 && read_fde(&r, 0, &fde) && pc >= fde.start && pc - fde.start < fde.range)
+            return entry;
+        r.end = next;
+    }
+    return NULL;
+}
+#endif
 
 // Runs the CIE's initial instructions, then the FDE's, up to in->target; 0 on a malformed program.
 static int interpret(const struct fde *fde, struct interpreter *in, uintptr_t data_base)

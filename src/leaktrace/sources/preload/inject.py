@@ -24,7 +24,6 @@ import struct
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
-from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles
 from leaktrace.platform.process import (
     Mapping,
@@ -44,7 +43,8 @@ from leaktrace.sources.preload.table import (
     SEALED_COPIES,
     library_base,
     library_bytes,
-    preload_library,
+    library_symbols,
+    runs_on_musl,
 )
 from leaktrace.sources.sampling import EXACT, Sampling
 
@@ -143,12 +143,7 @@ def _refusal(pid: int, info: ProcessInfo, executable: list[Mapping]) -> str | No
         return f"pid {pid} is traced by pid {tracer} (a debugger?)"
     if (status_field(pid, "State") or "").startswith(("T", "t")):
         return f"pid {pid} is stopped (SIGSTOP or a debugger): continue it first"
-    if any(MUSL_NAME.search(m.path) for m in executable):
-        return (
-            f"pid {pid} ({info.comm}) runs on musl, and leaktrace's library is built for glibc; "
-            "the BPF engine (leave out --engine preload) traces it"
-        )
-    if not any(os.path.basename(m.path).startswith("ld-linux") for m in executable):
+    if not any(os.path.basename(m.path).startswith("ld-linux") or MUSL_NAME.search(m.path) for m in executable):
         return (
             f"pid {pid} ({info.comm}) is a static program: the in-process library cannot interpose calls "
             "inside an executable; the BPF engine (leave out --engine preload) probes its allocator by its symbols"
@@ -227,11 +222,14 @@ class Injection:
         if refused:
             raise RuntimeFailure(f"cannot attach in-process: {refused}")
         self.pid = pid
+        self._on_musl = runs_on_musl(maps.executable)
+        library_bytes(self._on_musl)  # built for its libc, or refused before it is touched
         self._forbidden, functions = self._survey(info, maps.executable)
         missing = [name for name in LIBC_FUNCTIONS if name not in functions]
         if missing:
+            needed = "musl 1.1.20" if self._on_musl else "glibc 2.34"
             raise RuntimeFailure(
-                f"cannot attach in-process: pid {pid}'s libc lacks {', '.join(missing)} (glibc 2.34 or later)"
+                f"cannot attach in-process: pid {pid}'s libc lacks {', '.join(missing)} ({needed} or later)"
             )
         caller = RemoteCaller(pid, self._forbidden)
         try:
@@ -259,7 +257,7 @@ class Injection:
             if base is None:
                 base = self._load_sealed_copy(caller, functions)
             watch = self._watch_pipe(caller, functions)
-            attach = base + ElfFile(preload_library()).dynamic_functions["leaktrace_attach"]
+            attach = base + library_symbols(self._on_musl)["leaktrace_attach"]
             result, _ = caller.call(attach, [-1, watch, sampling.rate, sampling.seed], options.encode() + b"\0")
         finally:
             if stack and stack < MINUS_ONE - 4095:
@@ -294,7 +292,7 @@ class Injection:
         device = maps_device(identity[0])
         for mapping in parse_maps(read_target(pid).maps):
             if mapping.offset == 0 and (mapping.device, mapping.inode) == (device, identity[1]):
-                SEALED_COPIES.add((device, identity[1]))
+                SEALED_COPIES.add((device, identity[1], self._on_musl))
                 return mapping.start
         raise RuntimeFailure(
             f"cannot attach in-process: what pid {pid} loaded is not leaktrace's sealed copy; nothing was called in it"
@@ -313,7 +311,7 @@ class Injection:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size != 0 or st.st_nlink != 0:
                 raise RuntimeFailure(f"cannot attach in-process: pid {self.pid}'s descriptor is not a new memfd")
-            library = library_bytes()
+            library = library_bytes(self._on_musl)
             written = 0
             while written < len(library):
                 written += os.pwrite(fd, library[written : written + (1 << 20)], written)
@@ -365,7 +363,7 @@ class Injection:
             if allocator or name.startswith(("ld-linux", "libgcc_s")):
                 forbidden.append((m.start, m.end))
             vaddr = elf.file_offset_to_vaddr(m.offset) if elf is not None else None
-            if elf is not None and vaddr is not None and name.startswith("libc.so"):
+            if elf is not None and vaddr is not None and (name.startswith("libc.so") or MUSL_NAME.search(m.path)):
                 exported = elf.dynamic_functions
                 for function in LIBC_FUNCTIONS:
                     if function in exported:
@@ -390,7 +388,7 @@ class Injection:
             try:
                 base = library_base(self.pid, parse_maps(read_target(self.pid).maps))
                 if base is not None:
-                    caller.call(base + ElfFile(preload_library()).dynamic_functions["leaktrace_detach"], [])
+                    caller.call(base + library_symbols(self._on_musl)["leaktrace_detach"], [])
             except (RuntimeFailure, OSError):
                 pass  # gone meanwhile; or its watcher puts the hooks back when the pipe hangs up
             finally:

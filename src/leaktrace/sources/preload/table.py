@@ -38,6 +38,7 @@ from leaktrace.model.snapshot import (
 )
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
+from leaktrace.platform.module_files import MUSL_NAME
 from leaktrace.platform.process import Mapping, mapped_identity, maps_device, parse_maps, proc_path, read_target
 from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS, PEAK  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import (  # from native/record.h
@@ -66,37 +67,42 @@ T = TypeVar("T")
 ReadMemory = Callable[[int, int], bytes]  # (address, size) -> what could be read there
 
 
-def preload_library() -> str:
-    """Path of the library that pip install built into the package."""
-    found = sorted(glob.glob(str(Path(__file__).parent / "_malloc_debug*.so")))
+def preload_library(on_musl: bool = False) -> str:
+    """Path of the library that pip install built into the package, for glibc's loader or
+    musl's (setup.py builds that one with musl-gcc)."""
+    pattern = "malloc_debug_musl.so" if on_musl else "_malloc_debug*.so"
+    found = sorted(glob.glob(str(Path(__file__).parent / pattern)))
     if not found:
-        raise RuntimeFailure("leaktrace's preload library is not built: reinstall leaktrace (pip install)")
+        what = "for musl (musl-gcc was not found when it was built)" if on_musl else ""
+        raise RuntimeFailure(f"leaktrace's preload library {what}is not built: reinstall leaktrace (pip install)")
     return found[0]
 
 
-@functools.lru_cache(maxsize=1)
-def library_bytes() -> bytes:
-    with open(preload_library(), "rb") as f:
+@functools.lru_cache(maxsize=2)
+def library_bytes(on_musl: bool = False) -> bytes:
+    with open(preload_library(on_musl), "rb") as f:
         return f.read()
 
 
-SEALED_COPIES: set[tuple[str, int]] = set()  # (device, inode) of memfds known to hold the library's bytes, sealed
+SEALED_COPIES: set[tuple[str, int, bool]] = (
+    set()
+)  # (device, inode, on_musl) of memfds known to hold a build's bytes, sealed
 
 
-def sealed_copy_base(pid: int, mapping: Mapping) -> int | None:
+def sealed_copy_base(pid: int, mapping: Mapping, on_musl: bool = False) -> int | None:
     """mapping's start if it is a sealed memfd holding exactly leaktrace's library (one this
     leaktrace wrote, or an earlier attach's, read through the kernel's own link to the mapped
     file); else None."""
     if mapping.offset != 0 or not mapping.path.startswith("/memfd:" + MEMFD_NAME.decode()):
         return None
-    if (mapping.device, mapping.inode) in SEALED_COPIES:
+    if (mapping.device, mapping.inode, on_musl) in SEALED_COPIES:
         return mapping.start
     try:
         fd = os.open(proc_path(pid, f"map_files/{mapping.start:x}-{mapping.end:x}"), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        st, library = os.fstat(fd), library_bytes()
+        st, library = os.fstat(fd), library_bytes(on_musl)
         if (
             not stat.S_ISREG(st.st_mode)
             or maps_device(st.st_dev) != mapping.device
@@ -106,7 +112,7 @@ def sealed_copy_base(pid: int, mapping: Mapping) -> int | None:
             or os.pread(fd, len(library) + 1, 0) != library
         ):
             return None
-        SEALED_COPIES.add((mapping.device, mapping.inode))
+        SEALED_COPIES.add((mapping.device, mapping.inode, on_musl))
         return mapping.start
     except OSError:
         return None
@@ -114,31 +120,43 @@ def sealed_copy_base(pid: int, mapping: Mapping) -> int | None:
         os.close(fd)
 
 
+def runs_on_musl(maps: list[Mapping]) -> bool:
+    """Whether the process's libc is musl's (then only the musl build of the library loads in it)."""
+    return any(MUSL_NAME.search(m.path) for m in maps)
+
+
 def library_base(pid: int, maps: list[Mapping]) -> int | None:
-    """Where leaktrace's library is loaded in pid: the installed file's mapping at offset 0 (by
-    device and inode, never by the path the process names) or a sealed copy of it; None if
-    neither is mapped."""
-    identity = mapped_identity(preload_library())
+    """Where leaktrace's library (the build for the process's libc) is loaded in pid: the
+    installed file's mapping at offset 0 (by device and inode, never by the path the process
+    names) or a sealed copy of it; None if neither is mapped."""
+    on_musl = runs_on_musl(maps)
+    try:
+        identity = mapped_identity(preload_library(on_musl))
+    except RuntimeFailure:
+        return None  # not built: not loaded either
     for mapping in maps:
         if mapping.offset == 0 and (mapping.device, mapping.inode) == identity:
             return mapping.start
-    return next((b for b in (sealed_copy_base(pid, m) for m in maps) if b is not None), None)
+    return next((b for b in (sealed_copy_base(pid, m, on_musl) for m in maps) if b is not None), None)
 
 
-@functools.lru_cache(maxsize=1)
-def _table_symbols() -> dict[str, int]:
-    symbols = ElfFile(preload_library()).dynamic_objects
-    names = (
-        "leaktrace_shards",
-        "leaktrace_forked",
-        "leaktrace_counters",
-        "leaktrace_python_codes",
-        "leaktrace_site_shards",
-        "leaktrace_peak",
-        "leaktrace_own_maps",
-        "leaktrace_own_maps_unlisted",
-    )
-    return {name: symbols[name] for name in names}
+@functools.lru_cache(maxsize=2)
+def library_symbols(on_musl: bool) -> dict[str, int]:
+    """The library's exported functions and objects, by the build for a libc."""
+    elf = ElfFile(preload_library(on_musl))
+    return {**elf.dynamic_functions, **elf.dynamic_objects}
+
+
+TABLE_SYMBOLS = (
+    "leaktrace_shards",
+    "leaktrace_forked",
+    "leaktrace_counters",
+    "leaktrace_python_codes",
+    "leaktrace_site_shards",
+    "leaktrace_peak",
+    "leaktrace_own_maps",
+    "leaktrace_own_maps_unlisted",
+)
 
 
 def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
@@ -146,7 +164,8 @@ def _table_addresses(maps: list[Mapping], pid: int) -> dict[str, int]:
     base = library_base(pid, maps)
     if base is None:
         raise RuntimeFailure(f"pid {pid} does not run with leaktrace's preload library")
-    return {name: base + offset for name, offset in _table_symbols().items()}
+    symbols = library_symbols(runs_on_musl(maps))
+    return {name: base + symbols[name] for name in TABLE_SYMBOLS}
 
 
 class DamagedTable(RuntimeFailure):

@@ -76,6 +76,7 @@ from leaktrace.sources.preload.table import (
     parse_sites,
     peak_of,
     preload_library,
+    runs_on_musl,
     site_totals,
     sites_in_place,
     table_snapshot,
@@ -165,6 +166,7 @@ class PreloadTrace(PollingSource):
         self._exit_checks: tuple[LeakCheck, ...] = ()  # the leak check made while it was held
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
         self.sampling = EXACT  # what the library samples (--sample); its blocks then stand for more
+        self.library = preload_library(runs_on_musl(parse_maps(identity.maps)))  # the build for its libc
         self._python_row: PythonOffsets | None = None  # the row of the CPython it runs (versions.py)
         # What its stacks' Python frames name, read while it lives.
         self._python_code = PythonCodeCapture(lambda pid: self._python_row if pid == self.pid else None)
@@ -190,18 +192,15 @@ class PreloadTrace(PollingSource):
                 f"{program} {linked}: the in-process library cannot interpose calls inside an executable; "
                 "the BPF engine (leave out --engine preload) probes its allocator by its symbols"
             )
-        if loader and MUSL_NAME.search(loader):
-            raise RuntimeFailure(
-                f"{program} runs on musl ({loader}), and leaktrace's library is built for glibc: "
-                "it was not started; the BPF engine (leave out --engine preload) traces it"
-            )
+        on_musl = bool(loader and MUSL_NAME.search(loader))  # its loader takes only the build for its libc
+        library = preload_library(on_musl)
         remove_stale_workdirs()
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         prefix = os.path.join(workdir, "heap")
         # Once the directory is gone (leaktrace stopped first), the library says and writes nothing at exit.
         env = dict(
             os.environ,
-            LD_PRELOAD=preload_library(),
+            LD_PRELOAD=library,
             LEAKTRACE_PRELOAD_DIR=workdir,
             LIBC_DEBUG_MALLOC_OPTIONS=f"{options} backtrace_dump_on_exit backtrace_dump_prefix={prefix}",
         )
@@ -230,7 +229,7 @@ class PreloadTrace(PollingSource):
             pid, name[:15], name, credentials=credentials_of(os.getpid()), container=container_of(pid)
         )
         trace = cls(identity, prefix, frames, workdir)
-        trace.sampling = sampling
+        trace.sampling, trace.library = sampling, library
         if ours is not None:
             trace.leak_check_at_exit = True
             trace._exit_hold, trace._hold_read_fd = ours, theirs[1]
@@ -494,7 +493,7 @@ class PreloadTrace(PollingSource):
 
     def startup_lines(self, what: str, verbose: bool) -> list[str]:
         how = "attached in-process: its hooks come out when leaktrace ends" if self.injection else "LD_PRELOAD"
-        return [f"reading {what} through {preload_library()} ({how})"]
+        return [f"reading {what} through {self.library} ({how})"]
 
     def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
         """The reachability check, with the allocations read from the library's own table

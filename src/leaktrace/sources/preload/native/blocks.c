@@ -250,16 +250,16 @@ static void *hold_freed(void *pointer, size_t bytes)
         entry.frame_count = (uint32_t)depth;
     void *evicted = NULL;
     pthread_mutex_lock(&freed_lock);
-    if (!freed && !(freed = __libc_calloc(config.free_track, sizeof *freed))) {
+    if (!freed && !(freed = own_calloc(config.free_track, sizeof *freed))) {
         pthread_mutex_unlock(&freed_lock);
-        __libc_free(entry.frames);
+        own_free(entry.frames);
         return pointer;  // no room to hold it: freed at once
     }
     if (freed_count == config.free_track) {
         struct freed_block *oldest = &freed[freed_head];
         verify_freed(oldest);
         evicted = oldest->pointer;
-        __libc_free(oldest->frames);
+        own_free(oldest->frames);
         *oldest = entry;
         freed_head = (freed_head + 1) % config.free_track;
     } else {

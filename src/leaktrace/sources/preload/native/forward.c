@@ -1,10 +1,10 @@
 // The allocator the program calls without the library: the next definition of malloc after
 // this library's in the symbol search order (jemalloc, tcmalloc or mimalloc when the program
-// links one, else glibc's). Every block handed to the program comes from it and goes back
+// links one, else libc's). Every block handed to the program comes from it and goes back
 // to it, so that no block of one allocator reaches another's functions (jemalloc's
 // malloc_usable_size given a glibc block crashed redis). Calls made while dlsym looks the
 // functions up (it may allocate) are served from a small arena of the library's own, whose
-// blocks are never given back. The library's own bookkeeping stays on glibc's heap.
+// blocks are never given back. The library's own bookkeeping stays on libc's heap (own_malloc).
 #define _GNU_SOURCE
 #include "malloc_debug.h"
 
@@ -20,8 +20,12 @@ static void *scope = RTLD_NEXT;
 static _Alignas(64) unsigned char bootstrap[BOOTSTRAP_BYTES];
 static size_t bootstrap_used;
 
-static const struct allocator glibc = {__libc_malloc, __libc_calloc,   __libc_realloc,
-                                       __libc_free,   __libc_memalign, NULL};
+#ifdef __GLIBC__
+static const struct allocator libc_own = {__libc_malloc, __libc_calloc,   __libc_realloc,
+                                          __libc_free,   __libc_memalign, NULL};
+#else
+static const struct allocator libc_own;  // musl's allocator has no second name: it is always found as the next
+#endif
 
 // name's next definition, if it is in the object whose base is base (else NULL).
 static void *same_object(const char *name, void *base)
@@ -39,7 +43,7 @@ static void look_up(void)
             sched_yield();  // another thread is looking up; a call inside dlsym (state 1 here) uses the arena
         return;
     }
-    struct allocator found = glibc;
+    struct allocator found = libc_own;
     void *malloc_next = dlsym(scope, "malloc");
     Dl_info info;
     if (malloc_next && dladdr(malloc_next, &info)) {
@@ -52,11 +56,15 @@ static void look_up(void)
             .memalign = (void *(*)(size_t, size_t))same_object("memalign", base),
             .usable_size = (size_t(*)(void *))same_object("malloc_usable_size", base),
         };
+#ifndef __GLIBC__
+        // musl's memalign calls aligned_alloc by its public name, which is this library's.
+        other.memalign = (void *(*)(size_t, size_t))same_object("aligned_alloc", base);
+#endif
         if (!other.memalign)
             other.memalign = (void *(*)(size_t, size_t))same_object("aligned_alloc", base);
-        if (other.calloc && other.realloc && other.free && other.memalign)  // all of one allocator, or glibc's
+        if (other.calloc && other.realloc && other.free && other.memalign)  // all of one allocator, or libc's own
             found = other;
-        if (found.malloc == glibc.malloc || !found.usable_size)
+        if (found.malloc == libc_own.malloc || !found.usable_size)
             found.usable_size = (size_t(*)(void *))same_object("malloc_usable_size", base);
     }
     next_allocator = found;
@@ -109,9 +117,17 @@ void *next_malloc(size_t size)
 void *next_calloc(size_t count, size_t size)
 {
     size_t total;
+#ifdef __GLIBC__
     if (looked_up())
         return next_allocator.calloc(count, size);
     return __builtin_mul_overflow(count, size, &total) ? NULL : from_arena(total, 0);
+#else
+    // musl's calloc calls malloc by its public name, which is this library's: its block would be counted.
+    if (__builtin_mul_overflow(count, size, &total))
+        return NULL;
+    void *block = next_malloc(total);
+    return block && !from_bootstrap(block) ? memset(block, 0, total) : block;
+#endif
 }
 
 void *next_memalign(size_t alignment, size_t size)

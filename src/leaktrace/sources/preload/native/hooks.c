@@ -55,7 +55,7 @@ static int remember(struct patched_slot slot)
 {
     if (patched_count == patched_room) {
         size_t room = patched_room ? patched_room * 2 : 256;
-        struct patched_slot *bigger = __libc_realloc(patched, room * sizeof *bigger);
+        struct patched_slot *bigger = own_realloc(patched, room * sizeof *bigger);
         if (!bigger)
             return 0;
         patched = bigger, patched_room = room;
@@ -189,7 +189,7 @@ struct watch {
 static void *watch_modules(void *argument)
 {
     struct watch watch = *(struct watch *)argument;
-    __libc_free(argument);
+    own_free(argument);
     for (;;) {
         struct pollfd gone = {.fd = watch.leaktrace, .events = POLLIN};
         int ended = poll(&gone, watch.leaktrace >= 0, WATCH_MS) > 0;
@@ -219,7 +219,7 @@ EXPORT int leaktrace_attach(const char *options, int leaktrace_watch, size_t sam
                   : !start_sampling(sample_bytes, seed)        ? 4
                   : !start_attached(options)                   ? 1
                                                                : 0;
-    if (!refused && !(watch = __libc_malloc(sizeof *watch)))
+    if (!refused && !(watch = own_malloc(sizeof *watch)))
         refused = 3;
     if (refused) {
         if (leaktrace_watch >= 0)
@@ -240,7 +240,7 @@ EXPORT int leaktrace_attach(const char *options, int leaktrace_watch, size_t sam
     if (failed) {
         if (watch->leaktrace >= 0)
             close(watch->leaktrace);
-        __libc_free(watch);
+        own_free(watch);
         restore_every_slot();
         return 3;
     }

@@ -37,11 +37,11 @@ struct pending_call {
 _Static_assert(sizeof(struct pending_call) == 16, "a pending call in two words");
 
 static volatile sig_atomic_t dump_requested, stacks_on;
-static __thread int depth __attribute__((tls_model("initial-exec")));
+static THREAD_LOCAL int depth;
 // The block the thread's last allocator call made (0: it was a free): freed by its next call,
 // it is short-lived. Followed only when every block is kept. Kept inverted: a reachability
 // check scans this thread's memory, where the pointer itself would keep a lost block reachable.
-static __thread uintptr_t last_made_inverted __attribute__((tls_model("initial-exec")));
+static THREAD_LOCAL uintptr_t last_made_inverted;
 
 // --- sampling (leaktrace --sample BYTES) -------------------------------------
 // Poisson sampling over bytes, per thread: each thread counts down the bytes to its next
@@ -57,8 +57,8 @@ static size_t sample_bytes;     // 0: every call recorded
 static uint64_t sample_seed;    // each thread's generator: this, then its ordinal
 static uint8_t *sample_filter;  // FILTER_BYTES counters, mmapped when sampling starts
 static unsigned threads_seeded;
-static __thread int64_t bytes_to_sample __attribute__((tls_model("initial-exec")));
-static __thread uint64_t sample_state __attribute__((tls_model("initial-exec")));
+static THREAD_LOCAL int64_t bytes_to_sample;
+static THREAD_LOCAL uint64_t sample_state;
 
 // -ln(u) for u in (0, 1]: u = m * 2^e with m in [0.5, 1), ln m from its odd series in
 // (m - 1) / (m + 1) (five terms: a relative error under 1e-5 there); no libm.
@@ -212,8 +212,8 @@ static void sampling_from_environment(void)
         start_sampling(strtoull(bytes, NULL, 10), seed ? strtoull(seed, NULL, 10) : 0);
 }
 
-static __thread unsigned pending_count __attribute__((tls_model("initial-exec")));
-static __thread struct pending_call pending[PENDING_SLOTS] __attribute__((tls_model("initial-exec")));
+static THREAD_LOCAL unsigned pending_count;
+static THREAD_LOCAL struct pending_call pending[PENDING_SLOTS];
 
 static void on_dump_signal(int sig)
 {

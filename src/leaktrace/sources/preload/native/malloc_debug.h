@@ -11,11 +11,28 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+// The library's own bookkeeping never passes through its hooks. glibc names its allocator a
+// second time for that; musl does not, so there it takes the next allocator's blocks.
+#ifdef __GLIBC__
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void __libc_free(void *);
 extern void *__libc_memalign(size_t, size_t);
+#define own_malloc __libc_malloc
+#define own_calloc __libc_calloc
+#define own_realloc __libc_realloc
+#define own_free __libc_free
+// glibc keeps static TLS for a library loaded by dlopen (an attach): its cheapest access.
+#define THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+#else
+#define own_malloc next_malloc
+#define own_calloc next_calloc
+#define own_realloc next_realloc
+#define own_free next_free
+// musl gives a library loaded by dlopen dynamic TLS only.
+#define THREAD_LOCAL __thread
+#endif
 
 // --- options (options.c) ---------------------------------------------------
 

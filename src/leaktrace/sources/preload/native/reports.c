@@ -32,7 +32,7 @@ EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t *i
     size_t count;
     struct record *list = table_snapshot(&count);
     size_t depth = config.frames, width = sizeof(size_t) * 2 + sizeof(uintptr_t) * depth, entries = 0;
-    uint8_t *buffer = count ? __libc_calloc(count, width) : NULL;
+    uint8_t *buffer = count ? own_calloc(count, width) : NULL;
     const struct record *last = NULL;  // the record the last entry was made from
     for (size_t i = 0; buffer && i < count; i++) {
         if (list[i].size > ZYGOTE_BIT - 1 || (list[i].flags & RECORD_UNTRACED))
@@ -55,14 +55,14 @@ EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t *i
         *info_size = width;
         *backtrace_size = depth;
     } else {
-        __libc_free(buffer);
+        own_free(buffer);
     }
     library_leave();
 }
 
 EXPORT void free_malloc_leak_info(uint8_t *info)
 {
-    __libc_free(info);
+    own_free(info);
 }
 
 EXPORT ssize_t malloc_backtrace(void *pointer, uintptr_t *frames, size_t frame_count)

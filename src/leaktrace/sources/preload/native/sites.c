@@ -74,7 +74,7 @@ static uint64_t site_hash(size_t size, const uintptr_t *frames, size_t count)
 // The thread's sites last used, by hash: most calls come from a few sites, found here without
 // the shard's lock (a site, once made, stays where it is).
 #define SITE_CACHE 16
-static __thread struct site *site_cache[SITE_CACHE] __attribute__((tls_model("initial-exec")));
+static THREAD_LOCAL struct site *site_cache[SITE_CACHE];
 
 static int site_is(const struct site *site, uint64_t hash, size_t size, const uintptr_t *frames, size_t count)
 {
@@ -151,9 +151,9 @@ static struct site_counts *slots_of(struct site *site)
 static unsigned threads_counted, threads_live;
 static pthread_key_t thread_end_key;
 static pthread_once_t thread_end_once = PTHREAD_ONCE_INIT;
-static __thread unsigned thread_slot __attribute__((tls_model("initial-exec")));  // its ordinal + 1
-static __thread int64_t unpublished __attribute__((tls_model("initial-exec")));
-static __thread int thread_ended __attribute__((tls_model("initial-exec")));
+static THREAD_LOCAL unsigned thread_slot;  // its ordinal + 1
+static THREAD_LOCAL int64_t unpublished;
+static THREAD_LOCAL int thread_ended;
 
 // bytes added to the live bytes; a new high-water mark starts an epoch, as of which each
 // slot keeps its count at its next change.

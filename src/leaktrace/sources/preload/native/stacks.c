@@ -14,7 +14,9 @@
 #include <sys/mman.h>
 #include <sys/ucontext.h>
 #include <unistd.h>
+#ifdef __GLIBC__
 #include <unwind.h>
+#endif
 
 #include "cfi.h"
 
@@ -50,6 +52,7 @@ static void record_frame(uintptr_t *frames, size_t *count, uintptr_t pc)
     frames[(*count)++] = pc >= 4096 ? pc - 1 : pc;
 }
 
+#ifdef __GLIBC__
 struct unwind_state {
     uintptr_t *frames;
     size_t count, max;
@@ -71,6 +74,7 @@ static size_t libgcc_stack(uintptr_t *frames, size_t max)
     _Unwind_Backtrace(take_frame, &state);
     return state.count;
 }
+#endif
 
 // Rules by pc, one word each so that threads share them without a lock: the pc's bits above
 // RULE_INDEX_BITS, the CFA rule + 1 (0: empty), the CFA offset, rbp saved, rbp's offset / 8.
@@ -179,7 +183,7 @@ struct walk_memo {
 
 #define MEMO_NONE ((struct walk_memo *)1)  // no memory for one, or the thread is ending
 #define MEMO_BUSY ((struct walk_memo *)2)  // a walk of this thread has it (a signal came in its middle)
-static __thread struct walk_memo *thread_memo __attribute__((tls_model("initial-exec")));
+static THREAD_LOCAL struct walk_memo *thread_memo;
 static pthread_key_t memo_key;
 static pthread_once_t memo_key_once = PTHREAD_ONCE_INIT;
 static int memo_key_made;
@@ -290,8 +294,8 @@ static inline __attribute__((always_inline)) size_t follow_last_walk(struct walk
 }
 
 // The frames above this call, recorded as take_frame records them; -1 at a frame the rules
-// cannot follow.
-__attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max)
+// cannot follow (*followed: the frames recorded up to it).
+__attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max, size_t *followed)
 {
     struct walk w = {.frames = frames, .max = max, .exact = 1};
     __asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2" : "=r"(w.pc), "=r"(w.sp), "=r"(w.bp));
@@ -361,6 +365,7 @@ __attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max)
         w.pc = caller_pc, w.sp = caller_sp, w.bp = caller_bp;
         keep_point(&w);
     }
+    *followed = w.count;
     if (memo) {
         memo->last = !memo->last;
         memo->count[memo->last] = (unsigned)w.taken;
@@ -371,18 +376,23 @@ __attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max)
 
 size_t take_stack(uintptr_t *frames, size_t max)
 {
+    size_t followed = 0;
     if (!libgcc_only) {
-        long count = rule_stack(frames, max);
+        long count = rule_stack(frames, max, &followed);
         if (count >= 0)
             return (size_t)count;
         __atomic_add_fetch(&libgcc_walks, 1, __ATOMIC_RELAXED);
     }
+#ifdef __GLIBC__
     return libgcc_stack(frames, max);
+#else
+    return followed;  // musl ships no libgcc_s: the stack as far as the rules went
+#endif
 }
 
 uintptr_t *copy_frames(const uintptr_t *frames, size_t count)
 {
-    uintptr_t *copy = __libc_malloc(count * sizeof *copy);
+    uintptr_t *copy = own_malloc(count * sizeof *copy);
     if (copy)
         memcpy(copy, frames, count * sizeof *copy);
     return copy;

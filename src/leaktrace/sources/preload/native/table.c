@@ -78,7 +78,7 @@ void free_own(void *block, size_t bytes)
     if (!block)
         return;
     memset(block, 0, bytes);
-    __libc_free(block);
+    own_free(block);
 }
 
 static uint64_t hash_of(uintptr_t pointer)
@@ -131,7 +131,7 @@ static size_t find_slot(const struct table_shard *shard, uintptr_t pointer)
 static int grow(struct table_shard *shard)
 {
     size_t slots = shard->slots ? shard->slots * 2 : 256;
-    struct record *bigger = __libc_calloc(slots, sizeof *bigger);
+    struct record *bigger = own_calloc(slots, sizeof *bigger);
     if (!bigger)
         return 0;
     struct record *old = shard->records;
@@ -259,7 +259,7 @@ struct record *table_snapshot(size_t *count)
         lock_shard(&leaktrace_shards[s]);
         live += leaktrace_shards[s].live;
     }
-    struct record *list = __libc_malloc((live ? live : 1) * sizeof *list);
+    struct record *list = own_malloc((live ? live : 1) * sizeof *list);
     for (int s = 0; s < TABLE_SHARDS; s++) {
         const struct table_shard *shard = &leaktrace_shards[s];
         for (size_t i = 0; list && i < shard->slots; i++) {
