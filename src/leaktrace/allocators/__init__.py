@@ -57,13 +57,24 @@ class Family:
     # The functions of its libc a thread's stack begins in, where they have no CFI of their own
     # (musl's): a walk that reaches one ends there, as at _start, not cut short.
     stack_starts: tuple[str, ...] = ()
+    # What the gate's judgement cannot tell of it, said when a gate traces it (empty: nothing known).
+    gate_blind_spot: str = ""
 
 
 # Most particular first: tcmalloc and mimalloc also export glibc's __libc_malloc, to replace it,
 # and musl's static libc defines one too. musl: its libc.so's loader stage (__dls3), or in a
 # static program its libc's set-up (__init_libc), which its libc.so hides.
 FAMILIES = (
-    Family("jemalloc", ("mallocx",), "malloc_usable_size", free_like=("sdallocx", "dallocx", "rallocx", "xallocx")),
+    Family(
+        "jemalloc",
+        ("mallocx",),
+        "malloc_usable_size",
+        free_like=("sdallocx", "dallocx", "rallocx", "xallocx"),
+        gate_blind_spot=(
+            "its metadata lies outside its blocks, where it counts as roots, and points to the first "
+            "block of each slab: a lost block there is judged still reachable"
+        ),
+    ),
     Family("tcmalloc", ("tc_malloc",), "malloc_usable_size", free_like=("tc_free_sized", "tc_deletearray_sized")),
     Family("mimalloc", ("mi_malloc",), "mi_usable_size", free_like=("mi_free_size", "mi_free_aligned", "mi_realloc")),
     Family(

@@ -209,6 +209,11 @@ class BpfEngine:
             named.append(f"{library.path} ({family.name})" if family else library.path)
         return named
 
+    @property
+    def families(self) -> list[Family]:
+        """The allocator families of the probed libraries, where described."""
+        return [family for family in map(self._family, self.libraries) if family is not None]
+
     @staticmethod
     def _family(library: ElfFile) -> Family | None:
         """The allocator family of a probed module, from the functions it defines."""

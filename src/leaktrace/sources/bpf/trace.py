@@ -490,7 +490,12 @@ class BpfTrace(PollingSource):
         # One line names every feature this kernel lacks that this trace uses, and what doing without costs.
         off = features_off(bool(self.engine.settings.sampling.rate))
         kernel = [f"on Linux {os.uname().release}: " + "; ".join(off)] if off else []
-        return placements + cache + everywhere + unshared + kernel + self.take_notices() + [live + trapped]
+        blind = [
+            f"leak check on {family.name}: {family.gate_blind_spot}"
+            for family in self.engine.families
+            if family.gate_blind_spot and self.leak_check_at_exit
+        ]
+        return placements + cache + everywhere + unshared + kernel + blind + self.take_notices() + [live + trapped]
 
     @property
     def pid(self) -> int | None:
