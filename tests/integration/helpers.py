@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import jsonschema
+from each import each
 
 from conftest import leaktrace_command
 
@@ -291,5 +292,8 @@ def fake_python_traced(fake: Path, *options: str) -> subprocess.CompletedProcess
     assert result.returncode == 0 and "done" in result.stdout, result.stderr
     made = [g for g in final_report(result)["groups"] if g["size"] == 4321]
     assert sum(g["count"] for g in made) == 100, made
-    assert all(f["kind"] == "native" for g in made for f in g["frames"]) and made[0]["frames"][0]["function"] == "make"
+    assert (
+        all(f["kind"] == "native" for g in each(made) for f in g["frames"])
+        and made[0]["frames"][0]["function"] == "make"
+    )
     return result

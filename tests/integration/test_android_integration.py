@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+from each import each
 from test_exact_counts import SHAPES, SHAPES_BYTES, SHAPES_COUNT
 
 from leaktrace.android.leak_info import decode_leak_info
@@ -62,7 +63,7 @@ def test_heap_dump_on_exit(program, tmp_path):
     for record in records:
         assert re.fullmatch(r"z 0  sz +\d+  num    \d+  bt( [0-9a-f]+)+", record), record
         pcs = [int(pc, 16) for pc in record.split(" bt ")[1].split()]
-        assert all(resolvable(pc, maps) for pc in pcs)
+        assert all(resolvable(pc, maps) for pc in each(pcs))
 
 
 def test_heap_dump_on_sigusr2_and_each_report(program, tmp_path):
@@ -93,8 +94,8 @@ def test_leak_track_log(program):
     assert len(leaks) == SHAPES_COUNT
     sizes = [int(re.search(r"of size (\d+) at 0x[0-9a-f]+ \(leak (\d+) of (\d+)\)", line).group(1)) for line in leaks]
     assert sizes == sorted(sizes, reverse=True)
-    assert all(f"(leak {i} of {SHAPES_COUNT})" in line for i, line in enumerate(leaks, 1))
-    assert all(line.startswith("+++ shapes leaked block of size ") for line in leaks)
+    assert all(f"(leak {i} of {SHAPES_COUNT})" in line for i, line in each(enumerate(leaks, 1)))
+    assert all(line.startswith("+++ shapes leaked block of size ") for line in each(leaks))
     lines = result.stderr.splitlines()
     first_100 = lines.index(next(line for line in leaks if "of size 100 at" in line))
     assert lines[first_100 + 1] == "Backtrace at time of allocation:"

@@ -11,6 +11,8 @@ import socket
 import subprocess
 import time
 
+from each import each
+
 from leaktrace.platform.elf import ElfFile
 
 from helpers import final_report, run_command
@@ -58,7 +60,7 @@ def test_a_debug_file_of_another_build_is_not_used(program, tmp_path):
     shutil.copy(program("sites", "-O1"), other / "sites")
     subprocess.run(["objcopy", "--only-keep-debug", str(other / "sites"), str(debug)], check=True)
     report = final_report(run_command(["-c", str(built), "--json"]))
-    assert all(stack[0][0] is None and stack[0][1] is None for stack in frames_of(report))
+    assert all(stack[0][0] is None and stack[0][1] is None for stack in each(frames_of(report)))
 
 
 def test_inlined_function_is_a_frame_of_its_own(program, tmp_path):
@@ -124,10 +126,10 @@ def test_debug_file_from_a_debuginfod_server(program, tmp_path):
             time.sleep(0.5)
         unset = {name: value for name, value in os.environ.items() if name != "DEBUGINFOD_URLS"}
         without = final_report(run_command(["-c", str(built), "--json"], env=unset))
-        assert all(stack[0][0] is None for stack in frames_of(without))
+        assert all(stack[0][0] is None for stack in each(frames_of(without)))
         report = final_report(run_command(["-c", str(built), "--json"], env=env))
         assert sorted(stack[0][0] for stack in frames_of(report)) == ["site_a", "site_b", "site_c", "site_d"]
-        assert all(stack[0][1].endswith("sites.c") for stack in frames_of(report))
+        assert all(stack[0][1].endswith("sites.c") for stack in each(frames_of(report)))
     finally:
         server.kill()
         server.wait()
@@ -166,4 +168,4 @@ def test_a_stripped_program_is_named_from_its_mini_debug_info(program, tmp_path)
     report = final_report(run_command(["-c", str(built), "--json"], env={**os.environ, "DEBUGINFOD_URLS": ""}))
     stacks = frames_of(report)
     assert sorted(stack[0][0] for stack in stacks) == ["site_a", "site_b", "site_c", "site_d"]
-    assert all(stack[1][:2] == ("main", None) for stack in stacks)
+    assert all(stack[1][:2] == ("main", None) for stack in each(stacks))

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from each import each
 
 from conftest import PROGRAMS, leaktrace_command
 from helpers import AttachedTrace, final_report, reports, run_command, wait_for_line
@@ -128,7 +129,7 @@ def test_cxx_allocations_in_templates(unwind_programs):
     from_bpf = stacks_by_size(bpf, sizes)
     assert sorted(from_bpf) == sorted(sizes)
     assert from_bpf == stacks_by_size(preload, sizes)
-    assert all(stack[-1][1] == "_start" for stack in from_bpf.values())
+    assert all(stack[-1][1] == "_start" for stack in each(from_bpf.values()))
     assert_every_frame_in_an_executable_file(bpf, sizes)
 
 

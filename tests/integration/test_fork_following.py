@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import time
 
+from each import each
+
 from leaktrace import BpfTrace, EngineSettings
 from leaktrace.android.leak_info import decode_leak_info
 
@@ -176,7 +178,7 @@ def test_children_that_came_and_went_between_polls_keep_their_names(program):
     # The parent, the child and the grandchild: the children have the parent's maps as last read.
     forked = [info for info in processes.values() if info.comm == "forks"]
     assert len(forked) == 3 and parent in forked
-    assert all(info.exited and info.name == "forks" and str(program("forks")) in info.maps for info in forked)
+    assert all(info.exited and info.name == "forks" and str(program("forks")) in info.maps for info in each(forked))
     # The exec child ran /proc/self/exe, which the kernel names "exe": held at its first
     # allocator call for its tables, its own maps were read then.
     (execed,) = [info for info in processes.values() if info not in forked]

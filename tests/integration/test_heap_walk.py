@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
+from each import each
 
 from leaktrace.model.snapshot import request_range
 from leaktrace.platform.process import read_process
@@ -161,7 +162,7 @@ def test_old_leaks_of_an_untraced_process_match_valgrind(program, tmp_path, name
     assert report["heap_walk"].startswith("heap walk (glibc 2.36): ")
     assert (report["leak_bytes"], report["num_leaks"]) == valgrind_lost_usable(exit_argv)
     assert report["before_trace"] == report["num_allocations"]  # nothing was allocated during the trace
-    assert all(leak["stack_status"] == "before_trace" and not leak["frames"] for leak in report["leaks"])
+    assert all(leak["stack_status"] == "before_trace" and not leak["frames"] for leak in each(report["leaks"]))
     lows_highs = [request_range(leak["size"]) for leak in report["leaks"]]
     low, high = min(r[0] for r in lows_highs), max(r[1] for r in lows_highs)
     seed = f"backtrace_size={low}" if low == high else f"backtrace_min_size={low} backtrace_max_size={high}"

@@ -17,6 +17,7 @@ from xml.etree import ElementTree
 
 import junitparser
 import pytest
+from each import each
 from test_systemwide import SystemTrace
 
 from conftest import DEBUG_BUILD, PROGRAMS, leaktrace_command
@@ -390,7 +391,7 @@ def test_an_attached_process_is_judged_at_the_end_of_the_trace(built):
         target.wait()
     [check] = final_report(result)["leak_checks"]
     assert {kind: list(total) for kind, total in totals(check).items() if kind != "suppressed"} == expected, log
-    assert all(record["stack_status"] == "before_trace" for record in check["records"])
+    assert all(record["stack_status"] == "before_trace" for record in each(check["records"]))
 
 
 def test_all_judges_each_program_exec_d_under_it_at_its_exit(built):

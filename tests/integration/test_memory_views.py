@@ -6,6 +6,7 @@ short-lived blocks, and the folded stacks and text table drawn by each measure."
 from __future__ import annotations
 
 import pytest
+from each import each
 
 from helpers import final_report, pprof_top, run_command
 
@@ -110,6 +111,6 @@ def test_each_measure_draws_the_folded_stacks_and_the_text_table(program, tmp_pa
 def test_a_sampled_peak_is_an_estimate_and_short_lived_blocks_are_not_counted(program, tmp_path):
     report, _, _ = trace(program, tmp_path, "preload", "--sample", "64KiB", "--sample-seed", "7")
     assert report["peak"]["estimate"] and report["sample_rate"] == 64 << 10
-    assert all(site["short_lived"] is None and site["samples"] is not None for site in report["sites"])
+    assert all(site["short_lived"] is None and site["samples"] is not None for site in each(report["sites"]))
     spike = by_function(report["sites"])["spike_site"]  # 1 MiB blocks: all kept at 64 KiB (p > 1 - 1e-7)
     assert (spike["allocations"], spike["samples"]) == (40, 40)

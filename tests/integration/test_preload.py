@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from each import each
 
 from leaktrace.android.options import OptionError, check_engine_options, options_header, parse_malloc_debug_options
 from leaktrace.sources.preload.trace import PreloadTrace, preload_library
@@ -226,7 +227,7 @@ def test_snapshots_of_a_program_that_never_stops_allocating(program):
             os.kill(trace.pid, signal.SIGKILL)
             trace.wait()
     # The one block that stays: stdout's buffer, from the "ready" line.
-    assert all(sum(g.count for g in s.groups if g.size == 4096) == 1 for s in snapshots)
+    assert all(sum(g.count for g in s.groups if g.size == 4096) == 1 for s in each(snapshots))
 
 
 def test_attach_to_an_idle_process(program):

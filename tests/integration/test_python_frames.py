@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from each import each
 from python_interpreters import INTERPRETERS, Interpreter, module_file, placed
 
 from conftest import leaktrace_command
@@ -290,7 +291,7 @@ def test_a_command_that_execs_into_another_root_is_said_untraced(program):
     assert result.returncode == 0, result.stderr
     said = [line for line in result.stderr.splitlines() if "--lib" in line]
     assert len(said) == 1 and "traced" in said[0], result.stderr
-    assert all(group["size"] != 100003 for report in reports(result.stdout) for group in report["groups"])
+    assert all(group["size"] != 100003 for report in each(reports(result.stdout)) for group in report["groups"])
 
 
 def test_outputs_name_python_frames(tmp_path):
@@ -325,7 +326,7 @@ def test_a_program_that_only_looks_like_cpython_is_never_faulted(program, tmp_pa
     report = final_report(result)
     made = [g for g in report["groups"] if g["size"] == 4321]
     assert sum(g["count"] for g in made) == 100, made
-    assert all(g["frames"][0]["function"] == "make" for g in made), made
+    assert all(g["frames"][0]["function"] == "make" for g in each(made)), made
 
 
 @pytest.mark.parametrize("engine", ENGINES)

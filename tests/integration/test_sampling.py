@@ -12,6 +12,7 @@ import signal
 import subprocess
 
 import pytest
+from each import each
 
 from conftest import leaktrace_command
 from helpers import (
@@ -131,7 +132,7 @@ def test_an_attached_process_is_sampled_and_the_library_goes_back_to_exact(progr
         assert wait_for_line(target.stdout) == "done\n"
         report = trace_ended(sampled)
         assert report["sample_rate"] == 4096 and report["counters"]["unknown_frees"] == 0
-        assert all(group["samples"] is not None for group in report["groups"])
+        assert all(group["samples"] is not None for group in each(report["groups"]))
         target.send_signal(signal.SIGUSR2)
         assert wait_for_line(target.stdout) == "freed\n"
         exact = trace_ended(preload_attached(target.pid))

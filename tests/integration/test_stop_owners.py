@@ -9,6 +9,7 @@ import subprocess
 import time
 
 from bcc.libbcc import lib
+from each import each
 
 from leaktrace.sources.bpf.layout import STOP_OWNER
 from leaktrace.sources.bpf.stop_owners import STOP_OWNERS_PIN, StopOwners, open_stop_owners
@@ -91,8 +92,8 @@ def test_closing_lets_go_of_every_process_this_leaktrace_still_holds():
         deadline = time.monotonic() + 10
         while any(state(target.pid) == "T" for target in targets) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert all(state(target.pid) != "T" for target in targets)
-        assert all(entries(fd, target.pid) == set() for target in targets)
+        assert all(state(target.pid) != "T" for target in each(targets))
+        assert all(entries(fd, target.pid) == set() for target in each(targets))
     finally:
         os.close(fd)
         for target in targets:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from each import each
 
 from leaktrace.analysis.symbolize import Symbolizer
 from leaktrace.android.heap_dump import read_heap_dump
@@ -154,7 +155,7 @@ def test_a_dump_whose_maps_name_a_fifo_or_a_device_symbolizes_at_once(tmp_path):
     assert done, "the symbolizer waited on a FIFO"
     frames = done[0].stack_of(snapshot.groups[0])
     assert [frame.module for frame in frames] == [str(fifo), "/dev/zero"]
-    assert all(frame.function is None for frame in frames)
+    assert all(frame.function is None for frame in each(frames))
 
 
 def test_a_dump_cannot_make_root_read_a_module_the_target_may_not(program, tmp_path):

@@ -108,7 +108,8 @@ def test_damaged_images_give_a_walk_with_its_problems_or_a_refusal(recorded):
             outcomes["refused"] += 1
             continue
         outcomes["with problems" if damaged.problems else "walked"] += 1
-        assert all(isinstance(problem, str) and problem for problem in damaged.problems)
+        # a walk may find no problem: what it found is each one line
+        assert not [problem for problem in damaged.problems if not (isinstance(problem, str) and problem)]
         assert len(damaged.addresses) == len(damaged.usable) == len(damaged.mmapped)
         inside = np.zeros(len(damaged.addresses), dtype=bool)
         for low, high in ranges:

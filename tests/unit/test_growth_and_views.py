@@ -10,6 +10,7 @@ import random
 import re
 
 import pytest
+from each import each
 
 from leaktrace import AllocationGroup, Counters, Frame, ProcessInfo, Snapshot, SymbolizedSnapshot, render_json
 from leaktrace.analysis.growth import GrowthTracker
@@ -196,5 +197,5 @@ def test_sampling_noise_of_steady_stacks_is_not_taken_for_growth():
         leaked += poisson(rng, 8 * (1 << 20) * keep_probability(64, rate) / 64)
         samples = {0x1010: poisson(rng, 100), 0x2020: poisson(rng, 10), 0x4040: leaked}
         results.append(tracker.observe(sampled_snapshot(interval, samples, rate)).likely_leaks)
-    assert all(not leaks for leaks in results[:6]), results[:6]
-    assert all(list(leaks) == [(10, (0x4040,), "captured", False)] for leaks in results[6:]), (results, seed)
+    assert all(not leaks for leaks in each(results[:6])), results[:6]
+    assert all(list(leaks) == [(10, (0x4040,), "captured", False)] for leaks in each(results[6:])), (results, seed)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+from each import each
+
 from leaktrace.platform.kernel_types import BTF_MAGIC, HEADER, KIND_INT, KIND_STRUCT, TYPE, member_offsets
 
 
@@ -40,4 +42,4 @@ def test_no_btf_gives_no_offsets(tmp_path):
 def test_the_running_kernel_has_both_members_the_holds_read():
     found = member_offsets([("task_struct", "signal"), ("signal_struct", "tty")])
     assert set(found) == {("task_struct", "signal"), ("signal_struct", "tty")}
-    assert all(0 < offset < 1 << 16 for offset in found.values())
+    assert all(0 < offset < 1 << 16 for offset in each(found.values()))

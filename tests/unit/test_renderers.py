@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import json
 
+from each import each
+
 from leaktrace import AllocationGroup, Counters, Frame, ProcessInfo, Snapshot, SymbolizedSnapshot
 from leaktrace.analysis.growth import Growth
 from leaktrace.outputs.renderers import FILE_FORMATS, RENDERERS, RenderContext
@@ -28,7 +30,7 @@ def test_each_entry_is_a_module_with_render():
         assert entry.name == name
         assert callable(importlib.import_module(f"leaktrace.outputs.{entry.module}").render)
     assert {entry.name for entry in FILE_FORMATS} == {"pprof", "folded", "html"}
-    assert all(entry.help and entry.what for entry in FILE_FORMATS)
+    assert all(entry.help and entry.what for entry in each(FILE_FORMATS))
 
 
 def test_each_entry_renders_the_snapshot_in_its_own_form():

@@ -11,6 +11,7 @@ import sys
 import zlib
 
 import pytest
+from each import each
 
 from leaktrace.outputs.pprof import profile_class
 from leaktrace.outputs.report_diff import (
@@ -65,7 +66,7 @@ NEW = report_lines(
 def test_sites_merge_processes_sizes_and_addresses_and_the_last_report_counts():
     sites = read_sites(OLD)
     assert sites[(("leak", "p.c", 12), ("main", "p.c", 40))] == Held(224, 4)
-    assert all(site[0][0] != "ignored_first_report" for site in sites)
+    assert all(site[0][0] != "ignored_first_report" for site in each(sites))
 
 
 def test_changes_sorted_by_bytes_with_new_and_gone_marked():

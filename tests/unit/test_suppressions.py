@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from each import each
 
 from leaktrace.analysis.suppressions import leak_kinds, parse_suppressions, suppression_text
 from leaktrace.analysis.symbolize import Frame
@@ -87,7 +88,7 @@ def test_leaktraces_own_allocator_frames_stand_for_valgrinds_entry():
 def test_leak_sanitizer_patterns():
     found = parse_suppressions("leak:lost_\nleak:^main$\nleak:app.c\nleak:libc.so*\nrace:foo\n", "lsan")
     assert [s.name for s in found] == ["leak:lost_", "leak:^main$", "leak:app.c", "leak:libc.so*"]
-    assert all(s.matches(LeakKind.DEFINITE, STACK) for s in found)
+    assert all(s.matches(LeakKind.DEFINITE, STACK) for s in each(found))
     assert not parse_suppressions("leak:^mai$\n", "lsan")[0].matches(LeakKind.DEFINITE, STACK)
 
 

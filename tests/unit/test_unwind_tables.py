@@ -135,7 +135,7 @@ def test_cfi_c_survives_damaged_sections():
         cut = rng.randrange(len(damaged) + 1) if rng.random() < 0.3 else len(damaged)
         rows = section_rows(bytes(damaged[:cut]), address)
         # Whatever the bytes, each row's rules are ones the walk knows.
-        assert all(cfa <= CFA_SIGNAL and rbp <= RBP_SAVED for *_, cfa, rbp in rows)
+        assert not [row for row in rows if row[-2] > CFA_SIGNAL or row[-1] > RBP_SAVED]  # damaged bytes may give none
     for _ in range(300):  # cut short, undamaged: the rows of the FDEs before the cut, as they were
         rows = section_rows(section[: rng.randrange(len(section) + 1)], address)
         assert rows == whole[: len(rows)]
