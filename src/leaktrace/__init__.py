@@ -28,6 +28,7 @@ _EXPORTS = {
     "BpfTrace": "sources.bpf.trace",
     "AllocationGroup": "model.snapshot",
     "Counters": "model.snapshot",
+    "Measure": "model.snapshot",
     "ProcessInfo": "model.snapshot",
     "Snapshot": "model.snapshot",
     "StackStatus": "model.snapshot",
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # the lazy exports, typed (tests/unit/test_public_api.py hold
     from leaktrace.model.snapshot import (
         AllocationGroup,
         Counters,
+        Measure,
         ProcessInfo,
         Snapshot,
         StackStatus,

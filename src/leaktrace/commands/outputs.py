@@ -21,7 +21,7 @@ from leaktrace.android.leak_info import get_malloc_leak_info
 from leaktrace.android.leak_log import render_leak_log
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX
 from leaktrace.errors import RuntimeFailure
-from leaktrace.model.snapshot import LeakCheck, LeakKind, Snapshot
+from leaktrace.model.snapshot import LeakCheck, LeakKind, Measure, Snapshot
 from leaktrace.outputs.junit import GateCase, render_junit
 from leaktrace.outputs.leak_check import render_leak_check
 from leaktrace.outputs.renderers import FILE_FORMATS, RENDERERS, RenderContext
@@ -174,7 +174,7 @@ class Reports:
     top_processes: int = 10
     min_bytes: int = 0  # systemwide: processes holding less are left out of the report
     contents: bool = False  # unreachable leaks with their first bytes
-    measure: str = "live"  # what the text table, folded stacks, HTML and pprof are drawn by (MEASURES)
+    measure: Measure = Measure.LIVE  # what the text table, folded stacks, HTML and pprof are drawn by
 
     def write(
         self,

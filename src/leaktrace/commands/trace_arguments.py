@@ -22,7 +22,7 @@ from leaktrace.android.options import (
 )
 from leaktrace.errors import RuntimeFailure, UsageError
 from leaktrace.interpreters.python.frame_words import named_like_python
-from leaktrace.model.snapshot import MEASURES
+from leaktrace.model.snapshot import Measure
 from leaktrace.outputs.renderers import FILE_FORMATS
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.platform.containers import ID_PREFIX
@@ -114,8 +114,9 @@ def _add_report_view(parser: ArgumentParser) -> None:
     )
     parser.add_argument(
         "--measure",
-        choices=MEASURES,
-        default="live",
+        type=Measure,
+        choices=list(Measure),
+        default=Measure.LIVE,
         help="what the text table, --folded, --html and --pprof's default sample type are drawn by: bytes live now "
         "(default), allocated since the trace began, live at each process's peak, or short-lived blocks (freed by "
         "their thread's next allocator call)",

@@ -80,7 +80,13 @@ class Peak:
     estimate: bool = False  # sampled: bytes and groups are estimates
 
 
-MEASURES = ("live", "allocated", "peak", "short-lived")  # what a flame graph or profile can be drawn by
+class Measure(enum.StrEnum):
+    """What a report, a flame graph or a profile is drawn or ranked by."""
+
+    LIVE = "live"  # bytes live now
+    ALLOCATED = "allocated"  # bytes allocated since the trace began
+    PEAK = "peak"  # bytes live at each process's peak
+    SHORT_LIVED = "short-lived"  # blocks freed by their thread's next allocator call
 
 
 @dataclass(frozen=True)
@@ -406,14 +412,16 @@ class Snapshot:
     def live_allocations(self) -> int:
         return sum(group.count for group in self.groups)
 
-    def measured(self, measure: str) -> tuple[AllocationGroup, ...]:
-        """Groups whose count is the measure's (one of MEASURES): blocks live now, made since
-        the trace began, live at each process's peak, or short-lived."""
-        if measure == "live":
+    def measured(self, measure: Measure) -> tuple[AllocationGroup, ...]:
+        """Groups whose count is the measure's: blocks live now, made since the trace began,
+        live at each process's peak, or short-lived."""
+        if measure == Measure.LIVE:
             return self.groups
-        if measure == "peak":
+        if measure == Measure.PEAK:
             return tuple(group for peak in self.peaks for group in peak.groups)
-        counted = ((site, site.allocations if measure == "allocated" else site.short_lived or 0) for site in self.sites)
+        counted = (
+            (site, site.allocations if measure == Measure.ALLOCATED else site.short_lived or 0) for site in self.sites
+        )
         return tuple(
             AllocationGroup(site.pid, site.size, count, site.stack, site.stack_status)
             for site, count in counted

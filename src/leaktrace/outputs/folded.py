@@ -13,7 +13,7 @@ import os
 from collections import Counter
 
 from leaktrace.analysis.symbolize import Frame, SymbolizedSnapshot
-from leaktrace.model.snapshot import AllocationGroup, StackStatus
+from leaktrace.model.snapshot import AllocationGroup, Measure, StackStatus
 from leaktrace.outputs.renderers import RenderContext
 
 
@@ -44,7 +44,7 @@ def stack_path(symbolized: SymbolizedSnapshot, group: AllocationGroup) -> list[s
     return path
 
 
-def render_folded(symbolized: SymbolizedSnapshot, measure: str = "live") -> str:
+def render_folded(symbolized: SymbolizedSnapshot, measure: Measure = Measure.LIVE) -> str:
     totals: Counter[tuple[str, ...]] = Counter()
     for group in symbolized.snapshot.measured(measure):
         totals[tuple(stack_path(symbolized, group))] += group.bytes

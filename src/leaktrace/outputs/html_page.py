@@ -17,7 +17,7 @@ from leaktrace.analysis.growth import Growth, stack_id
 from leaktrace.analysis.process_table import process_rows
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
 from leaktrace.errors import RuntimeFailure
-from leaktrace.model.snapshot import Snapshot, StackStatus, UnreachableLeak, UnreachableReport
+from leaktrace.model.snapshot import Measure, Snapshot, StackStatus, UnreachableLeak, UnreachableReport
 from leaktrace.outputs.folded import stack_path
 from leaktrace.outputs.renderers import RenderContext
 from leaktrace.outputs.text import MEASURE_TITLES, peak_text, ranked_stacks, rate_text, sizes_text
@@ -36,7 +36,7 @@ def _asset(name: str) -> str:
         ) from None
 
 
-def flame_tree(symbolized: SymbolizedSnapshot, measure: str = "live") -> dict:
+def flame_tree(symbolized: SymbolizedSnapshot, measure: Measure = Measure.LIVE) -> dict:
     """The measure's bytes (live by default) as a tree, root first: all -> process ->
     [inherited] -> frames; each node's value is the bytes under it, with the blocks and the
     sizes seen there."""
@@ -76,7 +76,7 @@ def _table(header: list[str], rows: list[list[object]]) -> str:
 STACKS_SHOWN = 200  # rows of the top stacks' table
 
 
-def _stacks_table(symbolized: SymbolizedSnapshot, measure: str) -> str:
+def _stacks_table(symbolized: SymbolizedSnapshot, measure: Measure) -> str:
     """The top stacks by the measure, with every frame (file:line included), filtered as the user types."""
     rows = []
     for groups in ranked_stacks(symbolized.snapshot.measured(measure), MEASURE_TITLES[measure][1])[:STACKS_SHOWN]:
@@ -166,7 +166,7 @@ def _unreachable_section(symbolized: SymbolizedSnapshot, report: UnreachableRepo
 
 
 def render_html(
-    symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title: str | None = None, measure: str = "live"
+    symbolized: SymbolizedSnapshot, growth: Growth = Growth(), title: str | None = None, measure: Measure = Measure.LIVE
 ) -> str:
     snapshot = symbolized.snapshot
     if title is None:

@@ -18,7 +18,7 @@ from functools import cache
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from leaktrace.analysis.symbolize import AddressSpace, Frame, SymbolizedSnapshot
-from leaktrace.model.snapshot import AllocationGroup, Snapshot, StackStatus
+from leaktrace.model.snapshot import AllocationGroup, Measure, Snapshot, StackStatus
 from leaktrace.outputs.renderers import RenderContext
 from leaktrace.outputs.text import drops_text, peak_text, totals_text
 
@@ -236,17 +236,17 @@ SAMPLE_TYPES = (
 )
 SHORT_LIVED_TYPES = (("short_lived_objects", "count"), ("short_lived_space", "bytes"))
 DEFAULT_TYPE = {
-    "live": "inuse_space",
-    "peak": "inuse_space",
-    "allocated": "alloc_space",
-    "short-lived": "short_lived_space",
+    Measure.LIVE: "inuse_space",
+    Measure.PEAK: "inuse_space",
+    Measure.ALLOCATED: "alloc_space",
+    Measure.SHORT_LIVED: "short_lived_space",
 }
 
 
-def sample_values(snapshot: Snapshot, measure: str) -> dict[tuple, tuple[AllocationGroup, list[int]]]:
+def sample_values(snapshot: Snapshot, measure: Measure) -> dict[tuple, tuple[AllocationGroup, list[int]]]:
     """(pid, size, stack, stack status, inherited) -> a group of it (for its labels) and its
     values, in the order of the sample types."""
-    width = len(SAMPLE_TYPES) + (len(SHORT_LIVED_TYPES) if measure == "short-lived" else 0)
+    width = len(SAMPLE_TYPES) + (len(SHORT_LIVED_TYPES) if measure == Measure.SHORT_LIVED else 0)
     found: dict[tuple, tuple[AllocationGroup, list[int]]] = {}
 
     def add(group: AllocationGroup, column: int) -> None:
@@ -255,22 +255,22 @@ def sample_values(snapshot: Snapshot, measure: str) -> dict[tuple, tuple[Allocat
         values[column] += group.count
         values[column + 1] += group.bytes
 
-    for group in snapshot.measured("allocated"):
+    for group in snapshot.measured(Measure.ALLOCATED):
         add(group, 0)
-    for group in snapshot.measured("peak" if measure == "peak" else "live"):
+    for group in snapshot.measured(Measure.PEAK if measure == Measure.PEAK else Measure.LIVE):
         add(group, 2)
-    if measure == "short-lived":
-        for group in snapshot.measured("short-lived"):
+    if measure == Measure.SHORT_LIVED:
+        for group in snapshot.measured(Measure.SHORT_LIVED):
             add(group, 4)
     return found
 
 
-def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0, measure: str = "live") -> bytes:
+def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0, measure: Measure = Measure.LIVE) -> bytes:
     """The snapshot as a gzip'd pprof profile, its default sample type that of the measure."""
     snapshot = symbolized.snapshot
     builder = _ProfileBuilder(symbolized)
     profile, string = builder.profile, builder.string
-    for kind, unit in SAMPLE_TYPES + (SHORT_LIVED_TYPES if measure == "short-lived" else ()):
+    for kind, unit in SAMPLE_TYPES + (SHORT_LIVED_TYPES if measure == Measure.SHORT_LIVED else ()):
         profile.sample_type.add(type=string(kind), unit=string(unit))
     profile.default_sample_type = string(DEFAULT_TYPE[measure])
     # Go's sampled heap profiles: the values are the estimates, the period the mean bytes between samples.
@@ -279,7 +279,7 @@ def render_pprof(symbolized: SymbolizedSnapshot, duration_s: float = 0.0, measur
     profile.time_nanos = int(snapshot.taken_at * 1e9)
     profile.duration_nanos = int(duration_s * 1e9)
     sampled = [totals_text(snapshot)] if snapshot.sample_rate else []
-    peak = [peak_text(snapshot)] if measure == "peak" else []
+    peak = [peak_text(snapshot)] if measure == Measure.PEAK else []
     for comment in (*drops_text(snapshot.counters).splitlines(), *sampled, *peak):  # the text report's lines
         profile.comment.append(string(comment))
     found = sample_values(snapshot, measure)

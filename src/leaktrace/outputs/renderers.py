@@ -11,6 +11,8 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from leaktrace.model.snapshot import Measure
+
 if TYPE_CHECKING:
     from leaktrace.analysis.growth import Growth
     from leaktrace.analysis.suppressions import LeakCheckSettings
@@ -23,7 +25,7 @@ class RenderContext:
 
     growth: Growth  # the likely leaks so far
     seconds: float = 0.0  # since the trace began
-    measure: str = "live"  # what the report is drawn or ranked by (MEASURES)
+    measure: Measure = Measure.LIVE  # what the report is drawn or ranked by
     top: int = 10  # stacks listed (per process, in the per-process report)
     top_processes: int = 10
     min_bytes: int = 0  # the per-process report leaves out processes holding less

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from leaktrace.analysis.growth import Growth, StackId, stack_id
 from leaktrace.analysis.symbolize import SymbolizedSnapshot
-from leaktrace.model.snapshot import AllocationGroup, Counters, Snapshot, StackStatus
+from leaktrace.model.snapshot import AllocationGroup, Counters, Measure, Snapshot, StackStatus
 
 if TYPE_CHECKING:
     from leaktrace.outputs.renderers import RenderContext
@@ -99,10 +99,10 @@ def ranked_stacks(groups, by_count: bool = False) -> list[list[AllocationGroup]]
 
 # measure -> what its table ranks, and whether by blocks rather than bytes
 MEASURE_TITLES = {
-    "live": ("live bytes", False),
-    "allocated": ("bytes allocated since the trace began", False),
-    "peak": ("bytes live at the peak", False),
-    "short-lived": ("short-lived blocks (freed by their thread's next allocator call)", True),
+    Measure.LIVE: ("live bytes", False),
+    Measure.ALLOCATED: ("bytes allocated since the trace began", False),
+    Measure.PEAK: ("bytes live at the peak", False),
+    Measure.SHORT_LIVED: ("short-lived blocks (freed by their thread's next allocator call)", True),
 }
 
 
@@ -150,7 +150,7 @@ def render_text(
     top: int = 10,
     frames: int | None = None,
     growth: Growth | None = None,
-    measure: str = "live",
+    measure: Measure = Measure.LIVE,
 ) -> str:
     snap = symbolized.snapshot
     names = (
@@ -163,9 +163,9 @@ def render_text(
     title, by_count = MEASURE_TITLES[measure]
     ranked = ranked_stacks(snap.measured(measure), by_count)
     if not ranked:
-        if measure == "short-lived" and snap.sample_rate:
+        if measure == Measure.SHORT_LIVED and snap.sample_rate:
             lines.append("short-lived blocks are not counted when sampled (--sample): trace exactly to see them")
-        elif measure != "live":
+        elif measure != Measure.LIVE:
             lines.append(f"no stacks by {title}")
         elif snap.counters.incompleteness() is None:
             lines.append("no live allocations")
@@ -173,7 +173,7 @@ def render_text(
             lines.append("no live allocations recorded")
     else:
         lines.append(f"top {min(top, len(ranked))} of {len(ranked)} stacks by {title}:")
-        lines.append(stack_table(symbolized, ranked, top, frames, growth if measure == "live" else None))
+        lines.append(stack_table(symbolized, ranked, top, frames, growth if measure == Measure.LIVE else None))
     if snap.peaks:
         lines.append(peak_text(snap))
     return "\n".join(lines) + "\n"
