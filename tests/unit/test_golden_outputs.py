@@ -1,9 +1,12 @@
-"""The text outputs, whole, against golden files (tests/unit/golden/): the report, the
-systemwide process report, libmemunreachable's report and the heap summary, each from a
-synthetic snapshot. LEAKTRACE_UPDATE_GOLDEN=1 rewrites the files (review the diff)."""
+"""Every reporter's output, whole, against golden files (tests/unit/golden/): the text
+report, the systemwide process report, libmemunreachable's report, the heap summary, the
+JSON report (indented), the folded stacks and the pprof profile (its protobuf as text), each
+from a synthetic snapshot. LEAKTRACE_UPDATE_GOLDEN=1 rewrites the files (review the diff)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import time
 from pathlib import Path
@@ -16,7 +19,10 @@ from leaktrace.analysis.growth import GrowthTracker
 from leaktrace.android.unreachable_report import render_unreachable
 from leaktrace.model.heap import ArenaUse, HeapReport, HeapWalk
 from leaktrace.model.snapshot import UnreachableLeak, UnreachableReport
+from leaktrace.outputs.folded import render_folded
 from leaktrace.outputs.heap_summary import render_heap_text
+from leaktrace.outputs.json_report import render_json
+from leaktrace.outputs.pprof import profile_class, render_pprof
 from leaktrace.outputs.process_report import render_process_report
 from leaktrace.outputs.text import render_text
 
@@ -62,6 +68,32 @@ def test_text_report():
         AllocationGroup(10, 16, 4, (), StackStatus.LOST),
     ]
     assert matches_golden("text_report", render_text(snapshot(0, groups)))
+
+
+def reported_groups() -> list[AllocationGroup]:
+    return [
+        AllocationGroup(10, 24, 3, STACK),
+        AllocationGroup(10, 4096, 2, STACK),
+        AllocationGroup(10, 64, 5, STACK, inherited=True),
+        AllocationGroup(10, 10000, 1, (), StackStatus.FILTERED),
+        AllocationGroup(20, 16, 4, (0x4040,)),
+    ]
+
+
+def test_json_report():
+    text = json.dumps(json.loads(render_json(snapshot(0, reported_groups()))), indent=1, sort_keys=True) + "\n"
+    assert matches_golden("json_report", text)
+
+
+def test_folded_stacks():
+    assert matches_golden("folded_stacks", render_folded(snapshot(0, reported_groups())))
+
+
+def test_pprof_profile():
+    from google.protobuf import text_format
+
+    profile = profile_class().FromString(gzip.decompress(render_pprof(snapshot(0, reported_groups()), 5.0)))
+    assert matches_golden("pprof_profile", text_format.MessageToString(profile))
 
 
 def test_process_report():
