@@ -118,6 +118,30 @@ def test_every_member_of_a_class_of_ours_the_docs_name_exists():
     assert not missing, missing
 
 
+NAMED_IDENTIFIER = re.compile(r"`([a-z_][a-z0-9_]*_[a-z0-9_]+)(?:\(\))?`")  # a function, field or counter
+# Names the docs give from other projects: the kernel's BPF helpers, C++'s library,
+# prometheus-client's process metrics.
+OTHER_PROJECT_NAMES = {"bpf_for_each_map_elem", "bpf_get_stack", "make_unique", "process_cpu_seconds_total"}
+
+
+def test_every_function_field_or_counter_the_docs_name_is_in_the_code():
+    """A snake_case name in backticks (a Python or C function, a field, a counter) is in some
+    tracked source file, as a word or the end of one (`stacks_truncated_<reason>`); a
+    Prometheus counter's name may end in the _total its client adds."""
+    words = set()
+    for path in tracked_files():
+        if path.endswith((".py", ".c", ".h", ".sh", ".toml", ".supp", ".json")) and not path.startswith("docs/"):
+            words.update(word.lower() for word in re.findall(r"\w+", (ROOT / path).read_text(errors="replace")))
+    text = " ".join(sorted(words))
+    missing = [
+        f"{page.name}: {name}"
+        for page in PAGES
+        for name in sorted(set(NAMED_IDENTIFIER.findall(page.read_text())) - OTHER_PROJECT_NAMES)
+        if name.removesuffix("_total") not in words and f"_{name}" not in text
+    ]
+    assert not missing, missing
+
+
 def test_the_architecture_names_every_source_file():
     """A module, C file or header added to the package is placed in docs/architecture.md."""
     text = (ROOT / "docs" / "architecture.md").read_text()
