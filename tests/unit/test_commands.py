@@ -142,3 +142,13 @@ def test_decode_leak_info_reads_a_buffer_file(tmp_path, capsys):
     assert main(["decode-leak-info", str(buffer), "--backtrace-size", "16"]) == 0
     assert "48" in capsys.readouterr().out
     assert main(["decode-leak-info", str(buffer), "--backtrace-size", "0"]) == 2
+
+
+@pytest.mark.parametrize("argv", [["-p", "1"], ["-p", "1", "--engine", "preload"], ["heap", "-p", "1"]])
+def test_a_machine_other_than_x86_64_is_refused_in_one_line(argv, monkeypatch, capsys):
+    """Before any system call number or register of x86-64 is used on it."""
+    real = os.uname()
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result((*real[:4], "aarch64")))
+    assert main(argv) == 1
+    said = "this machine is aarch64: leaktrace traces on x86_64 only (its system calls, registers and frames)"
+    assert capsys.readouterr().err == f"leaktrace: {said}\n"

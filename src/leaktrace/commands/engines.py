@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from leaktrace.android.options import MallocDebugConfig
 from leaktrace.commands import say
 from leaktrace.errors import UsageError
-from leaktrace.platform.arch import SIZE_MAX
+from leaktrace.platform.arch import SIZE_MAX, check_machine
 from leaktrace.platform.containers import container_pid_namespace
 from leaktrace.platform.system import check_system
 from leaktrace.sources.settings import EngineSettings
@@ -36,6 +36,7 @@ def start_preload(
     library put into it (and taken out at the end)."""
     from leaktrace.sources.preload.trace import PreloadTrace
 
+    check_machine()
     # The user's string (allocator-side options included), then what the flags decided: last wins.
     stacks = (
         "backtrace_enable_on_signal"

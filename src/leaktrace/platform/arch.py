@@ -1,5 +1,11 @@
 """Every fact of x86-64 (Linux, System V ABI) that leaktrace relies on, in one place."""
 
+import os
+
+from leaktrace.errors import RuntimeFailure
+
+MACHINE = "x86_64"  # the machine these facts are of, as uname names it
+
 NAME = "x86_64"  # as libmemunreachable's report names the ABI
 SYS_BPF = 321  # the bpf() system call's number
 SYS_READ, SYS_RT_SIGACTION = 0, 13
@@ -43,3 +49,13 @@ RED_ZONE = 128  # bytes below the stack pointer that are still the running funct
 SIZE_MAX = 2**64 - 1  # size_t's largest value
 # The allocator's arguments, in order: rdi, rsi, rdx (the probes read them from the registers).
 ARGUMENT_REGISTERS = ("rdi", "rsi", "rdx")
+
+
+def check_machine() -> None:
+    """Refuses, in one line, to trace on a machine whose facts are not these (before a system
+    call number or a register of x86-64 is used on it)."""
+    machine = os.uname().machine
+    if machine != MACHINE:
+        raise RuntimeFailure(
+            f"this machine is {machine}: leaktrace traces on {MACHINE} only (its system calls, registers and frames)"
+        )

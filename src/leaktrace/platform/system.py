@@ -7,7 +7,7 @@ import os
 import resource
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import SYS_BPF
+from leaktrace.platform.arch import SYS_BPF, check_machine
 
 CAP_SETGID, CAP_SETUID, CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 6, 7, 19, 21, 38, 39
 BPF_MAP_CREATE, BPF_MAP_TYPE_ARRAY = 0, 2
@@ -91,7 +91,8 @@ def lift_memlock() -> None:
 
 
 def check_system() -> None:
-    """CAP_SYS_ADMIN (or CAP_BPF and CAP_PERFMON), bpf() and uprobes: what the BPF engine needs."""
+    """x86-64, CAP_SYS_ADMIN (or CAP_BPF and CAP_PERFMON), bpf() and uprobes: what the BPF engine needs."""
+    check_machine()
     check_privileges()
     lift_memlock()
     check_bpf()
