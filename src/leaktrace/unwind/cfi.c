@@ -129,27 +129,34 @@ static unsigned sections_kept;
 static int sections_lock;
 
 // The .eh_frame of the module holding pc when it has no .eh_frame_hdr (read once from its file).
+// The cache's lock is only ever tried, never waited for: a fork or a signal handler that finds
+// it taken reads the file again instead of waiting on a holder that may never give it back.
 static int eh_frame_section(uintptr_t pc, struct eh_frame_section *out)
 {
     struct module_search search = {.pc = pc};
     dl_iterate_phdr(module_if_holding, &search);
     if (!search.found || search.header)
         return 0;
-    while (__atomic_exchange_n(&sections_lock, 1, __ATOMIC_ACQUIRE))
-        ;
     int found = 0;
-    for (unsigned i = 0; i < sections_kept && !found; i++)
-        if (sections[i].bias == search.bias && !strncmp(sections[i].path, search.path, sizeof sections[i].path - 1)) {
-            *out = sections[i];
-            found = 1;
-        }
-    if (!found && read_eh_frame(&search, out)) {
-        found = 1;
+    if (!__atomic_exchange_n(&sections_lock, 1, __ATOMIC_ACQUIRE)) {
+        for (unsigned i = 0; i < sections_kept && !found; i++)
+            if (sections[i].bias == search.bias &&
+                !strncmp(sections[i].path, search.path, sizeof sections[i].path - 1)) {
+                *out = sections[i];
+                found = 1;
+            }
+        __atomic_store_n(&sections_lock, 0, __ATOMIC_RELEASE);
+    }
+    if (found)
+        return 1;
+    if (!read_eh_frame(&search, out))
+        return 0;
+    if (!__atomic_exchange_n(&sections_lock, 1, __ATOMIC_ACQUIRE)) {
         if (sections_kept < SECTIONS_KEPT)  // beyond, read again each time
             sections[sections_kept++] = *out;
+        __atomic_store_n(&sections_lock, 0, __ATOMIC_RELEASE);
     }
-    __atomic_store_n(&sections_lock, 0, __ATOMIC_RELEASE);
-    return found;
+    return 1;
 }
 #endif
 
