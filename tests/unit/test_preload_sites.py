@@ -8,9 +8,11 @@ import struct
 
 import pytest
 
+from leaktrace.errors import RuntimeFailure
 from leaktrace.sources.bpf.layout import PEAK
+from leaktrace.sources.preload import table
 from leaktrace.sources.preload.layout import MAX_FRAMES, SITE, SITE_COUNTS, SITE_SLOTS
-from leaktrace.sources.preload.table import DamagedTable, parse_sites, peak_of, site_totals
+from leaktrace.sources.preload.table import DamagedTable, parse_sites, peak_of, preload_library, site_totals
 
 PID = 42
 
@@ -58,3 +60,15 @@ def test_a_peak_with_threads_unpublished_says_its_bound():
 def test_a_file_the_library_could_not_have_written_is_refused(data):
     with pytest.raises(DamagedTable):
         parse_sites(data, PID)
+
+
+def test_each_libcs_build_of_the_library_is_found_or_its_absence_said(monkeypatch):
+    """pip install builds both (the musl one with musl-gcc); one not built is named in one line."""
+    assert preload_library().endswith(".so") and preload_library(on_musl=True).endswith("/malloc_debug_musl.so")
+    monkeypatch.setattr(table.glob, "glob", lambda pattern: [])
+    with pytest.raises(RuntimeFailure) as refused:
+        preload_library(on_musl=True)
+    assert str(refused.value) == (
+        "leaktrace's preload library for musl (musl-gcc was not found when it was built) is not built: "
+        "reinstall leaktrace (pip install)"
+    )

@@ -73,7 +73,7 @@ def preload_library(on_musl: bool = False) -> str:
     pattern = "malloc_debug_musl.so" if on_musl else "_malloc_debug*.so"
     found = sorted(glob.glob(str(Path(__file__).parent / pattern)))
     if not found:
-        what = "for musl (musl-gcc was not found when it was built)" if on_musl else ""
+        what = "for musl (musl-gcc was not found when it was built) " if on_musl else ""
         raise RuntimeFailure(f"leaktrace's preload library {what}is not built: reinstall leaktrace (pip install)")
     return found[0]
 
