@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import resource
 import signal
 import struct
@@ -61,12 +62,10 @@ def test_a_launched_command_starts_with_default_signals_an_empty_mask_and_its_li
 
 def all_threads_stopped(pid: int) -> bool:
     """Every thread of pid stopped, or pid gone."""
-    states = []
+    tids: list[str] = []
     with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
-    return all(state in "Tt" for state in states)
+        tids = os.listdir(f"/proc/{pid}/task")
+    return all(process_state(int(tid)) in (None, "T", "t") for tid in tids)
 
 
 def gated_forks(pid: int, argv: bytes) -> list[int]:

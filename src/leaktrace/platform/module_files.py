@@ -258,6 +258,13 @@ def linked_allocator(process: ProcessInfo, modules: ModuleFiles, program: ElfFil
 GLIBC_NAME = re.compile(r"/(libc\.so[.\d]*|libc-[\d.]+\.so)$")
 # musl's libc: Alpine's loader, which is its libc too, and Debian's musl-gcc libc.so.
 MUSL_NAME = re.compile(r"/ld-musl-[^/]*\.so[.\d]*$|-linux-musl/libc\.so$")
+
+
+def runs_on_musl(maps: list[Mapping]) -> bool:
+    """Whether a process's libc, as its maps show it, is musl's."""
+    return any(MUSL_NAME.search(m.path) for m in maps)
+
+
 _LIBC_NAME = re.compile(rf"{GLIBC_NAME.pattern}|{MUSL_NAME.pattern}")
 
 

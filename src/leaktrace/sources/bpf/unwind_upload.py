@@ -13,7 +13,7 @@ from leaktrace.interpreters.python.layout import PYTHON_PROC
 from leaktrace.interpreters.python.versions import PythonOffsets
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
-from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles
+from leaktrace.platform.module_files import ModuleFiles, runs_on_musl
 from leaktrace.platform.process import Mapping, MapsFollower
 from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.maps import update_array
@@ -150,7 +150,7 @@ class UnwindUpload:
                     f" {MAX_EXEC_MAPS}: a frame in the lowest libraries ends its stack (stacks_truncated)"
                 )
         new = [m for m in executable if m not in entries]
-        on_musl = any(MUSL_NAME.search(m.path) for m in executable)
+        on_musl = runs_on_musl(executable)
         modules = self._modules.open(process, new)
         for m in new:
             elf = modules[m.start]

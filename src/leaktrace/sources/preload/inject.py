@@ -24,7 +24,7 @@ import struct
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
-from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles
+from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles, runs_on_musl
 from leaktrace.platform.process import (
     Mapping,
     MapsFollower,
@@ -44,7 +44,6 @@ from leaktrace.sources.preload.table import (
     library_base,
     library_bytes,
     library_symbols,
-    runs_on_musl,
 )
 from leaktrace.sources.sampling import EXACT, Sampling
 

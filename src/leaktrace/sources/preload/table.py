@@ -38,7 +38,7 @@ from leaktrace.model.snapshot import (
 )
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
-from leaktrace.platform.module_files import MUSL_NAME
+from leaktrace.platform.module_files import runs_on_musl
 from leaktrace.platform.process import Mapping, mapped_identity, maps_device, parse_maps, proc_path, read_target
 from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS, PEAK  # the library counts as the BPF engine
 from leaktrace.sources.preload.layout import (  # from native/record.h
@@ -84,9 +84,8 @@ def library_bytes(on_musl: bool = False) -> bytes:
         return f.read()
 
 
-SEALED_COPIES: set[tuple[str, int, bool]] = (
-    set()
-)  # (device, inode, on_musl) of memfds known to hold a build's bytes, sealed
+# (device, inode, on_musl) of memfds known to hold a build's bytes, sealed
+SEALED_COPIES: set[tuple[str, int, bool]] = set()
 
 
 def sealed_copy_base(pid: int, mapping: Mapping, on_musl: bool = False) -> int | None:
@@ -118,11 +117,6 @@ def sealed_copy_base(pid: int, mapping: Mapping, on_musl: bool = False) -> int |
         return None
     finally:
         os.close(fd)
-
-
-def runs_on_musl(maps: list[Mapping]) -> bool:
-    """Whether the process's libc is musl's (then only the musl build of the library loads in it)."""
-    return any(MUSL_NAME.search(m.path) for m in maps)
 
 
 def library_base(pid: int, maps: list[Mapping]) -> int | None:

@@ -42,7 +42,7 @@ from leaktrace.model.snapshot import (
 )
 from leaktrace.platform.containers import container_of
 from leaktrace.platform.elf import ElfError, ElfFile
-from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles, allocator_library_of_process
+from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles, allocator_library_of_process, runs_on_musl
 from leaktrace.platform.process import (
     alive,
     catches,
@@ -76,7 +76,6 @@ from leaktrace.sources.preload.table import (
     parse_sites,
     peak_of,
     preload_library,
-    runs_on_musl,
     site_totals,
     sites_in_place,
     table_snapshot,

@@ -21,9 +21,11 @@ static _Alignas(64) unsigned char bootstrap[BOOTSTRAP_BYTES];
 static size_t bootstrap_used;
 
 #ifdef __GLIBC__
+#define MEMALIGN_NAME "memalign"
 static const struct allocator libc_own = {__libc_malloc, __libc_calloc,   __libc_realloc,
                                           __libc_free,   __libc_memalign, NULL};
 #else
+#define MEMALIGN_NAME "aligned_alloc"  // musl's memalign calls aligned_alloc by its public name: this library's
 static const struct allocator libc_own;  // musl's allocator has no second name: it is always found as the next
 #endif
 
@@ -53,13 +55,9 @@ static void look_up(void)
             .calloc = (void *(*)(size_t, size_t))same_object("calloc", base),
             .realloc = (void *(*)(void *, size_t))same_object("realloc", base),
             .free = (void (*)(void *))same_object("free", base),
-            .memalign = (void *(*)(size_t, size_t))same_object("memalign", base),
+            .memalign = (void *(*)(size_t, size_t))same_object(MEMALIGN_NAME, base),
             .usable_size = (size_t(*)(void *))same_object("malloc_usable_size", base),
         };
-#ifndef __GLIBC__
-        // musl's memalign calls aligned_alloc by its public name, which is this library's.
-        other.memalign = (void *(*)(size_t, size_t))same_object("aligned_alloc", base);
-#endif
         if (!other.memalign)
             other.memalign = (void *(*)(size_t, size_t))same_object("aligned_alloc", base);
         if (other.calloc && other.realloc && other.free && other.memalign)  // all of one allocator, or libc's own
