@@ -52,9 +52,10 @@ BPF = "src/leaktrace/sources/bpf"
 UNWIND = "src/leaktrace/unwind"
 PYTHON = "src/leaktrace/interpreters/python"
 ALLOCATORS = "src/leaktrace/allocators"
+PLATFORM = "src/leaktrace/platform"
 
 FLAGS = ["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"]
-CFI = [f"{UNWIND}/cfi.h", f"{UNWIND}/rows.h"]  # the CFI interpreter both engines use, and its rows
+CFI = [f"{UNWIND}/cfi.h", f"{UNWIND}/rows.h", f"{PLATFORM}/arch.h"]  # the CFI interpreter both engines use, and its rows
 
 setup(cmdclass={"build_py": build_py_with_web_assets, "build_ext": build_ext_with_musl_library}, ext_modules=[
     Extension(
@@ -63,7 +64,7 @@ setup(cmdclass={"build_py": build_py_with_web_assets, "build_ext": build_ext_wit
         depends=sorted(glob(f"{NATIVE}/*.h"))
         + CFI
         + [f"{BPF}/layout.h", f"{ALLOCATORS}/allocators.h", f"{PYTHON}/python_frames.h", f"{PYTHON}/python_versions.h"],
-        include_dirs=[NATIVE, BPF, UNWIND, ALLOCATORS, PYTHON],
+        include_dirs=[NATIVE, BPF, UNWIND, ALLOCATORS, PYTHON, PLATFORM],
         libraries=["gcc_s", "dl", "pthread"],
         # Whole-library optimisation: the unsampled call's path crosses files (forward.c, blocks.c).
         extra_compile_args=FLAGS + ["-flto"],
@@ -75,7 +76,7 @@ setup(cmdclass={"build_py": build_py_with_web_assets, "build_ext": build_ext_wit
         "leaktrace.unwind._cfi",
         sources=[f"{UNWIND}/cfi.c"],
         depends=CFI,
-        include_dirs=[UNWIND],
+        include_dirs=[UNWIND, PLATFORM],
         define_macros=[("CFI_EXPORT", '__attribute__((visibility("default")))')],
         extra_compile_args=FLAGS,
     ),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from leaktrace.platform.arch import SYS_RT_SIGACTION
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.process import process_state
 
 from conftest import leaktrace_command
@@ -42,7 +42,7 @@ def test_a_launched_command_starts_with_default_signals_an_empty_mask_and_its_li
         (which glibc's posix_spawn would leave ignored in its child)."""
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})
         for sig in (signal.SIGHUP, 32, 33):
-            syscall(SYS_RT_SIGACTION, sig, ignore, None, 8)
+            syscall(HOST.syscalls["rt_sigaction"], sig, ignore, None, 8)
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (MEMLOCK, MEMLOCK))
 
     result = subprocess.run(

@@ -12,6 +12,7 @@ import pytest
 from leaktrace.allocators import c_header
 from leaktrace.interpreters.python import versions
 from leaktrace.model.snapshot import Counters
+from leaktrace.platform import arch
 from leaktrace.sources.bpf import layout
 from leaktrace.sources.bpf.layout_gen import LAYOUTS, PYTHON, generated, struct_body, struct_format
 from leaktrace.sources.preload import layout as preload_layout
@@ -59,3 +60,8 @@ def test_struct_formats_have_the_c_sizes():
     assert (preload_layout.RECORD.size, preload_layout.TABLE_SHARD.size) == (40, 128)
     # sites.c asserts the same: a line each
     assert (preload_layout.SITE.size, preload_layout.SITE_COUNTS.size, preload_layout.SITE_SHARD.size) == (64, 64, 64)
+
+
+def test_architecture_header_is_current():
+    """The library, the CFI interpreter and the BPF programs read the architecture tables through arch.h."""
+    assert arch.HEADER.read_text() == arch.c_header(), "stale: run python -m leaktrace.platform.arch"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leaktrace.android.options import OptionError, check_engine_options, parse_malloc_debug_options
-from leaktrace.platform.arch import SIZE_MAX
+from leaktrace.platform.arch import HOST
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_sizes_last_writer_wins():
     assert (config.backtrace_min_size, config.backtrace_max_size) == (10, 37)
     config = parse_malloc_debug_options("bt_min_sz=192 bt_max_sz=320")
     assert (config.backtrace_min_size, config.backtrace_max_size) == (192, 320)
-    assert parse_malloc_debug_options("").backtrace_max_size == SIZE_MAX
+    assert parse_malloc_debug_options("").backtrace_max_size == HOST.size_max
     assert parse_malloc_debug_options("backtrace_size=37").options == ("backtrace_size",)
 
 
@@ -82,7 +82,7 @@ def test_aliases_and_defaults():
     assert config.values["backtrace_dump_prefix"] == "/tmp/x"
     assert config.values["front_guard_bytes"] == 32  # 17 rounded up to 16-byte alignment
     assert config.values["rear_guard_bytes"] == 32
-    assert config.values["fill_on_free_bytes"] == SIZE_MAX
+    assert config.values["fill_on_free_bytes"] == HOST.size_max
     assert parse_malloc_debug_options("bt_dmp_pre").values["backtrace_dump_prefix"] == "/data/local/tmp/backtrace_heap"
 
 

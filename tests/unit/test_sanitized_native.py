@@ -12,15 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from preload_library import build_library
 
 from leaktrace.platform.elf import ElfFile
 
 ROOT = Path(__file__).parents[2]
-BPF = ROOT / "src/leaktrace/sources/bpf"
 UNWIND = ROOT / "src/leaktrace/unwind"
-ALLOCATORS = ROOT / "src/leaktrace/allocators"
-NATIVE = ROOT / "src/leaktrace/sources/preload/native"
-PYTHON = ROOT / "src/leaktrace/interpreters/python"
+PLATFORM = ROOT / "src/leaktrace/platform"
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
 
@@ -29,7 +27,16 @@ SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
 def cfi_damage(tmp_path_factory) -> Path:
     built = tmp_path_factory.mktemp("sanitized") / "cfi_damage"
     subprocess.run(
-        ["gcc", *SANITIZE, "-fsanitize=address,undefined", *WARNINGS, f"-I{UNWIND}", "-o", built]
+        [
+            "gcc",
+            *SANITIZE,
+            "-fsanitize=address,undefined",
+            *WARNINGS,
+            f"-I{UNWIND}",
+            f"-I{ROOT}/src/leaktrace/platform",
+            "-o",
+            built,
+        ]
         + [ROOT / "tests/unit/native/cfi_damage.c", UNWIND / "cfi.c"],
         check=True,
     )
@@ -58,24 +65,7 @@ def test_cfi_c_reads_nothing_outside_a_damaged_section(cfi_damage, tmp_path, pat
 @pytest.fixture(scope="module")
 def ubsan_library(tmp_path_factory) -> Path:
     built = tmp_path_factory.mktemp("sanitized") / "malloc_debug_ubsan.so"
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", *SANITIZE, "-fsanitize=undefined", *WARNINGS, "-fvisibility=hidden"]
-        + [
-            f"-I{NATIVE}",
-            f"-I{BPF}",
-            f"-I{UNWIND}",
-            f"-I{ALLOCATORS}",
-            f"-I{PYTHON}",
-            "-o",
-            built,
-            *sorted(NATIVE.glob("*.c")),
-            UNWIND / "cfi.c",
-            PYTHON / "python_stack.c",
-        ]
-        + ["-lgcc_s", "-ldl", "-lpthread", "-Wl,-Bsymbolic-functions"],
-        check=True,
-    )
-    return built
+    return build_library("gcc", built, [*SANITIZE, "-fsanitize=undefined", *WARNINGS, "-fvisibility=hidden"])
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,12 @@ def built(tmp_path_factory) -> tuple[Path, ct.CDLL]:
     )
     subprocess.run(
         ["gcc", "-shared", "-fPIC", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas"]
-        + [f"-DSTACK_DEPTH={DEPTH}", f"-I{ROOT}/src/leaktrace/sources/bpf", f"-I{ROOT}/src/leaktrace/unwind"]
+        + [
+            f"-DSTACK_DEPTH={DEPTH}",
+            f"-I{ROOT}/src/leaktrace/sources/bpf",
+            f"-I{ROOT}/src/leaktrace/unwind",
+            f"-I{ROOT}/src/leaktrace/platform",
+        ]
         + ["-o", replay, NATIVE / "walk_replay.c"],
         check=True,
     )

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from leaktrace.platform.arch import ARGUMENT_REGISTERS
+from leaktrace.platform.arch import HOST
 
-RDI, RSI, RDX = ARGUMENT_REGISTERS
+RDI, RSI, RDX = HOST.argument_registers
 
 
 @dataclass(frozen=True)

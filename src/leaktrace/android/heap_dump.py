@@ -17,6 +17,7 @@ from leaktrace.android.records import (
     stack_status,
 )
 from leaktrace.model.snapshot import NOBODY, AllocationGroup, Counters, Credentials, ProcessInfo, Snapshot
+from leaktrace.platform.arch import HOST, TABLES
 
 MAX_FRAMES = 256  # malloc_debug's largest backtrace option
 # Numbers are bounded by their digits: a size fits 64 bits, a count 32, a pc 64.
@@ -31,6 +32,18 @@ def build_fingerprint() -> str:
     """Linux has no build fingerprint: the kernel's name, release and machine stand in."""
     uname = os.uname()
     return f"{uname.sysname}/{uname.release}/{uname.machine}"
+
+
+def _dump_machine_back(body: str) -> int:
+    """How far the dump's machine moved its return addresses back: its fingerprint names the
+    machine where the library wrote it (build_fingerprint); a dump that names none is this one's."""
+    found = re.search(r"^Build fingerprint: 'Linux/[^/\n]*/(\w{1,32})'$", body, re.M)
+    if not found:
+        return HOST.call_site_back
+    table = TABLES.get(found.group(1))
+    if table is None:
+        raise ValueError(f"a dump from {found.group(1)}, a machine leaktrace has no table for")
+    return table.call_site_back
 
 
 def _bt_info(symbolized: SymbolizedSnapshot, pid: int, record: LeakRecord, depth: int) -> str:
@@ -84,6 +97,7 @@ def read_heap_dump(
         raise ValueError("no valid 'Backtrace size' line")
     # A dump lists records as bionic sorts and merges them (adjacent ones only): a (size, stack)
     # can come back many times, and is one group here.
+    back = _dump_machine_back(body)
     counts: Counter[tuple[int, tuple[int, ...], bool]] = Counter()
     for line in body.splitlines():
         record = _RECORD.match(line)
@@ -94,7 +108,8 @@ def read_heap_dump(
         zygote, size, count, frames = record.groups()
         if int(size) >= 1 << 64 or int(count) >= 1 << 32:
             raise ValueError(f"record out of range {line[:80]!r}")
-        counts[int(size), return_addresses(tuple(int(pc, 16) for pc in frames.split())), zygote == "1"] += int(count)
+        stack = return_addresses(tuple(int(pc, 16) for pc in frames.split()), back)
+        counts[int(size), stack, zygote == "1"] += int(count)
     # z 1: made by a forked child since its fork; a dump has no other sign of a fork, so a child
     # that has made nothing since shows its inherited blocks as its own.
     forked = any(zygote for _, _, zygote in counts)

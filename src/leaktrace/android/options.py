@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from leaktrace.platform.arch import SIZE_MAX
+from leaktrace.platform.arch import HOST
 
 PROGRAM_NAME = "leaktrace"
 PATH_MAX = 4096  # a file name's bytes, its end included (Linux)
@@ -37,7 +37,7 @@ class OptionSpec:
     sets: tuple[str, ...] = ()  # fields written, in order
     default: int | str | None = None
     minimum: int = 1
-    maximum: int = SIZE_MAX
+    maximum: int = HOST.size_max
     aliases: tuple[str, ...] = ()
 
 
@@ -61,9 +61,9 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("backtrace_min_size", "size", ("backtrace_min_size",), aliases=("bt_min_sz",)),
     OptionSpec("backtrace_max_size", "size", ("backtrace_max_size",), aliases=("bt_max_sz",)),
     OptionSpec("check_unreachable_on_signal", "flag"),
-    OptionSpec("fill_on_alloc", "int", ("fill_on_alloc_bytes",), SIZE_MAX),
-    OptionSpec("fill_on_free", "int", ("fill_on_free_bytes",), SIZE_MAX),
-    OptionSpec("fill", "int", ("fill_on_alloc_bytes", "fill_on_free_bytes"), SIZE_MAX),
+    OptionSpec("fill_on_alloc", "int", ("fill_on_alloc_bytes",), HOST.size_max),
+    OptionSpec("fill_on_free", "int", ("fill_on_free_bytes",), HOST.size_max),
+    OptionSpec("fill", "int", ("fill_on_alloc_bytes", "fill_on_free_bytes"), HOST.size_max),
     OptionSpec("expand_alloc", "int", ("expand_alloc_bytes",), 16, 1, 16384),
     OptionSpec("free_track", "int", ("free_track_allocations",), 100, 1, 16384),
     OptionSpec("free_track_backtrace_num_frames", "int", ("free_track_backtrace_num_frames",), 16, 0, 256),
@@ -154,7 +154,7 @@ class MallocDebugConfig:
 
     @property
     def backtrace_max_size(self) -> int:
-        return int(self.values.get("backtrace_max_size", SIZE_MAX))
+        return int(self.values.get("backtrace_max_size", HOST.size_max))
 
 
 def options_header() -> str:
@@ -174,7 +174,7 @@ def options_header() -> str:
     takes = {"flag": "TAKES_FLAG", "int": "TAKES_INT", "size": "TAKES_SIZE", "text": "TAKES_TEXT"}
 
     def c_number(value: int) -> str:
-        return "SIZE_MAX" if value == SIZE_MAX else str(value)
+        return "SIZE_MAX" if value == HOST.size_max else str(value)
 
     for spec in OPTION_SPECS:
         assert len(spec.aliases) <= 1, spec.name

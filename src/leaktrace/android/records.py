@@ -17,6 +17,7 @@ from typing import Protocol
 
 from leaktrace.interpreters.python.frame_words import is_python_word
 from leaktrace.model.snapshot import ProcessInfo, Snapshot, StackStatus
+from leaktrace.platform.arch import HOST
 
 
 @dataclass(frozen=True)
@@ -30,15 +31,17 @@ class LeakRecord:
 
 
 def android_pcs(stack: tuple[int, ...]) -> tuple[int, ...]:
-    """Return addresses -> pcs inside the call, as bionic's unwinder callback adjusts them (x86);
-    Python frames, which Android's formats have no place for, left out."""
-    return tuple(pc - 1 if pc >= 4096 else pc for pc in stack if not is_python_word(pc))
+    """Return addresses -> pcs inside the call, as bionic's unwinder callback moves them back
+    (the machine's call_site_back); Python frames, which Android's formats have no place for, left out."""
+    back = HOST.call_site_back
+    return tuple(pc - back if pc >= 4096 else pc for pc in stack if not is_python_word(pc))
 
 
-def return_addresses(pcs: tuple[int, ...]) -> tuple[int, ...]:
+def return_addresses(pcs: tuple[int, ...], back: int = HOST.call_site_back) -> tuple[int, ...]:
     """The inverse of android_pcs: stored pcs (a dump, the preload library's table) -> the
-    return addresses snapshots keep (Python frames' words as they are)."""
-    return tuple(pc + 1 if pc >= 4095 and not is_python_word(pc) else pc for pc in pcs)
+    return addresses snapshots keep (Python frames' words as they are); back: the call_site_back
+    of the machine that stored them."""
+    return tuple(pc + back if pc >= 4096 - back and not is_python_word(pc) else pc for pc in pcs)
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,9 @@ def android_frame(frames: Mapping[tuple[int, int], SymbolizedFrame], pid: int, p
     frame = frames.get((pid, address))
     if frame is None:
         return AndroidFrame(None, pc, None, 0)
-    rel_pc = frame.module_offset - 1 if frame.module_offset is not None else pc
-    function_offset = frame.offset - 1 if frame.function else 0
+    back = HOST.call_site_back
+    rel_pc = frame.module_offset - back if frame.module_offset is not None else pc
+    function_offset = frame.offset - back if frame.function else 0
     return AndroidFrame(frame.module, rel_pc, frame.function, function_offset)
 
 

@@ -65,7 +65,7 @@ def render_unreachable(
     a trace ran beside the heap walk, as against `leaktrace heap`)."""
     lines = [
         f"  {report.leak_bytes} bytes in {report.num_leaks} unreachable allocation{_plural(report.num_leaks)}",
-        f"  ABI: '{arch.NAME}'",
+        f"  ABI: '{arch.HOST.abi}'",
         "",
     ]
     for leak in report.leaks:

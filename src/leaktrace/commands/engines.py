@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from leaktrace.android.options import MallocDebugConfig
 from leaktrace.commands import say
 from leaktrace.errors import UsageError
-from leaktrace.platform.arch import SIZE_MAX, check_machine
+from leaktrace.platform.arch import HOST, IN_PROCESS, check_machine
 from leaktrace.platform.containers import container_pid_namespace
 from leaktrace.platform.system import check_system
 from leaktrace.sources.settings import EngineSettings
@@ -36,7 +36,7 @@ def start_preload(
     library put into it (and taken out at the end)."""
     from leaktrace.sources.preload.trace import PreloadTrace
 
-    check_machine()
+    check_machine(IN_PROCESS)
     # The user's string (allocator-side options included), then what the flags decided: last wins.
     stacks = (
         "backtrace_enable_on_signal"
@@ -45,7 +45,7 @@ def start_preload(
     )
     options = [args.options, f"{stacks}={settings.stack_depth}"]
     options += [f"backtrace_min_size={settings.size_min}"] if settings.size_min else []
-    options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != SIZE_MAX else []
+    options += [f"backtrace_max_size={settings.size_max}"] if settings.size_max != HOST.size_max else []
     options += ["leak_track"] if args.leak_track else []
     told = " ".join(option for option in options if option)
     if args.pid is not None:

@@ -13,7 +13,7 @@ from leaktrace.errors import UsageError
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, Snapshot
 from leaktrace.outputs.heap_summary import render_heap_json, render_heap_text
 from leaktrace.outputs.json_report import unreachable_to_dict
-from leaktrace.platform.arch import check_machine
+from leaktrace.platform.arch import HEAP_WALK, check_machine
 from leaktrace.reachability.unreachable import examine_heap
 
 from . import ArgumentParser, Command, bounded_int
@@ -45,7 +45,7 @@ class HeapCommand(Command):
         if (args.contents or args.limit is not None) and not args.unreachable:
             raise UsageError(f"{'--contents' if args.contents else '--limit'} needs --unreachable")
         limit = UNREACHABLE_LIMIT if args.limit is None else args.limit
-        check_machine()  # the freeze reads x86-64's registers
+        check_machine(HEAP_WALK)
         report = examine_heap(args.pid, args.unreachable, limit)
         unreachable = report.unreachable
         symbolized = Symbolizer().symbolize(Snapshot(time.time(), (), Counters(), unreachable=unreachable))

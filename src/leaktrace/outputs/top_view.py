@@ -20,7 +20,7 @@ from leaktrace.analysis.symbolize import SymbolizedSnapshot, Symbolizer
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import Counters, Snapshot
 from leaktrace.outputs.text import ranked_stacks, stack_text
-from leaktrace.platform.arch import SIZE_MAX
+from leaktrace.platform.arch import HOST
 
 SORT_BY_KEY = {
     "l": "live",
@@ -91,7 +91,7 @@ def parse_size_range(text: str) -> tuple[int, int] | None:
     if not sep:
         low = high = text
     low_value = int(low) if low.strip() else 0
-    high_value = int(high) if high.strip() else SIZE_MAX
+    high_value = int(high) if high.strip() else HOST.size_max
     if low_value < 0 or high_value < low_value:
         raise ValueError(text)
     return low_value, high_value
@@ -120,7 +120,7 @@ def _header(snap: Snapshot, growth: Growth, state: ViewState, processes: int) ->
         flags.append(f"comm /{state.comm_filter.pattern}/")
     if state.size_range:
         low, high = state.size_range
-        flags.append(f"sizes {low}-{high if high < SIZE_MAX else ''}")
+        flags.append(f"sizes {low}-{high if high < HOST.size_max else ''}")
     total_rate = sum(p.rate for p in growth.processes.values())
     losses = {
         name: value

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import FS_BASE_INDEX, ORIG_RAX_INDEX, RED_ZONE, RIP_INDEX, RSP_INDEX, USER_REGS_WORDS
+from leaktrace.platform.arch import HOST, USER_REGS
 from leaktrace.platform.process import (
     Mapping,
     alive,
@@ -42,13 +42,13 @@ from leaktrace.platform.ptrace import (
 
 HOLD_SPAN = 16  # a thread stopped at a probe stands past the instruction probed: one is at most 15 bytes
 # At a hold (_exit's entry): r15, r14, r13, r12, rbp, rbx; rdi (the status); rsp; fs_base, gs_base.
-LIVE_AT_CALL = frozenset((0, 1, 2, 3, 4, 5, 14, RSP_INDEX, FS_BASE_INDEX, FS_BASE_INDEX + 1))
+LIVE_AT_CALL = frozenset((0, 1, 2, 3, 4, 5, 14, USER_REGS.sp, USER_REGS.thread_pointer, USER_REGS.thread_pointer + 1))
 
 
 def at_hold(regs: tuple[int, ...], holds: frozenset[int]) -> bool:
     """Whether a thread stands at one of the holds (the addresses of probes that stopped it at
     a function's entry, such as _exit's, for a leak check at exit)."""
-    return any(0 <= regs[RIP_INDEX] - hold < HOLD_SPAN for hold in holds)
+    return any(0 <= regs[USER_REGS.pc] - hold < HOLD_SPAN for hold in holds)
 
 
 FREEZE_TIMEOUT = 5.0  # seconds for every thread to stop (one in uninterruptible sleep may not)
@@ -69,14 +69,14 @@ class FrozenImage:
 
     def stack_scan_starts(self, holds: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
         """Each thread's stack pointer, and where its stack holds live data from: its red zone
-        too (RED_ZONE bytes below the stack pointer, which a leaf function may use), unless it
+        too (the red zone's bytes below the stack pointer, which a leaf function may use), unless it
         stands in a system call or at a hold (see at_hold), where what lies below is dead,
         left by calls that have returned."""
         starts = []
         for regs in self.registers.values():
-            in_system_call = regs[ORIG_RAX_INDEX] < 1 << 63  # -1 (as unsigned) when not in one
+            in_system_call = regs[USER_REGS.syscall] < 1 << 63  # -1 (as unsigned) when not in one
             dead = in_system_call or at_hold(regs, holds)
-            starts.append((regs[RSP_INDEX], regs[RSP_INDEX] - (0 if dead else RED_ZONE)))
+            starts.append((regs[USER_REGS.sp], regs[USER_REGS.sp] - (0 if dead else HOST.red_zone)))
         return starts
 
     def root_registers(self, holds: frozenset[int] = frozenset()) -> list[int]:
@@ -425,7 +425,7 @@ def _wait_and_read_registers(pid: int, seized: set[int], held_signals: dict[int,
         if os.WIFSTOPPED(status):
             if _signal_of_stop(status):
                 held_signals[tid] = _signal_of_stop(status)
-            regs = (ctypes.c_ulonglong * USER_REGS_WORDS)()
+            regs = (ctypes.c_ulonglong * USER_REGS.words)()
             try:
                 ptrace(PTRACE_GETREGS, tid, None, ctypes.addressof(regs))
                 registers[tid] = tuple(regs)

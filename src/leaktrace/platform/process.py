@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform import system
-from leaktrace.platform.arch import SYS_READ, SYS_RT_SIGACTION
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.containers import container_of
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.target_files import credentials_of
@@ -312,7 +312,7 @@ def waits_in_read(pid: int, fd: int) -> bool:
                 words = f.read(256).split()
         except OSError:
             continue
-        if len(words) > 1 and words[0] == str(SYS_READ).encode() and words[1] == f"{fd:#x}".encode():
+        if len(words) > 1 and words[0] == str(HOST.syscalls["read"]).encode() and words[1] == f"{fd:#x}".encode():
             return True
     return False
 
@@ -450,7 +450,7 @@ def launch(
             # Python ignores SIGPIPE and SIGXFSZ, and glibc refuses sigaction on its own two
             # signals, which a parent may leave ignored: an ignored signal stays so across exec.
             for sig in range(1, NSIG_KERNEL):
-                syscall(SYS_RT_SIGACTION, sig, default_action, None, 8)
+                syscall(HOST.syscalls["rt_sigaction"], sig, default_action, None, 8)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
             if system.memlock_before is not None:  # the limit leaktrace had before it lifted its own
                 resource.setrlimit(resource.RLIMIT_MEMLOCK, system.memlock_before)

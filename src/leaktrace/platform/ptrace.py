@@ -6,7 +6,9 @@ import ctypes
 import errno
 import os
 
-from leaktrace.platform.arch import EINTR_WAITS, ORIG_RAX_INDEX, RAX_INDEX, RIP_INDEX, SYSCALL_BYTES, USER_REGS_WORDS
+from leaktrace.platform.arch import HOST, USER_REGS
+
+EINTR_WAITS = HOST.eintr_wait_numbers
 
 PTRACE_CONT, PTRACE_GETREGS, PTRACE_SETREGS, PTRACE_DETACH = 7, 12, 13, 17
 PTRACE_GETREGSET, PTRACE_SETREGSET, PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4204, 0x4205, 0x4206, 0x4207
@@ -21,10 +23,10 @@ _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c
 
 def resume_interrupted_wait(tid: int) -> None:
     """restart_interrupted_wait on a thread in a ptrace stop (nothing if it is not in one)."""
-    regs = (ctypes.c_ulonglong * USER_REGS_WORDS)()
+    regs = (ctypes.c_ulonglong * USER_REGS.words)()
     try:
         ptrace(PTRACE_GETREGS, tid, None, ctypes.addressof(regs))
-        if regs[ORIG_RAX_INDEX] in EINTR_WAITS:
+        if regs[USER_REGS.syscall] in EINTR_WAITS:
             restart_interrupted_wait(regs)
             ptrace(PTRACE_SETREGS, tid, None, ctypes.addressof(regs))
     except OSError:
@@ -34,9 +36,9 @@ def resume_interrupted_wait(tid: int) -> None:
 def restart_interrupted_wait(regs: ctypes.Array[ctypes.c_ulonglong]) -> None:
     """Registers of a thread that leaktrace's interrupt woke from a wait the kernel ends with
     EINTR: rewound to run the wait again, so the program never sees the interruption."""
-    if regs[ORIG_RAX_INDEX] in EINTR_WAITS and regs[RAX_INDEX] == (1 << 64) - errno.EINTR:
-        regs[RIP_INDEX] -= SYSCALL_BYTES
-        regs[RAX_INDEX] = regs[ORIG_RAX_INDEX]
+    if regs[USER_REGS.syscall] in EINTR_WAITS and regs[USER_REGS.result] == (1 << 64) - errno.EINTR:
+        regs[USER_REGS.pc] -= USER_REGS.syscall_bytes
+        regs[USER_REGS.result] = regs[USER_REGS.syscall]
 
 
 def ptrace(request: int, tid: int, address: int | None = None, data: int | None = None) -> int:

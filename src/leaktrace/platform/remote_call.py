@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import RED_ZONE, USER_REGS_WORDS
+from leaktrace.platform.arch import HOST, USER_REGS
 from leaktrace.platform.process import live_thread, proc_path, status_field, zombie
 from leaktrace.platform.ptrace import (
     PTRACE_CONT,
@@ -138,7 +138,7 @@ class RemoteCaller:
                 # A signal came first (handed on), or a group stop: not this thread now.
                 ptrace(PTRACE_DETACH, tid, None, 0 if status >> 16 else os.WSTOPSIG(status))
                 return None
-            regs = (ctypes.c_ulonglong * USER_REGS_WORDS)()
+            regs = (ctypes.c_ulonglong * USER_REGS.words)()
             ptrace(PTRACE_GETREGS, tid, None, ctypes.addressof(regs))
             in_call = regs[ORIG_RAX] < 1 << 63
             outside = not any(start <= regs[RIP] < end for start, end in forbidden)
@@ -167,12 +167,12 @@ class RemoteCaller:
         """Runs function(*arguments) in the held thread with data copied onto its stack first;
         arguments may name the copy's address as -1. Returns (rax, the copy's address)."""
         saved = self._saved
-        top = self.stack_top if self.stack_top is not None else saved[RSP] - RED_ZONE
+        top = self.stack_top if self.stack_top is not None else saved[RSP] - HOST.red_zone
         data_address = (top - len(data)) & ~15
         stack = ((data_address - 64) & ~15) - 8  # at entry rsp + 8 is 16-byte aligned
         self.write(data_address, data)
         self.write(stack, b"\0" * 8)  # the return address: 0, where the call's end faults
-        regs = (ctypes.c_ulonglong * USER_REGS_WORDS)(*saved)
+        regs = (ctypes.c_ulonglong * USER_REGS.words)(*saved)
         for word, value in zip(ARGUMENT_WORDS, arguments):
             regs[word] = data_address if value == -1 else value % (1 << 64)
         regs[RIP], regs[RSP], regs[RAX], regs[ORIG_RAX] = function, stack, 0, (1 << 64) - 1  # no restart
@@ -196,7 +196,7 @@ class RemoteCaller:
     def release(self) -> None:
         """The thread's registers, vector state and signal mask back, and the thread let go."""
         try:
-            regs = (ctypes.c_ulonglong * USER_REGS_WORDS)(*self._saved)
+            regs = (ctypes.c_ulonglong * USER_REGS.words)(*self._saved)
             restart_interrupted_wait(regs)
             with contextlib.suppress(OSError):
                 try:

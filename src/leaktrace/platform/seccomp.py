@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from leaktrace.platform.arch import AUDIT_ARCH, SYSCALL_NUMBERS
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.ptrace import ptrace
 
 PTRACE_SECCOMP_GET_FILTER = 0x420C
@@ -51,7 +51,7 @@ class PlannedCall:
 
     @property
     def number(self) -> int:
-        return SYSCALL_NUMBERS[self.name]
+        return HOST.syscalls[self.name]
 
 
 def read_filters(tid: int) -> list[bytes]:
@@ -80,7 +80,7 @@ def _signed(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
-def run_filter(program: bytes, number: int, args: Sequence[int], arch: int = AUDIT_ARCH, pc: int = 0) -> int:
+def run_filter(program: bytes, number: int, args: Sequence[int], arch: int = HOST.audit_arch, pc: int = 0) -> int:
     """The filter's 32-bit result for the call (struct seccomp_data: nr, arch, instruction
     pointer, six arguments). SeccompUnreadable for an instruction the kernel would have refused."""
     data = struct.pack("<iIQ6Q", number, arch, pc, *(list(args) + [0] * 6)[:6])

@@ -7,7 +7,7 @@ import os
 import resource
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import SYS_BPF, check_machine
+from leaktrace.platform.arch import BPF_ENGINE, HOST, check_machine
 
 CAP_SETGID, CAP_SETUID, CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 6, 7, 19, 21, 38, 39
 BPF_MAP_CREATE, BPF_MAP_TYPE_ARRAY = 0, 2
@@ -19,7 +19,9 @@ _libc.syscall.restype = ctypes.c_long
 def bpf(command: int, attr, size: int | None = None) -> int:
     """The bpf() system call on a ctypes attr (size: how much of it the command reads);
     its result, or OSError."""
-    result = _libc.syscall(SYS_BPF, command, ctypes.byref(attr), ctypes.sizeof(attr) if size is None else size)
+    result = _libc.syscall(
+        HOST.syscalls["bpf"], command, ctypes.byref(attr), ctypes.sizeof(attr) if size is None else size
+    )
     if result < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
@@ -92,7 +94,7 @@ def lift_memlock() -> None:
 
 def check_system() -> None:
     """x86-64, CAP_SYS_ADMIN (or CAP_BPF and CAP_PERFMON), bpf() and uprobes: what the BPF engine needs."""
-    check_machine()
+    check_machine(BPF_ENGINE)
     check_privileges()
     lift_memlock()
     check_bpf()

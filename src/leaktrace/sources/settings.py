@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from leaktrace.platform.arch import SIZE_MAX
+from leaktrace.platform.arch import HOST
 from leaktrace.sources.sampling import EXACT, Sampling
 
 
@@ -15,7 +15,7 @@ from leaktrace.sources.sampling import EXACT, Sampling
 class EngineSettings:
     stack_depth: int = 16  # malloc_debug's backtrace=N
     size_min: int = 0  # sizes in [size_min, size_max] get a stack
-    size_max: int = SIZE_MAX
+    size_max: int = HOST.size_max
     max_live: int = 1_200_000  # live allocations held
     max_sites: int = 262_144  # distinct (pid, stack, size)
     max_stacks: int = 65_536  # distinct stacks

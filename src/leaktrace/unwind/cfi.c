@@ -1,12 +1,14 @@
 // The CFI interpreter both engines use: the preload library's walk asks for the rule at one pc
 // of its own process (.eh_frame_hdr's sorted table finds the FDE, whose instructions run up to
 // that pc); unwind/tables.py has every row of a module file's .eh_frame compiled for the BPF
-// walk. The rule kept is what an x86-64 walk needs. A file is untrusted input: every read of
+// walk. The rule kept is what rows.h's walk needs (arch.h: ARCH_ROWS_WALK). A file is untrusted input: every read of
 // it is bounded by the section, and no pointer in it is followed.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "cfi.h"
+
+#include "arch.h"
 
 #include <dlfcn.h>
 #include <string.h>
@@ -16,7 +18,7 @@
 
 int cfi_usable(void)
 {
-    return _dl_find_object != NULL;
+    return ARCH_ROWS_WALK && _dl_find_object != NULL;
 }
 
 // The .eh_frame_hdr of the module holding pc, or NULL.
@@ -33,7 +35,7 @@ static const uint8_t *eh_frame_header(uintptr_t pc)
 
 int cfi_usable(void)
 {
-    return 1;
+    return ARCH_ROWS_WALK;
 }
 
 #define SEGMENTS_KEPT 8
@@ -160,9 +162,9 @@ static int eh_frame_section(uintptr_t pc, struct eh_frame_section *out)
 }
 #endif
 
-#define DWARF_RBP 6
-#define DWARF_RSP 7
-#define DWARF_RA 16
+#define DWARF_RBP ARCH_DWARF_FP
+#define DWARF_RSP ARCH_DWARF_SP
+#define DWARF_RA ARCH_DWARF_RA
 #define REMEMBERED_MAX 8  // DW_CFA_remember_state nesting followed; deeper gives an unknown rule
 
 // Where CFI is read: this process's own memory, or a copy of a file's .eh_frame, bounded, whose

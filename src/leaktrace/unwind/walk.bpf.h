@@ -130,8 +130,8 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
                                          : C_TRUNCATED_NO_TABLES);
         return;
     }
-    // A return address follows its call: the call's own rule is the one at pc - 1.
-    struct unwind_row *row = row_for(m, w->pc - 1 - m->bias);
+    // A return address follows its call: the call's own rule is the one just before it.
+    struct unwind_row *row = row_for(m, w->pc - ARCH_CALL_SITE_BACK - m->bias);
     u8 rule = row ? row->cfa_rule : CFA_UNKNOWN;
     if (w->fp_ended && rule != CFA_RSP && rule != CFA_END) {
         truncate_walk(w, C_TRUNCATED_NO_RULE);

@@ -14,6 +14,7 @@
 #define PAGE_BYTES 4096
 #define UNWIND_DWARF 1
 
+#include "arch.h"
 #include "cfi.h"  // the fixed-width types the headers are written in, and rows.h
 #include "layout.h"
 #include "walk_state.h"

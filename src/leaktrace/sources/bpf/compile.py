@@ -18,6 +18,7 @@ from bcc import BPF
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.interpreters.python.layout import PYTHON_MAX_FRAMES
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
 from leaktrace.sources.bpf.cookie_stubs import COOKIE_TARGETS
@@ -60,7 +61,9 @@ VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack d
 _HERE = os.path.dirname(__file__)
 _UNWIND = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "unwind")
 _PYTHON = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "interpreters", "python")
+_PLATFORM = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "platform")
 BPF_HEADERS = {
+    "arch.h": os.path.join(_PLATFORM, "arch.h"),
     "layout.h": os.path.join(_HERE, "layout.h"),
     "rows.h": os.path.join(_UNWIND, "rows.h"),
     "walk_state.h": os.path.join(_UNWIND, "walk_state.h"),
@@ -126,6 +129,7 @@ def program_cflags(settings: EngineSettings, target: TraceTarget) -> list[str]:
                 for name, value in zip(("PIDNS_DEV", "PIDNS_INO"), target.pid_namespace or (0, 0))
             ),
             f"-DSELF_TGID={os.getpid()}",
+            f"-DLEAKTRACE_ARCH_{HOST.machine}",  # arch.h's table: a BPF program is built for no machine
             f"-DMAX_PROCS={s.max_procs}",
             f"-DSTACK_DEPTH={s.stack_depth}",
             f"-DLT_SIZE_MIN={s.size_min}ULL",

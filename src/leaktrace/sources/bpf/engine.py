@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from leaktrace.allocators import ALLOCATING, FREE, Family, family_of
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import ARGUMENT_REGISTERS
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import ModuleFiles
 from leaktrace.platform.process import MapsFollower, live_thread, maps_device, read_process
@@ -87,7 +87,7 @@ def probe_cookie(function_code: int, arguments: tuple[str, ...], placement: Plac
     cookie = function_code
     for argument, register in zip(arguments, placement.registers):
         if register != argument:
-            shift = COOKIE_FUNCTION_BITS + ARGUMENT_REGISTERS.index(argument) * COOKIE_REGISTER_BITS
+            shift = COOKIE_FUNCTION_BITS + HOST.argument_registers.index(argument) * COOKIE_REGISTER_BITS
             cookie |= REGISTER_CODES[register] << shift
     return cookie
 

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 
-from leaktrace.platform.arch import SYS_BPF
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.process import launch
 from leaktrace.sources.bpf.layout import HOLD_RELEASED
 from leaktrace.sources.bpf.stop_owners import open_stop_owners
@@ -106,7 +106,16 @@ class StopRelease:
         owners = open_stop_owners()
         read_end, self._write_end = os.pipe2(os.O_CLOEXEC)
         passed = tuple(fd for fd in (pidfd, holds_fd, read_end, owners) if fd is not None and fd >= 0)
-        arguments = (pidfd, pid or -1, read_end, holds_fd or -1, owners, os.getpid(), SYS_BPF, HOLD_RELEASED)
+        arguments = (
+            pidfd,
+            pid or -1,
+            read_end,
+            holds_fd or -1,
+            owners,
+            os.getpid(),
+            HOST.syscalls["bpf"],
+            HOLD_RELEASED,
+        )
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _CONTINUER] + [str(argument) for argument in arguments],

@@ -45,6 +45,7 @@
 // counts them from `live`.
 #include <uapi/linux/ptrace.h>
 
+#include "arch.h"           // the machine's facts (platform/arch.py writes it)
 #include "layout.h"         // shared with user space (layout.py is generated from it)
 #include "rows.h"           // the unwinder's rows and mappings (unwind/; rows.py)
 #include "walk_state.h"     // the walk's state and its stack, handed between tail calls
@@ -90,7 +91,7 @@ struct stack_capture {
 
 // The allocator call in flight on a thread (entry_sp 0: none); nested and tail
 // calls are recognised by a stack pointer at or below entry_sp, and the
-// matching return by entry_sp + 8.
+// matching return by entry_sp plus the bytes the return pops.
 struct pending_call {
     u64 entry_sp;
     u64 size;
@@ -725,7 +726,7 @@ static __always_inline int exit_call(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct pending_call *call = thread_call(0);
-    if (!call || !call->entry_sp || PT_REGS_SP(ctx) != call->entry_sp + 8)
+    if (!call || !call->entry_sp || PT_REGS_SP(ctx) != call->entry_sp + ARCH_RETURN_POPS_ADDRESS)
         return 0;  // not traced, or the return of a nested call
     // Read in place: only this thread, now inside this handler, uses its record.
     call->entry_sp = 0;
@@ -932,7 +933,8 @@ static __always_inline int alloc_entry(struct pt_regs *ctx)
 int alloc_session(struct pt_regs *ctx)
 {
     struct pending_call *call = thread_call(0);
-    if (call && call->entry_sp && PT_REGS_SP(ctx) == call->entry_sp + 8 && PT_REGS_IP(ctx) == call->return_ip)
+    if (call && call->entry_sp && PT_REGS_SP(ctx) == call->entry_sp + ARCH_RETURN_POPS_ADDRESS &&
+        PT_REGS_IP(ctx) == call->return_ip)
         return exit_call(ctx);
     return alloc_entry(ctx);
 }

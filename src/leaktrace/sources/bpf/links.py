@@ -16,7 +16,7 @@ import fcntl
 import os
 import re
 
-from leaktrace.platform.arch import SYSCALL_NUMBERS
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.system import bpf
 
 BPF_LINK_CREATE = 28
@@ -141,7 +141,7 @@ def attach_perf_uprobes(
             # process, through an event on CPU 0 (a BPF program runs on every CPU regardless).
             cpu = -1 if pid else 0
             fd = libc.syscall(
-                SYSCALL_NUMBERS["perf_event_open"], ct.byref(attr), pid or -1, cpu, -1, PERF_FLAG_FD_CLOEXEC
+                HOST.syscalls["perf_event_open"], ct.byref(attr), pid or -1, cpu, -1, PERF_FLAG_FD_CLOEXEC
             )
             if fd < 0:
                 raise OSError(ct.get_errno(), os.strerror(ct.get_errno()))

@@ -8,6 +8,8 @@
 // inside another PID namespace).
 #include "malloc_debug.h"
 
+#include "arch.h"
+
 #include <elf.h>
 #include <link.h>
 #include <poll.h>
@@ -81,7 +83,7 @@ static void patch_relocations(const struct module_view *m, const ElfW(Rela) * re
 {
     for (size_t i = 0; relocations && i < size / sizeof *relocations; i++) {
         unsigned type = ELF64_R_TYPE(relocations[i].r_info), symbol = ELF64_R_SYM(relocations[i].r_info);
-        if ((type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) || !symbol)
+        if ((type != ARCH_JUMP_SLOT && type != ARCH_GLOB_DAT) || !symbol)
             continue;
         uint32_t name = m->symbols[symbol].st_name;
         void *function = name < m->strings_size ? replacement_of(m->strings + name) : NULL;

@@ -18,6 +18,7 @@
 #include <unwind.h>
 #endif
 
+#include "arch.h"
 #include "cfi.h"
 
 static uintptr_t own_start, own_end;  // this library's code: its frames are left out
@@ -44,12 +45,12 @@ void find_own_code(void)
 }
 
 // Records a return address as both walks do: none while still inside this library, then
-// each one moved into its call instruction, as bionic adjusts it on x86.
+// each one moved back into its call instruction, as bionic moves it.
 static void record_frame(uintptr_t *frames, size_t *count, uintptr_t pc)
 {
     if (*count == 0 && pc >= own_start && pc < own_end)
         return;
-    frames[(*count)++] = pc >= 4096 ? pc - 1 : pc;
+    frames[(*count)++] = pc >= 4096 ? pc - ARCH_CALL_SITE_BACK : pc;
 }
 
 #ifdef __GLIBC__
@@ -76,6 +77,7 @@ static size_t libgcc_stack(uintptr_t *frames, size_t max)
 }
 #endif
 
+#if ARCH_ROWS_WALK  // the walk by rows, and the cache of its rules (else every stack is libgcc's)
 // Rules by pc, one word each so that threads share them without a lock: the pc's bits above
 // RULE_INDEX_BITS, the CFA rule + 1 (0: empty), the CFA offset, rbp saved, rbp's offset / 8.
 #define RULE_INDEX_BITS 14
@@ -89,7 +91,7 @@ static uint64_t rule_cache[1 << RULE_INDEX_BITS];
 static uint64_t packed_rule(uintptr_t pc, const struct unwind_row *row)
 {
     int saved = row->rbp_rule == RBP_SAVED;
-    if (pc >> 47 || row->cfa_offset < 0 || row->cfa_offset >= RULE_OFFSET_LIMIT ||
+    if (pc >> ARCH_USER_ADDRESS_BITS || row->cfa_offset < 0 || row->cfa_offset >= RULE_OFFSET_LIMIT ||
         (saved && (row->rbp_offset % 8 || row->rbp_offset < -512 || row->rbp_offset > 504)))
         return 0;  // not kept: worked out again next time
     return ((uint64_t)(pc >> RULE_INDEX_BITS) << RULE_TAG_SHIFT) | ((uint64_t)(row->cfa_rule + 1) << RULE_KIND_SHIFT) |
@@ -148,6 +150,7 @@ EXPORT int dlclose(void *handle)
     forget_rules();
     return result;
 }
+#endif
 
 static unsigned long libgcc_walks;  // stacks with a frame the rules could not follow
 static int libgcc_only;             // LEAKTRACE_UNWINDER=libgcc
@@ -163,6 +166,7 @@ unsigned long stacks_walked_by_libgcc(void)
     return __atomic_load_n(&libgcc_walks, __ATOMIC_RELAXED);
 }
 
+#if ARCH_ROWS_WALK
 // One state of a walk (pc, sp; exact: pc is where execution is, not a return address) and
 // what the step out of it read: the CFA from rbp (then bp is rbp) or not, and where rbp's saved
 // value was (0: rbp was kept).
@@ -373,17 +377,21 @@ __attribute__((noinline)) static long rule_stack(uintptr_t *frames, size_t max, 
     }
     return result;
 }
+#endif
 
 size_t take_stack(uintptr_t *frames, size_t max)
 {
     size_t followed = 0;
+#if ARCH_ROWS_WALK
     if (!libgcc_only) {
         long count = rule_stack(frames, max, &followed);
         if (count >= 0)
             return (size_t)count;
         __atomic_add_fetch(&libgcc_walks, 1, __ATOMIC_RELAXED);
     }
+#endif
 #ifdef __GLIBC__
+    (void)followed;  // libgcc's walk takes the whole stack again
     return libgcc_stack(frames, max);
 #else
     return followed;  // musl ships no libgcc_s: the stack as far as the rules went

@@ -4,6 +4,8 @@
 // (--unreachable), so they are exported.
 #include "malloc_debug.h"
 
+#include "arch.h"
+
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +96,7 @@ static void lock_shard(struct table_shard *shard)
     while (__atomic_exchange_n(&shard->lock, 1, __ATOMIC_ACQUIRE))
         for (unsigned spins = 0; __atomic_load_n(&shard->lock, __ATOMIC_RELAXED); spins++) {
             if (spins < LOCK_SPINS)
-                __builtin_ia32_pause();
+                ARCH_SPIN_HINT();
             else
                 sched_yield();
         }
