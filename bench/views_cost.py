@@ -12,7 +12,6 @@ median of the paired differences. Run from the repo:
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
 import subprocess
@@ -21,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 from preload_bench import build, run_to_end
+
+from leaktrace.platform.arch import built_here
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -41,7 +42,8 @@ def one_run(engine: str, tree: Path, program: Path, threads: int) -> float:
     """ns per call of one run of the workload under the engine of this tree."""
     workload = [str(program), str(threads), str(CALLS[engine] // threads), str(LEAK_PERMILLE)]
     if engine == "preload":
-        (library,) = glob.glob(str(tree / "src/leaktrace/sources/preload/_malloc_debug*.so"))
+        library = built_here(tree / "src/leaktrace/sources/preload", "_malloc_debug")
+        assert library, f"no preload library built in {tree}"
         env = {**os.environ, "LD_PRELOAD": library, "LIBC_DEBUG_MALLOC_OPTIONS": OPTIONS}
         return run_to_end(workload, env)
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}

@@ -1,6 +1,7 @@
-"""The preload library on aarch64, the arm64 parts that need no VM, run on this x86-64 machine:
+"""The preload library on aarch64, the arm64 parts that need no VM, run on an x86-64 machine:
 the library built with gcc-aarch64-linux-gnu from the same sources (platform/arch.h picks
-aarch64's table), aarch64 programs run under qemu-aarch64-static with Debian's arm64 libc.
+aarch64's table), aarch64 programs run under qemu-aarch64-static with Debian's arm64 libc. On
+an arm64 machine (scripts/vm.sh --arch arm64) the same, built and run natively.
 - Preloaded, it counts every call site exactly, each frame in its `bl` (pc - 4, as bionic).
 - Attached by the program itself as leaktrace -p has a process attach it (dlopen, then
   leaktrace_attach), its GOT hooks take the program's calls through R_AARCH64_JUMP_SLOT.
@@ -8,6 +9,7 @@ aarch64's table), aarch64 programs run under qemu-aarch64-static with Debian's a
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -22,7 +24,9 @@ from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.process import parse_maps
 
 PROGRAMS = Path(__file__).parent / "programs"
-QEMU = ["qemu-aarch64-static", "-L", "/usr/aarch64-linux-gnu"]
+NATIVE = os.uname().machine == "aarch64"
+QEMU = [] if NATIVE else ["qemu-aarch64-static", "-L", "/usr/aarch64-linux-gnu"]
+TOOLS = "" if NATIVE else "aarch64-linux-gnu-"  # gcc and objdump for aarch64
 SITES = {"site_a": 10, "site_b": 10, "site_c": 10, "site_d": 20}  # sites.c and self_attach.c's leaks
 LEAK = re.compile(r"^\+\+\+ \S+ leaked block of size 16 at 0x[0-9a-f]+ \(leak \d+ of 50\)$")
 FRAME = re.compile(r"^ +#00  pc ([0-9a-f]{16})  (\S+) \((\w+)\+(\d+)\)$")
@@ -32,13 +36,15 @@ FRAME = re.compile(r"^ +#00  pc ([0-9a-f]{16})  (\S+) \((\w+)\+(\d+)\)$")
 def arm64(tmp_path_factory) -> Path:
     """The library and the two programs, built for aarch64."""
     out = tmp_path_factory.mktemp("arm64")
-    build_library("aarch64-linux-gnu-gcc", out / "malloc_debug.so", ["-O2", "-Wall", "-Wextra", "-Werror"])
+    build_library(f"{TOOLS}gcc", out / "malloc_debug.so", ["-O2", "-Wall", "-Wextra", "-Werror"])
     for name in ("sites", "self_attach"):
-        subprocess.run(["aarch64-linux-gnu-gcc", "-O2", "-g", "-o", out / name, PROGRAMS / f"{name}.c"], check=True)
+        subprocess.run([f"{TOOLS}gcc", "-O2", "-g", "-o", out / name, PROGRAMS / f"{name}.c"], check=True)
     return out
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    if NATIVE:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
     settings = [word for name, value in (env or {}).items() for word in ("-E", f"{name}={value}")]
     return subprocess.run([*QEMU, *settings, *argv], capture_output=True, text=True, timeout=120)
 
@@ -58,7 +64,7 @@ def _innermost_calls(stderr: str, program: Path) -> Counter[str]:
         pc, module, function = int(frame.group(1), 16), frame.group(2), frame.group(3)
         assert module == str(program)
         if pc not in checked:
-            dump = ["aarch64-linux-gnu-objdump", "-d", f"--start-address={pc:#x}", f"--stop-address={pc + 4:#x}"]
+            dump = [f"{TOOLS}objdump", "-d", f"--start-address={pc:#x}", f"--stop-address={pc + 4:#x}"]
             text = subprocess.run([*dump, str(program)], capture_output=True, text=True, check=True).stdout
             assert re.search(rf"^ +{pc:x}:\t[0-9a-f]{{8}} \tbl\t", text, re.M), text
             checked.add(pc)

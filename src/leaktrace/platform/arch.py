@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from types import MappingProxyType
 
@@ -198,6 +199,16 @@ def check_machine(part: str) -> None:
     if part not in table.ported:
         where = ", ".join(t.machine for t in TABLES.values() if part in t.ported)
         raise RuntimeFailure(f"this machine is {machine}: {part} runs on {where} only (docs/limits.md)")
+
+
+def built_here(directory: Path, stem: str) -> str | None:
+    """The module pip built in directory for this interpreter's machine: its suffix names the
+    machine, so another machine's build beside it (an arm64 VM's, same checkout) is never taken."""
+    for suffix in EXTENSION_SUFFIXES:
+        path = directory / f"{stem}{suffix}"
+        if path.is_file():
+            return str(path)
+    return None
 
 
 def _section(table: Arch) -> list[str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes as ct
 import dataclasses
 import functools
-import glob
 import hashlib
 import os
 import re
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.arch import built_here
 from leaktrace.platform.atomic_write import write_atomically
 from leaktrace.platform.elf import PF_X, PT_LOAD, ElfFile, FileIdentity
 from leaktrace.platform.process import Mapping
@@ -146,10 +146,10 @@ def parse_frames_interp(text: str) -> list[tuple[int, int, list[tuple[int, Rule]
 @functools.cache
 def _cfi_module() -> ct.CDLL:
     """cfi.c as pip install built it, for ctypes."""
-    found = sorted(glob.glob(str(Path(__file__).parent / "_cfi*.so")))
-    if not found:
+    found = built_here(Path(__file__).parent, "_cfi")
+    if found is None:
         raise RuntimeFailure("leaktrace's CFI module is not built: reinstall leaktrace (pip install)")
-    module = ct.CDLL(found[0])
+    module = ct.CDLL(found)
     module.cfi_section_rows.restype = ct.c_long
     module.cfi_section_rows.argtypes = [ct.c_char_p, ct.c_size_t, ct.c_uint64, ct.c_void_p, ct.c_size_t]
     return module

@@ -12,7 +12,6 @@ import bisect
 import dataclasses
 import fcntl
 import functools
-import glob
 import os
 import stat
 import struct
@@ -36,6 +35,7 @@ from leaktrace.model.snapshot import (
     Snapshot,
     StackStatus,
 )
+from leaktrace.platform.arch import built_here
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.platform.module_files import runs_on_musl
@@ -70,12 +70,12 @@ ReadMemory = Callable[[int, int], bytes]  # (address, size) -> what could be rea
 def preload_library(on_musl: bool = False) -> str:
     """Path of the library that pip install built into the package, for glibc's loader or
     musl's (setup.py builds that one with musl-gcc)."""
-    pattern = "malloc_debug_musl.so" if on_musl else "_malloc_debug*.so"
-    found = sorted(glob.glob(str(Path(__file__).parent / pattern)))
-    if not found:
+    here = Path(__file__).parent
+    found = str(here / "malloc_debug_musl.so") if on_musl else built_here(here, "_malloc_debug")
+    if found is None or not os.path.isfile(found):
         what = "for musl (musl-gcc was not found when it was built) " if on_musl else ""
         raise RuntimeFailure(f"leaktrace's preload library {what}is not built: reinstall leaktrace (pip install)")
-    return found[0]
+    return found
 
 
 @functools.lru_cache(maxsize=2)
