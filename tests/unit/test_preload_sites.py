@@ -5,10 +5,12 @@ the library's."""
 from __future__ import annotations
 
 import struct
+from importlib.machinery import EXTENSION_SUFFIXES
 
 import pytest
 
 from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.arch import built_here
 from leaktrace.sources.bpf.layout import PEAK
 from leaktrace.sources.preload import table
 from leaktrace.sources.preload.layout import MAX_FRAMES, SITE, SITE_COUNTS, SITE_SLOTS
@@ -65,10 +67,23 @@ def test_a_file_the_library_could_not_have_written_is_refused(data):
 def test_each_libcs_build_of_the_library_is_found_or_its_absence_said(monkeypatch):
     """pip install builds both (the musl one with musl-gcc); one not built is named in one line."""
     assert preload_library().endswith(".so") and preload_library(on_musl=True).endswith("/malloc_debug_musl.so")
-    monkeypatch.setattr(table.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(table.os.path, "isfile", lambda path: False)
+    monkeypatch.setattr(table, "built_here", lambda directory, stem: None)
     with pytest.raises(RuntimeFailure) as refused:
         preload_library(on_musl=True)
     assert str(refused.value) == (
         "leaktrace's preload library for musl (musl-gcc was not found when it was built) is not built: "
         "reinstall leaktrace (pip install)"
     )
+    with pytest.raises(RuntimeFailure) as refused:
+        preload_library()
+    assert str(refused.value) == "leaktrace's preload library is not built: reinstall leaktrace (pip install)"
+
+
+def test_an_extension_module_of_another_machine_is_never_taken(tmp_path):
+    """Another machine's build beside this machine's in one checkout (an arm64 VM's: vm.sh --arch arm64)."""
+    (tmp_path / "_malloc_debug.cpython-311-riscv64-linux-gnu.so").write_bytes(b"")
+    assert built_here(tmp_path, "_malloc_debug") is None
+    ours = tmp_path / f"_malloc_debug{EXTENSION_SUFFIXES[0]}"
+    ours.write_bytes(b"")
+    assert built_here(tmp_path, "_malloc_debug") == str(ours)
