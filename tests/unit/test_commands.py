@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -145,20 +146,26 @@ def test_decode_leak_info_reads_a_buffer_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "argv, part",
+    "machine, argv, part",
     [
-        (["-p", "1"], "the BPF engine"),
-        (["-p", "1", "--engine", "preload"], "the in-process engine"),
-        (["heap", "-p", "1"], "the heap walk"),
+        ("riscv64", ["-p", "1"], "the BPF engine"),
+        ("riscv64", ["-p", "1", "--engine", "preload"], "the in-process engine"),
+        ("riscv64", ["heap", "-p", "1"], "the heap walk"),
+        ("aarch64", ["-p", "{child}", "--engine", "preload"], "the in-process attach"),
+        ("aarch64", ["heap", "-p", "1"], "the heap walk"),
     ],
 )
-@pytest.mark.parametrize("machine", ["aarch64", "riscv64"])
-def test_a_part_not_ported_to_the_machine_is_refused_in_one_line(argv, part, machine, monkeypatch, capsys):
+def test_a_part_not_ported_to_the_machine_is_refused_in_one_line(machine, argv, part, monkeypatch, capsys):
     """Before any system call number or register of another machine is used on it: a machine
-    with a table (aarch64) names the part, one without names the tables there are."""
+    with a table (aarch64, whose BPF engine is ported) names the part, one without names the
+    tables there are."""
     real = os.uname()
     monkeypatch.setattr(os, "uname", lambda: os.uname_result((*real[:4], machine)))
-    assert main(argv) == 1
+    with subprocess.Popen(["sleep", "30"]) as child:  # a process of ours, not preloaded: the attach would inject
+        try:
+            assert main([word.format(child=child.pid) for word in argv]) == 1
+        finally:
+            child.kill()
     said = {
         "aarch64": f"this machine is aarch64: {part} runs on x86_64 only (docs/limits.md)",
         "riscv64": "this machine is riscv64: leaktrace knows x86_64, aarch64 only "

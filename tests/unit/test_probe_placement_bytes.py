@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from each import each
 
 from leaktrace.platform.elf import ElfFile
 from leaktrace.sources.bpf.probe_placement import place_probe
@@ -69,3 +70,49 @@ def test_a_branch_back_to_the_entry_or_a_store_keeps_the_probe_at_the_entry(tmp_
     for name, why in (("looped", "a branch lands on"), ("stores", "cannot be skipped")):
         placement = place_probe(library, name, library.dynamic_functions[name], ("rdi",))
         assert placement.moved == 0 and why in placement.why, placement.why
+
+
+# Each aarch64 entry instruction, and whether the kernel simulates its uprobe (decode-insn.c):
+# the first four are Debian 12's arm64 glibc 2.36 (malloc, reallocarray, free, and calloc's
+# kind of prologue), read off /usr/aarch64-linux-gnu/lib/libc.so.6.
+ARM64_ENTRIES = {
+    "stp x29, x30, [sp, #-64]!": False,
+    "umulh x3, x1, x2": False,
+    "cbz x0, 1f": True,
+    "sub sp, sp, #32": False,
+    "paciasp": False,
+    "nop": False,
+    "adrp x1, 1f": True,
+    "adr x1, 1f": True,
+    "b 1f": True,
+    "bl 1f": True,
+    "b.ne 1f": True,
+    "tbnz w0, #3, 1f": True,
+    "ret": True,
+    "br x16": True,
+    "blr x16": True,
+    "ldr x0, 1f": True,
+    "ldrsw x0, 1f": True,
+    "ldr x0, [x1]": False,
+    "mov x29, sp": False,
+}
+
+
+def test_an_aarch64_probe_stays_at_its_entry_and_says_if_the_kernel_steps_it(tmp_path):
+    """Cross-built with gcc-aarch64-linux-gnu: probes are never moved there, and each probe's cost
+    is told by its instruction, as arm64's kernel decodes it."""
+    source = tmp_path / "entries.S"
+    lines = [".text"]
+    for index, instruction in enumerate(ARM64_ENTRIES):
+        lines += [f".globl f{index}", f".type f{index}, %function", ".p2align 3", f"f{index}:", instruction]
+        lines += ["1:", ".word 0", f".size f{index}, . - f{index}"]
+    source.write_text("\n".join(lines) + "\n")
+    library = tmp_path / "libentries.so"
+    built = ["aarch64-linux-gnu-gcc", "-march=armv8.3-a", "-shared", "-nostdlib", "-o", str(library), str(source)]
+    subprocess.run(built, check=True)
+    elf = ElfFile(str(library))
+    for index, (instruction, simulated) in enumerate(each(ARM64_ENTRIES.items())):
+        start = elf.dynamic_functions[f"f{index}"]
+        placement = place_probe(elf, f"f{index}", start, ("regs[0]",))
+        assert (placement.moved, placement.registers) == (0, ()), instruction
+        assert placement.single_stepped is not simulated, (instruction, placement.why)

@@ -24,6 +24,7 @@ from leaktrace.errors import RuntimeFailure, UsageError
 from leaktrace.interpreters.python.frame_words import named_like_python
 from leaktrace.model.snapshot import Measure
 from leaktrace.outputs.renderers import FILE_FORMATS
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.platform.containers import ID_PREFIX
 from leaktrace.platform.process import program_behind, resolve_executable
@@ -190,9 +191,10 @@ def _add_stack_choices(parser: ArgumentParser) -> None:
     parser.add_argument(
         "--unwind",
         choices=("dwarf", "fp"),
-        default="dwarf",
+        default="dwarf" if HOST.rows_walk else "fp",
         help="BPF engine stacks: dwarf follows each module's .eh_frame (default; right "
-        "without frame pointers); fp follows the frame-pointer chain only",
+        "without frame pointers); fp follows the frame-pointer chain only (the default on "
+        "machines whose frames the walk's rows do not describe: arm64)",
     )
 
 

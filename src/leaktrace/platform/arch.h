@@ -12,6 +12,7 @@
 #define ARCH_JUMP_SLOT 7
 #define ARCH_GLOB_DAT 6
 #define ARCH_ROWS_WALK 1
+#define ARCH_MOVES_PROBES 1
 #define ARCH_SPIN_HINT() __asm__ volatile("pause")
 #elif defined(__aarch64__) || defined(LEAKTRACE_ARCH_aarch64)
 #define ARCH_CALL_SITE_BACK 4
@@ -23,6 +24,7 @@
 #define ARCH_JUMP_SLOT 1026
 #define ARCH_GLOB_DAT 1025
 #define ARCH_ROWS_WALK 0
+#define ARCH_MOVES_PROBES 0
 #define ARCH_SPIN_HINT() __asm__ volatile("yield")
 #else
 #error "no architecture table in platform/arch.py for this machine"

@@ -19,6 +19,7 @@ from leaktrace.errors import RuntimeFailure
 
 # The parts of leaktrace that run on an architecture once ported to it.
 BPF_ENGINE, IN_PROCESS, HEAP_WALK = "the BPF engine", "the in-process engine", "the heap walk"
+IN_PROCESS_ATTACH = "the in-process attach"  # -p: ptrace's remote calls and register sets
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class Arch:
     # Whether rows.h's rows describe its frames (the return address at CFA-8, the frame pointer
     # saved or kept): where not, the library's walk is libgcc's and the BPF walk is not ported.
     rows_walk: bool
+    # Whether probe placement reads its instructions (sources/bpf/probe_placement.py): a probe
+    # may then sit past the entry, its arguments moved to other registers; else it stays at the entry.
+    moves_probes: bool
+    single_step_us: int | None  # what a call through a probe stepped out of line costs, where measured
     ported: frozenset[str]
 
     @property
@@ -122,11 +127,14 @@ X86_64 = Arch(
     glob_dat=6,  # R_X86_64_GLOB_DAT
     spin_hint="pause",
     rows_walk=True,
-    ported=frozenset({BPF_ENGINE, IN_PROCESS, HEAP_WALK}),
+    moves_probes=True,
+    single_step_us=15,
+    ported=frozenset({BPF_ENGINE, IN_PROCESS, IN_PROCESS_ATTACH, HEAP_WALK}),
 )
 
-# arm64: the preload library builds and runs (LD_PRELOAD, its options); the engines' Python
-# side (ptrace through GETREGSET, probe placement, the BPF walk) is not ported yet.
+# arm64: the BPF engine (probes at the entry, frame-pointer stacks) and the in-process engine's
+# launch; not the attach and the heap walk (ptrace's registers through GETREGSET), nor the walk
+# by rows (the return address in x30 or anywhere in the frame) or Python frames (tpidr_el0).
 AARCH64 = Arch(
     machine="aarch64",
     abi="arm64",
@@ -176,7 +184,9 @@ AARCH64 = Arch(
     glob_dat=1025,  # R_AARCH64_GLOB_DAT
     spin_hint="yield",
     rows_walk=False,  # the return address is in x30, or saved anywhere in the frame
-    ported=frozenset(),
+    moves_probes=False,
+    single_step_us=None,  # measured only under TCG, which says nothing of hardware
+    ported=frozenset({BPF_ENGINE, IN_PROCESS}),
 )
 
 TABLES = {table.machine: table for table in (X86_64, AARCH64)}
@@ -222,6 +232,7 @@ def _section(table: Arch) -> list[str]:
         "JUMP_SLOT": table.jump_slot,
         "GLOB_DAT": table.glob_dat,
         "ROWS_WALK": int(table.rows_walk),
+        "MOVES_PROBES": int(table.moves_probes),
     }
     guard = f"defined(__{table.machine}__) || defined(LEAKTRACE_ARCH_{table.machine})"
     return [

@@ -197,7 +197,8 @@ static __always_inline void unwind_one(struct pending_call *call, struct exec_ma
             truncate_walk(w, C_TRUNCATED_NO_RULE);
             return;
         }
-        w->fp_ended = frame[0] <= w->bp;
+        // A saved frame pointer of 0 is the outermost frame's mark: its return address is the last.
+        w->fp_ended = frame[0] && frame[0] <= w->bp;
         w->sp = w->bp + 16, w->pc = frame[1], w->bp = frame[0];
     }
     if (!w->pc)

@@ -23,6 +23,7 @@ from leaktrace.interpreters.python.layout import (
 )
 from leaktrace.interpreters.python.versions import PythonOffsets
 from leaktrace.model.snapshot import PythonCode, Snapshot
+from leaktrace.platform.arch import HOST
 
 Read = Callable[[int, int], bytes]  # (address, size) -> the bytes there; short where unreadable
 OffsetsOf = Callable[[int], PythonOffsets | None]  # pid -> its interpreter's row (None: not known)
@@ -36,7 +37,7 @@ def process_memory(pid: int) -> Iterator[Read]:
 
     def read(address: int, size: int) -> bytes:
         try:
-            return os.pread(fd, size, address) if 0 < address < 1 << 47 else b""
+            return os.pread(fd, size, address) if 0 < address < 1 << HOST.user_address_bits else b""
         except OSError:
             return b""
 

@@ -698,11 +698,15 @@ static __always_inline int enter_call(struct pt_regs *ctx, u32 kind, u64 size, u
         call->entry_sp = 0;
         return NO_RETURN_RUN;
     }
+#if ARCH_RETURN_POPS_ADDRESS  // the call pushed its return address: at sp
     if (read_user(&call->return_ip, sizeof(call->return_ip), (void *)sp)) {
         call->entry_sp = 0;
         count(C_PENDING_LOST);
         return NO_RETURN_RUN;
     }
+#else  // in the link register
+    call->return_ip = PT_REGS_RET(ctx);
+#endif
 #endif
     call->unsampled = unsampled;
 #endif
@@ -830,6 +834,7 @@ static __always_inline int product_overflows(u64 a, u64 b)
 // memory at its register's offset in pt_regs.
 static __always_inline u64 argument(struct pt_regs *ctx, u64 cookie, u32 index, u64 abi_value)
 {
+#if ARCH_MOVES_PROBES
     u32 offset;
     switch ((cookie >> (COOKIE_FUNCTION_BITS + index * COOKIE_REGISTER_BITS)) & ((1 << COOKIE_REGISTER_BITS) - 1)) {
     case AR_RAX:
@@ -880,6 +885,9 @@ static __always_inline u64 argument(struct pt_regs *ctx, u64 cookie, u32 index, 
     u64 value = 0;
     bpf_probe_read_kernel(&value, sizeof(value), (void *)ctx + offset);
     return value;
+#else  // every probe at its function's entry: the arguments where the ABI puts them
+    return abi_value;
+#endif
 }
 
 // One program for every allocating entry point; the cookie of the probe's
@@ -975,7 +983,11 @@ int free_enter(struct pt_regs *ctx)
     // A caller inside the allocator's own code is the allocator returning a
     // block it held (glibc frees its per-thread cache at thread exit).
     u64 caller = 0, here = PT_REGS_IP(ctx);
+#if ARCH_RETURN_POPS_ADDRESS
     read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(ctx));
+#else
+    caller = PT_REGS_RET(ctx);
+#endif
     u32 slot = CTL_TEXT_BEFORE_FREE;
     u32 *before = control.lookup(&slot);
     slot = CTL_TEXT_AFTER_FREE;

@@ -26,7 +26,7 @@ from leaktrace.platform.elf import ElfError, ElfFile
 # address, the call's identity) and the frame pointer (the stack walk).
 ALWAYS_KEPT = frozenset(("rsp", "rbp"))
 SKIP_AT_MOST = 24  # instructions a probe may move over
-EM_X86_64 = 62
+EM_X86_64, EM_AARCH64 = 62, 183
 LEGACY_PREFIXES = frozenset((0xF0, 0xF2, 0xF3, 0x2E, 0x36, 0x3E, 0x26, 0x64, 0x65))
 _BRANCH_GROUPS = (x86.X86_GRP_JUMP, x86.X86_GRP_CALL, x86.X86_GRP_RET, x86.X86_GRP_INT, x86.X86_GRP_IRET)
 
@@ -40,6 +40,7 @@ class Placement:
     instruction: bytes = b""  # the probed instruction, when it could be decoded
     registers: tuple[str, ...] = ()  # where each argument asked for is at the probe (empty: where the ABI put it)
     unprobed: bool = False  # a tail-call wrapper of a probed function: no probe of its own
+    machine: int = EM_X86_64  # the ELF machine whose instruction `instruction` is
 
     @property
     def moved(self) -> int:
@@ -48,7 +49,33 @@ class Placement:
     @property
     def single_stepped(self) -> bool:
         """The kernel runs the probed instruction out of line (the slow trap), or it is not known."""
+        if self.machine == EM_AARCH64:
+            return not arm64_kernel_simulates(self.instruction)
         return not kernel_emulates(self.instruction)
+
+
+# The aarch64 instructions whose uprobe the kernel simulates instead of stepping them out of
+# line, as (mask, value) of the instruction word: arch/arm64/kernel/probes/decode-insn.c's b, bl,
+# b.cond, cbz/cbnz, tbz/tbnz, br/blr/ret, adr/adrp, and ldr/ldrsw of a literal.
+ARM64_SIMULATED = (
+    (0x7C000000, 0x14000000),  # b, bl
+    (0xFF000010, 0x54000000),  # b.cond
+    (0x7E000000, 0x34000000),  # cbz, cbnz
+    (0x7E000000, 0x36000000),  # tbz, tbnz
+    (0xFF9FFC1F, 0xD61F0000),  # br, blr
+    (0xFFFFFC1F, 0xD65F0000),  # ret
+    (0x1F000000, 0x10000000),  # adr, adrp
+    (0xBF000000, 0x18000000),  # ldr (literal), 32 and 64 bits
+    (0xFF000000, 0x98000000),  # ldrsw (literal)
+)
+
+
+def arm64_kernel_simulates(code: bytes) -> bool:
+    """True for an aarch64 instruction (4 bytes, little-endian) the kernel simulates at a uprobe."""
+    if len(code) != 4:
+        return False
+    word = int.from_bytes(code, "little")
+    return any(word & mask == value for mask, value in ARM64_SIMULATED)
 
 
 def kernel_emulates(code: bytes) -> bool:
@@ -139,8 +166,8 @@ def only_tail_calls(elf: ElfFile, entry: int) -> bool:
     """Whether the function at entry calls nothing and leaves only by returning or by a direct
     jump out of itself (a tail call): whatever it allocates, the jump's target does."""
     symbol = elf.function_at(entry)
-    if symbol is None or symbol.value != entry or not symbol.size:
-        return False
+    if elf.machine != EM_X86_64 or symbol is None or symbol.value != entry or not symbol.size:
+        return False  # another machine's code is not read: its function is probed itself
     md = Cs(CS_ARCH_X86, CS_MODE_64)
     md.detail = True
     try:
@@ -170,8 +197,16 @@ def place_probe(elf: ElfFile, function: str, entry: int, arguments: tuple[str, .
     """
 
     def at_entry(reason: str, instruction: bytes = b"") -> Placement:
-        return Placement(function, entry, entry, f"{function}: probe at entry ({reason})", instruction)
+        why = f"{function}: probe at entry ({reason})"
+        return Placement(function, entry, entry, why, instruction, machine=elf.machine)
 
+    if elf.machine == EM_AARCH64 and elf.is_64:
+        try:  # never moved: its first instruction tells only what the probe costs
+            word = elf.read(entry, 4)
+        except ElfError as e:
+            return at_entry(str(e))
+        how = "simulated by the kernel" if arm64_kernel_simulates(word) else "stepped out of line"
+        return at_entry(f"aarch64, {word[::-1].hex()} {how}", word)
     if elf.machine != EM_X86_64 or not elf.is_64:
         return at_entry("not x86-64")
     symbol = elf.function_at(entry)

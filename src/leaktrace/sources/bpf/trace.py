@@ -14,6 +14,7 @@ import time
 from leaktrace.errors import RuntimeFailure
 from leaktrace.interpreters.python.code_objects import PythonCodeCapture
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, LeakCheck, ProcessInfo, Snapshot, UnreachableReport
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import (
     ModuleFiles,
@@ -471,7 +472,8 @@ class BpfTrace(PollingSource):
         refused = self.engine.tables.cache_refused
         cache = [f"unwind table cache not used: {refused}"] if refused else []
         slow = sorted({probe.function for probe in self.engine.probes if probe.placement.single_stepped})
-        trapped = f" ({len(slow)} single-stepped, ~15 us a call: {', '.join(slow)}; -v says why)" if slow else ""
+        cost = f", ~{HOST.single_step_us} us a call" if HOST.single_step_us else ""
+        trapped = f" ({len(slow)} single-stepped{cost}: {', '.join(slow)}; -v says why)" if slow else ""
         live = f"tracing {what} through {', '.join(self.engine.library_names)}: {len(self.engine.probes)} probes live"
         everywhere = (
             [f"pid {self.pid}'s first thread has exited: its probes trap in every process that uses the library"]

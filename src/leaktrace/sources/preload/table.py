@@ -35,7 +35,7 @@ from leaktrace.model.snapshot import (
     Snapshot,
     StackStatus,
 )
-from leaktrace.platform.arch import built_here
+from leaktrace.platform.arch import HOST, built_here
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.platform.module_files import runs_on_musl
@@ -223,7 +223,7 @@ def counters_in_place(pid: int) -> Counters:
     )
 
 
-ADDRESS_LIMIT = 1 << 47  # user addresses end below this on x86-64 (4-level page tables)
+ADDRESS_LIMIT = 1 << HOST.user_address_bits  # user addresses end below this (4-level page tables)
 
 
 class _Readable:

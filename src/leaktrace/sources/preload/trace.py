@@ -40,6 +40,7 @@ from leaktrace.model.snapshot import (
     Snapshot,
     UnreachableReport,
 )
+from leaktrace.platform.arch import IN_PROCESS_ATTACH, check_machine
 from leaktrace.platform.containers import container_of
 from leaktrace.platform.elf import ElfError, ElfFile
 from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles, allocator_library_of_process, runs_on_musl
@@ -252,6 +253,7 @@ class PreloadTrace(PollingSource):
                 "library put in by leaktrace"
             )
         if not preloaded or not config.options:
+            check_machine(IN_PROCESS_ATTACH)  # the library put in through ptrace's remote calls
             injection = Injection(pid, options, sampling)
             trace = cls(info, DEFAULT_DUMP_PREFIX, parse_malloc_debug_options(options).backtrace_frames)
             trace.injection = injection
