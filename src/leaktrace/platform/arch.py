@@ -221,7 +221,7 @@ def built_here(directory: Path, stem: str) -> str | None:
     return None
 
 
-def _section(table: Arch) -> list[str]:
+def _section(table: Arch, directive: str) -> list[str]:
     facts = {
         "CALL_SITE_BACK": table.call_site_back,
         "USER_ADDRESS_BITS": table.user_address_bits,
@@ -236,7 +236,7 @@ def _section(table: Arch) -> list[str]:
     }
     guard = f"defined(__{table.machine}__) || defined(LEAKTRACE_ARCH_{table.machine})"
     return [
-        f"#if {guard}",
+        f"{directive} {guard}",
         *(f"#define ARCH_{name} {value}" for name, value in facts.items()),
         f'#define ARCH_SPIN_HINT() __asm__ volatile("{table.spin_hint}")',
     ]
@@ -252,8 +252,7 @@ def c_header() -> str:
         "",
     ]
     for index, table in enumerate(TABLES.values()):
-        section = _section(table)
-        lines += section if index == 0 else ["#el" + section[0][1:], *section[1:]]
+        lines += _section(table, "#if" if index == 0 else "#elif")
     lines += ["#else", '#error "no architecture table in platform/arch.py for this machine"', "#endif", "", "#endif"]
     return "\n".join(lines) + "\n"
 

@@ -1,8 +1,9 @@
 // The CFI interpreter both engines use: the preload library's walk asks for the rule at one pc
 // of its own process (.eh_frame_hdr's sorted table finds the FDE, whose instructions run up to
 // that pc); unwind/tables.py has every row of a module file's .eh_frame compiled for the BPF
-// walk. The rule kept is what rows.h's walk needs (arch.h: ARCH_ROWS_WALK). A file is untrusted input: every read of
-// it is bounded by the section, and no pointer in it is followed.
+// walk. The rule kept is what rows.h's walk needs, where it describes the machine's frames
+// (arch.h: ARCH_ROWS_WALK). A file is untrusted input: every read of it is bounded by the
+// section, and no pointer in it is followed.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,7 +19,7 @@
 
 int cfi_usable(void)
 {
-    return ARCH_ROWS_WALK && _dl_find_object != NULL;
+    return _dl_find_object != NULL;
 }
 
 // The .eh_frame_hdr of the module holding pc, or NULL.
@@ -35,7 +36,7 @@ static const uint8_t *eh_frame_header(uintptr_t pc)
 
 int cfi_usable(void)
 {
-    return ARCH_ROWS_WALK;
+    return 1;
 }
 
 #define SEGMENTS_KEPT 8
