@@ -15,7 +15,8 @@
 #     chromium (the HTML page), valgrind (the heap walk's oracle), debuginfod's server, mypy,
 #     clang-format, heaptrack and memray (bench/), speedscope (npm, in build/: the folded stacks' reader),
 #     debootstrap and a Debian 13 root in build/debian13 with its python3.13 (the Python frames' tests),
-#     gcc-aarch64-linux-gnu and qemu-user-static (the library built for aarch64 and run: test_arm64_library.py;
+#     strace (a traced process refused), gcc-aarch64-linux-gnu and qemu-user-static (the library built for
+#     aarch64 and run: test_arm64_library.py;
 #     with qemu-system-arm, the arm64 test VM: scripts/vm.sh --arch arm64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ tests=0
 packages=(python3-bpfcc python3-venv python3-pip gcc libc6-dev musl-tools binutils python3-protobuf llvm debuginfod "linux-headers-$arch")
 if [ $tests -eq 1 ]; then
     command -v npm >/dev/null 2>&1 || packages+=(npm)   # speedscope's; a machine's own Node.js is kept
-    packages+=(bpfcc-tools bpftool g++ util-linux tmux podman runc qemu-system-x86 cpio busybox-static xz-utils zstd libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap gcc-aarch64-linux-gnu qemu-user-static qemu-system-arm)
+    packages+=(bpfcc-tools bpftool g++ util-linux tmux podman runc qemu-system-x86 cpio busybox-static xz-utils zstd libjemalloc2 libjemalloc-dev libtcmalloc-minimal4 libmimalloc2.0 redis-server redis-tools libc6-dbg golang-go chromium mypy clang-format valgrind heaptrack prometheus automake autoconf meson cmake debootstrap gcc-aarch64-linux-gnu qemu-user-static qemu-system-arm strace)
 fi
 
 missing=()

@@ -53,7 +53,7 @@ if [ "$arch" = arm64 ]; then
         [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || cat /usr/lib/binfmt.d/qemu-aarch64.conf >/proc/sys/fs/binfmt_misc/register
         rm -rf "$guest_root.partial"
         debootstrap --arch=arm64 --variant=minbase \
-            --include=python3,python3-venv,python3-pip,python3-bpfcc,python3-protobuf,gcc,libc6-dev,binutils,busybox-static,kmod,procps,llvm,python3-pytest,python3-capstone,python3-tabulate,python3-numpy,python3-prometheus-client,python3-jsonschema \
+            --include=python3,python3-venv,python3-pip,python3-bpfcc,python3-protobuf,gcc,libc6-dev,binutils,busybox-static,kmod,procps,llvm,python3-pytest,python3-capstone,python3-tabulate,python3-numpy,python3-prometheus-client,python3-jsonschema,strace,python3-junitparser,g++,valgrind \
             bookworm "$guest_root.partial" http://deb.debian.org/debian >/dev/null
         touch "$guest_root.partial/etc/leaktrace-root"
         rm -rf "$guest_root" && mv "$guest_root.partial" "$guest_root"

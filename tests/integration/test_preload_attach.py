@@ -15,6 +15,8 @@ import pytest
 
 from conftest import leaktrace_command
 from helpers import (
+    SLOWDOWN,
+    TIMEOUT,
     free_port,
     library_hooked,
     preload_attached,
@@ -225,3 +227,30 @@ def test_ctypes_loaded_before_the_attach_is_said_once(target):
     plain.send_signal(signal.SIGINT)
     _, err = plain.communicate(timeout=120)
     assert plain.returncode == 0 and "ctypes" not in err, err
+
+
+@pytest.mark.parametrize("kind", ["read", "epoll", "poll", "sigwait", "condwait", "sleep"])
+def test_a_thread_held_for_the_attach_goes_on_waiting_as_if_never_woken(kind, program):
+    """The attach and the detach each hold the program's only thread (condwait: its first of two)
+    where it waits: the wait is run on afterwards, never ended with EINTR (the kernel ends
+    epoll's and sigtimedwait's so), and a sleep is not begun anew (it would end past its time)."""
+    pause, asked = 1.0 * SLOWDOWN, 8.0 * SLOWDOWN
+    with subprocess.Popen(
+        [program("waits"), kind, str(asked)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            assert wait_for_line(process.stdout) == "ready\n"
+            time.sleep(pause)  # the sleep is this far along at the first hold
+            trace_ended(preload_attached(process.pid))
+            if kind == "sigwait":
+                process.send_signal(signal.SIGUSR1)
+            elif kind != "sleep":
+                process.stdin.write("x")
+                process.stdin.flush()
+            out, _ = process.communicate(timeout=TIMEOUT)
+        finally:
+            process.kill()
+    assert process.returncode == 0, out
+    if kind == "sleep":
+        slept = float(out.split()[1])
+        assert asked <= slept < asked + pause / 2, out

@@ -53,5 +53,6 @@ def test_relocations_and_the_seccomp_architecture_are_the_headers(table: Arch):
 
 @pytest.mark.parametrize("table", TABLES.values(), ids=lambda table: table.machine)
 def test_the_waits_and_the_argument_registers_are_named_in_the_table(table: Arch):
-    assert set(table.eintr_waits) <= set(table.syscalls)
+    assert set(table.eintr_waits) <= set(table.waiting_calls) <= set(table.syscalls)
     assert len(table.argument_registers) == 3
+    assert "restart_syscall" in table.syscalls and {"nanosleep", "clock_nanosleep", "futex"} <= set(table.waiting_calls)

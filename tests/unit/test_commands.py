@@ -151,7 +151,6 @@ def test_decode_leak_info_reads_a_buffer_file(tmp_path, capsys):
         ("riscv64", ["-p", "1"], "the BPF engine"),
         ("riscv64", ["-p", "1", "--engine", "preload"], "the in-process engine"),
         ("riscv64", ["heap", "-p", "1"], "the heap walk"),
-        ("aarch64", ["-p", "{child}", "--engine", "preload"], "the in-process attach"),
         ("aarch64", ["heap", "-p", "1"], "the heap walk"),
     ],
 )

@@ -14,7 +14,6 @@ BPF = "loads BPF programs or reads their maps: root and a kernel with BPF (tests
 NOT_UNIT_TESTED = {
     "leaktrace.commands.heap": "freezes a live process with ptrace and walks its heap (test_heap_walk.py)",
     "leaktrace.platform.module_files": "opens modules through /proc/PID/map_files, which only root may",
-    "leaktrace.platform.ptrace": "seizes live processes (test_preload_attach.py, test_attach_hostile.py)",
     "leaktrace.platform.remote_call": "calls into a live process it holds with ptrace (test_preload_attach.py)",
     "leaktrace.platform.system": "bpf() and tracefs: root (every integration test checks the system through it)",
     "leaktrace.sources.bpf.engine": BPF,

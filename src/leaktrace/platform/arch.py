@@ -24,15 +24,27 @@ IN_PROCESS_ATTACH = "the in-process attach"  # -p: ptrace's remote calls and reg
 
 @dataclass(frozen=True)
 class PtraceRegisters:
-    """A thread's registers as PTRACE_GETREGS gives them: word indexes."""
+    """A thread's general registers as ptrace reads them (x86-64: PTRACE_GETREGS's struct
+    user_regs_struct; aarch64: GETREGSET NT_PRSTATUS's struct user_pt_regs): word indexes."""
 
     words: int
+    by_regset: bool  # read and written through GETREGSET NT_PRSTATUS (aarch64 has no GETREGS)
     sp: int
     pc: int
-    result: int  # the system call's return value
-    syscall: int  # the system call being made (-1 as unsigned when none)
-    thread_pointer: int
+    result: int  # a call's return value (a system call's too)
+    arguments: tuple[int, ...]  # a C call's integer arguments, in order
+    number: int  # where a system call's number is passed
+    # The word naming the system call a stopped thread is in (-1 as unsigned when none); None
+    # where the kernel forgets it before a ptrace stop (aarch64): /proc/TID/syscall tells then.
+    syscall: int | None
+    link: int | None  # the register a call leaves its return address in; None: pushed at [sp]
+    flags: int  # the flags word, and the bits of it a call must start with clear
+    flags_cleared_for_call: int
+    thread_pointer: int | None  # None: not among these words (aarch64's tpidr_el0)
     syscall_bytes: int  # the system call instruction's length: pc - this runs it again
+    # What a call keeps (the callee-saved registers, the first argument, the stack and thread pointers).
+    kept_by_call: frozenset[int]
+    vector_regsets: tuple[int, ...]  # the GETREGSET notes holding what a call may change beyond these words
 
 
 @dataclass(frozen=True)
@@ -63,17 +75,18 @@ class Arch:
     # may then sit past the entry, its arguments moved to other registers; else it stays at the entry.
     moves_probes: bool
     single_step_us: int | None  # what a call through a probe stepped out of line costs, where measured
+    registers: PtraceRegisters
+    waiting_calls: tuple[str, ...]  # system calls a thread blocks in without holding a lock
     ported: frozenset[str]
 
     @property
     def eintr_wait_numbers(self) -> frozenset[int]:
         return frozenset(self.syscalls[name] for name in self.eintr_waits)
 
+    @property
+    def waiting_call_numbers(self) -> frozenset[int]:
+        return frozenset(self.syscalls[name] for name in self.waiting_calls)
 
-# PTRACE_GETREGS's words, x86-64's struct user_regs_struct: rax the 11th, orig_rax the 16th, rip
-# the 17th, rsp the 20th, fs_base the 22nd. The one register file the attach, the holds and the
-# heap walk read (aarch64 has GETREGSET only): check_machine keeps them to x86-64.
-USER_REGS = PtraceRegisters(words=27, sp=19, pc=16, result=10, syscall=15, thread_pointer=21, syscall_bytes=2)
 
 X86_64 = Arch(
     machine="x86_64",
@@ -90,22 +103,36 @@ X86_64 = Arch(
             "munmap": 11,
             "rt_sigaction": 13,
             "rt_sigprocmask": 14,
+            "select": 23,
             "sched_yield": 24,
             "madvise": 28,
+            "pause": 34,
+            "nanosleep": 35,
             "getpid": 39,
+            "accept": 43,
+            "recvfrom": 45,
+            "recvmsg": 47,
             "clone": 56,
             "exit": 60,
+            "wait4": 61,
             "readlink": 89,
             "rt_sigtimedwait": 128,
+            "rt_sigsuspend": 130,
             "gettid": 186,
             "futex": 202,
+            "restart_syscall": 219,
+            "clock_nanosleep": 230,
             "epoll_wait": 232,
             "openat": 257,
             "newfstatat": 262,
+            "pselect6": 270,
+            "ppoll": 271,
             "set_robust_list": 273,
             "epoll_pwait": 281,
+            "accept4": 288,
             "pipe2": 293,
             "perf_event_open": 298,
+            "recvmmsg": 299,
             "memfd_create": 319,
             "bpf": 321,
             "rseq": 334,
@@ -129,12 +156,53 @@ X86_64 = Arch(
     rows_walk=True,
     moves_probes=True,
     single_step_us=15,
+    # struct user_regs_struct: r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax
+    # rip cs eflags rsp ss fs_base gs_base ds es fs gs. A call starts with the direction flag clear.
+    registers=PtraceRegisters(
+        words=27,
+        by_regset=False,
+        sp=19,
+        pc=16,
+        result=10,
+        arguments=(14, 13, 12, 11, 9, 8),
+        number=10,
+        syscall=15,
+        link=None,
+        flags=18,
+        flags_cleared_for_call=0x400,
+        thread_pointer=21,
+        syscall_bytes=2,
+        kept_by_call=frozenset({0, 1, 2, 3, 4, 5, 14, 19, 21, 22}),
+        vector_regsets=(0x202,),  # NT_X86_XSTATE
+    ),
+    waiting_calls=(
+        "read",
+        "poll",
+        "select",
+        "pause",
+        "nanosleep",
+        "accept",
+        "recvfrom",
+        "recvmsg",
+        "wait4",
+        "rt_sigtimedwait",
+        "rt_sigsuspend",
+        "futex",
+        "clock_nanosleep",
+        "epoll_wait",
+        "pselect6",
+        "ppoll",
+        "epoll_pwait",
+        "accept4",
+        "recvmmsg",
+        "epoll_pwait2",
+    ),
     ported=frozenset({BPF_ENGINE, IN_PROCESS, IN_PROCESS_ATTACH, HEAP_WALK}),
 )
 
-# arm64: the BPF engine (probes at the entry, frame-pointer stacks) and the in-process engine's
-# launch; not the attach and the heap walk (ptrace's registers through GETREGSET), nor the walk
-# by rows (the return address in x30 or anywhere in the frame) or Python frames (tpidr_el0).
+# arm64: the BPF engine (probes at the entry, frame-pointer stacks) and the in-process engine,
+# launched and attached; not the heap walk (glibc's TLS through tpidr_el0), nor the walk by rows
+# (the return address in x30 or anywhere in the frame) or Python frames (tpidr_el0).
 AARCH64 = Arch(
     machine="aarch64",
     abi="arm64",
@@ -147,22 +215,35 @@ AARCH64 = Arch(
             "pipe2": 59,
             "read": 63,
             "write": 64,
+            "pselect6": 72,
+            "ppoll": 73,
+            "readlinkat": 78,
             "newfstatat": 79,
             "exit": 93,
             "futex": 98,
             "set_robust_list": 99,
+            "nanosleep": 101,
+            "clock_nanosleep": 115,
             "sched_yield": 124,
+            "restart_syscall": 128,
+            "rt_sigsuspend": 133,
             "rt_sigaction": 134,
             "rt_sigprocmask": 135,
             "rt_sigtimedwait": 137,
             "getpid": 172,
             "gettid": 178,
+            "accept": 202,
+            "recvfrom": 207,
+            "recvmsg": 212,
             "munmap": 215,
             "clone": 220,
             "mmap": 222,
             "mprotect": 226,
             "madvise": 233,
             "perf_event_open": 241,
+            "accept4": 242,
+            "recvmmsg": 243,
+            "wait4": 260,
             "memfd_create": 279,
             "bpf": 280,
             "rseq": 293,
@@ -186,7 +267,44 @@ AARCH64 = Arch(
     rows_walk=False,  # the return address is in x30, or saved anywhere in the frame
     moves_probes=False,
     single_step_us=None,  # measured only under TCG, which says nothing of hardware
-    ported=frozenset({BPF_ENGINE, IN_PROCESS}),
+    # struct user_pt_regs: x0..x30 (x30 the link register), sp, pc, pstate. A call starts with
+    # pstate's BTYPE clear, as after no branch.
+    registers=PtraceRegisters(
+        words=34,
+        by_regset=True,
+        sp=31,
+        pc=32,
+        result=0,
+        arguments=(0, 1, 2, 3, 4, 5),
+        number=8,
+        syscall=None,
+        link=30,
+        flags=33,
+        flags_cleared_for_call=0xC00,
+        thread_pointer=None,
+        syscall_bytes=4,
+        kept_by_call=frozenset({0, *range(19, 30), 31}),
+        vector_regsets=(2, 0x405),  # NT_PRFPREG, NT_ARM_SVE (where the CPU has it)
+    ),
+    waiting_calls=(
+        "read",
+        "nanosleep",
+        "accept",
+        "recvfrom",
+        "recvmsg",
+        "wait4",
+        "rt_sigtimedwait",
+        "rt_sigsuspend",
+        "futex",
+        "clock_nanosleep",
+        "pselect6",
+        "ppoll",
+        "epoll_pwait",
+        "accept4",
+        "recvmmsg",
+        "epoll_pwait2",
+    ),
+    ported=frozenset({BPF_ENGINE, IN_PROCESS, IN_PROCESS_ATTACH}),
 )
 
 TABLES = {table.machine: table for table in (X86_64, AARCH64)}

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import HOST, USER_REGS
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.process import (
     Mapping,
     alive,
@@ -32,23 +32,25 @@ from leaktrace.platform.process import (
 )
 from leaktrace.platform.ptrace import (
     PTRACE_DETACH,
-    PTRACE_GETREGS,
     PTRACE_INTERRUPT,
     PTRACE_SEIZE,
+    REGS,
     WALL,
+    BlockedCall,
+    call_at_stop,
+    call_before_interrupt,
     ptrace,
+    read_registers,
     resume_interrupted_wait,
 )
 
 HOLD_SPAN = 16  # a thread stopped at a probe stands past the instruction probed: one is at most 15 bytes
-# At a hold (_exit's entry): r15, r14, r13, r12, rbp, rbx; rdi (the status); rsp; fs_base, gs_base.
-LIVE_AT_CALL = frozenset((0, 1, 2, 3, 4, 5, 14, USER_REGS.sp, USER_REGS.thread_pointer, USER_REGS.thread_pointer + 1))
 
 
 def at_hold(regs: tuple[int, ...], holds: frozenset[int]) -> bool:
     """Whether a thread stands at one of the holds (the addresses of probes that stopped it at
     a function's entry, such as _exit's, for a leak check at exit)."""
-    return any(0 <= regs[USER_REGS.pc] - hold < HOLD_SPAN for hold in holds)
+    return any(0 <= regs[REGS.pc] - hold < HOLD_SPAN for hold in holds)
 
 
 FREEZE_TIMEOUT = 5.0  # seconds for every thread to stop (one in uninterruptible sleep may not)
@@ -62,7 +64,8 @@ class FrozenImage:
 
     pid: int
     maps: list[Mapping]
-    registers: dict[int, tuple[int, ...]]  # tid -> user_regs_struct words
+    registers: dict[int, tuple[int, ...]]  # tid -> the machine's register words (ptrace.REGS)
+    calls_before: dict[int, BlockedCall | None]  # tid -> the call it slept in before the stop, where read
     memory: dict[int, mmap.mmap] = field(default_factory=dict)  # mapping start -> its bytes (zeros where unreadable)
     unreadable_pages: int = 0
     pause_seconds: float = 0.0
@@ -73,10 +76,9 @@ class FrozenImage:
         stands in a system call or at a hold (see at_hold), where what lies below is dead,
         left by calls that have returned."""
         starts = []
-        for regs in self.registers.values():
-            in_system_call = regs[USER_REGS.syscall] < 1 << 63  # -1 (as unsigned) when not in one
-            dead = in_system_call or at_hold(regs, holds)
-            starts.append((regs[USER_REGS.sp], regs[USER_REGS.sp] - (0 if dead else HOST.red_zone)))
+        for tid, regs in self.registers.items():
+            dead = call_at_stop(regs, self.calls_before.get(tid)) is not None or at_hold(regs, holds)
+            starts.append((regs[REGS.sp], regs[REGS.sp] - (0 if dead else HOST.red_zone)))
         return starts
 
     def root_registers(self, holds: frozenset[int] = frozenset()) -> list[int]:
@@ -87,7 +89,7 @@ class FrozenImage:
             value
             for regs in self.registers.values()
             for index, value in enumerate(regs)
-            if not at_hold(regs, holds) or index in LIVE_AT_CALL
+            if not at_hold(regs, holds) or index in REGS.kept_by_call
         ]
 
     def read(self, address: int, size: int) -> bytes:
@@ -200,6 +202,7 @@ class FrozenProcess:
     pid: int
     maps_text: str
     registers: dict[int, tuple[int, ...]]
+    calls_before: dict[int, BlockedCall | None]
     mem_fd: int
 
     @property
@@ -237,6 +240,7 @@ def _seize_threads_once(pid: int) -> set[int]:
             tried.add(tid)
             try:
                 ptrace(PTRACE_SEIZE, tid)
+                _calls_before[tid] = call_before_interrupt(pid, tid)
                 ptrace(PTRACE_INTERRUPT, tid)
                 seized.add(tid)
             except OSError as e:
@@ -271,17 +275,21 @@ RELEASE_TIMEOUT = 2.0  # seconds for a seized thread to reach a stop it can be d
 # Threads seized by a freeze that could not be let go in time (a thread in uninterruptible
 # sleep): tid -> the process; every later freeze, and the end of the trace, tries them again.
 _unreleased: dict[int, int] = {}
+# The call each seized thread slept in before its interrupt (ptrace.call_before_interrupt), until it is let go.
+_calls_before: dict[int, BlockedCall | None] = {}
 
 
 def _detach(tid: int, signal_number: int = 0) -> bool:
     """PTRACE_DETACH, passing on a signal the thread was stopped to be given; False while the
     thread is not in a ptrace stop (ESRCH), True once it is released or gone."""
     if not signal_number:
-        resume_interrupted_wait(tid)
+        resume_interrupted_wait(tid, _calls_before.get(tid))
     try:
         ptrace(PTRACE_DETACH, tid, None, signal_number)
     except OSError as e:
-        return e.errno != errno.ESRCH
+        if e.errno == errno.ESRCH:
+            return False
+    _calls_before.pop(tid, None)
     return True
 
 
@@ -368,7 +376,8 @@ def frozen(pid: int) -> Iterator[FrozenProcess]:
         except OSError:
             raise RuntimeFailure(f"pid {pid} exited while it was stopped") from None
         try:
-            yield FrozenProcess(pid, maps_text, registers, mem_fd)
+            calls_before = {tid: _calls_before.get(tid) for tid in registers}
+            yield FrozenProcess(pid, maps_text, registers, calls_before, mem_fd)
         finally:
             os.close(mem_fd)
     finally:
@@ -383,7 +392,7 @@ def freeze_and_copy(pid: int, wanted: Callable[[Mapping], bool]) -> FrozenImage:
     room = _available_memory() * COPY_SHARE - sum(len(buffer) for buffer in buffers.values())
     started = time.monotonic()
     with frozen(pid) as process:
-        image = FrozenImage(pid, process.maps, process.registers)
+        image = FrozenImage(pid, process.maps, process.registers, process.calls_before)
         page = os.sysconf("SC_PAGE_SIZE")
         reader = live_thread(pid) or pid  # a thread whose address space is readable, picked once per copy
         for mapping in image.maps:
@@ -425,10 +434,8 @@ def _wait_and_read_registers(pid: int, seized: set[int], held_signals: dict[int,
         if os.WIFSTOPPED(status):
             if _signal_of_stop(status):
                 held_signals[tid] = _signal_of_stop(status)
-            regs = (ctypes.c_ulonglong * USER_REGS.words)()
             try:
-                ptrace(PTRACE_GETREGS, tid, None, ctypes.addressof(regs))
-                registers[tid] = tuple(regs)
+                registers[tid] = tuple(read_registers(tid))
             except OSError:
                 pass
     if waiting:

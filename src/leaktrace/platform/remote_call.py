@@ -22,42 +22,46 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import HOST, USER_REGS
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.process import live_thread, proc_path, status_field, zombie
 from leaktrace.platform.ptrace import (
     PTRACE_CONT,
     PTRACE_DETACH,
     PTRACE_EVENT_STOP,
-    PTRACE_GETREGS,
     PTRACE_GETREGSET,
     PTRACE_GETSIGMASK,
     PTRACE_INTERRUPT,
     PTRACE_SEIZE,
-    PTRACE_SETREGS,
     PTRACE_SETREGSET,
     PTRACE_SETSIGMASK,
+    REGS,
     WALL,
+    BlockedCall,
+    IoVec,
+    call_at_stop,
+    call_before_interrupt,
     ptrace,
+    read_registers,
     restart_interrupted_wait,
+    write_registers,
 )
 
-NT_X86_XSTATE = 0x202
-XSTATE_ROOM = 1 << 14  # bytes: more than any x86-64 XSAVE area today
+VECTOR_ROOM = 1 << 16  # bytes: more than any x86-64 XSAVE area or arm64 SVE state today
 SEGV_BIT = 1 << (signal.SIGSEGV - 1)  # in a signal mask word
-# struct user_regs_struct's words that a call sets (System V: arguments in rdi, rsi, rdx, rcx, r8, r9).
-R9, R8, RAX, RCX, RDX, RSI, RDI, ORIG_RAX, RIP, RSP = 8, 9, 10, 11, 12, 13, 14, 15, 16, 19
-ARGUMENT_WORDS = (RDI, RSI, RDX, RCX, R8, R9)
-# System calls a thread blocks in without holding a lock of the allocator or the loader.
-WAITING_CALLS = frozenset(
-    {0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 230, 232, 270, 271, 281, 288, 299, 441}
-)  # read poll select pause nanosleep accept recvfrom recvmsg wait4 rt_sigtimedwait rt_sigsuspend
-#    futex clock_nanosleep epoll_wait pselect6 ppoll epoll_pwait accept4 recvmmsg epoll_pwait2
+WAITING_CALLS = HOST.waiting_call_numbers  # a thread blocked in one holds no lock of the allocator or the loader
+MINUS_ONE = (1 << 64) - 1
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+@dataclass
+class _HeldThread:
+    """A seized thread's state as found: put back at release."""
+
+    registers: tuple[int, ...]
+    call_before: BlockedCall | None  # the call it slept in before the interrupt, as /proc read it
+    vectors: list[tuple[int, ctypes.Array[ctypes.c_uint8], IoVec]] = field(default_factory=list)
 
 
 def _wait_stop(tid: int, deadline: float) -> int | None:
@@ -94,14 +98,12 @@ class RemoteCaller:
             for tid in _threads(pid):
                 if zombie(tid):  # a thread that has exited, as a main thread after pthread_exit
                     continue
-                found = self._seize_if_safe(tid, forbidden, deadline)
+                found = self._seize_if_safe(pid, tid, forbidden, deadline)
                 if found is not None:
-                    self.tid, self._saved = tid, found
-                    self._xstate = (ctypes.c_uint8 * XSTATE_ROOM)()
-                    self._xstate_vector = _IoVec(ctypes.addressof(self._xstate), XSTATE_ROOM)
+                    self.tid, self._held = tid, found
                     self._mask = ctypes.c_uint64()
                     try:
-                        ptrace(PTRACE_GETREGSET, tid, NT_X86_XSTATE, ctypes.addressof(self._xstate_vector))
+                        self._save_vectors()
                         ptrace(PTRACE_GETSIGMASK, tid, 8, ctypes.addressof(self._mask))
                         unblocked = ctypes.c_uint64(self._mask.value & ~SEGV_BIT)
                         ptrace(PTRACE_SETSIGMASK, tid, 8, ctypes.addressof(unblocked))
@@ -118,8 +120,21 @@ class RemoteCaller:
                 )
             time.sleep(0.005)
 
+    def _save_vectors(self) -> None:
+        """The thread's vector state, each regset the machine has (arm64's SVE only where the CPU has it)."""
+        for note in REGS.vector_regsets:
+            room = (ctypes.c_uint8 * VECTOR_ROOM)()
+            vector = IoVec(ctypes.addressof(room), VECTOR_ROOM)
+            try:
+                ptrace(PTRACE_GETREGSET, self.tid, note, ctypes.addressof(vector))
+            except OSError as e:
+                if e.errno in (errno.EINVAL, errno.ENODEV) and note != REGS.vector_regsets[0]:
+                    continue  # a regset this CPU lacks
+                raise
+            self._held.vectors.append((note, room, vector))  # the kernel set its length to what it wrote
+
     @staticmethod
-    def _seize_if_safe(tid: int, forbidden: list[tuple[int, int]], deadline: float) -> tuple[int, ...] | None:
+    def _seize_if_safe(pid: int, tid: int, forbidden: list[tuple[int, int]], deadline: float) -> _HeldThread | None:
         try:
             ptrace(PTRACE_SEIZE, tid)
         except OSError as e:
@@ -128,8 +143,9 @@ class RemoteCaller:
             if e.errno == errno.ESRCH or (e.errno == errno.EPERM and zombie(tid)):
                 return None
             raise RuntimeFailure(f"cannot seize thread {tid}: {e.strerror}") from None
-        registers = None
+        held = None
         try:
+            before = call_before_interrupt(pid, tid)
             ptrace(PTRACE_INTERRUPT, tid)
             status = _wait_stop(tid, deadline + 1)
             if status is None or not os.WIFSTOPPED(status):
@@ -138,19 +154,21 @@ class RemoteCaller:
                 # A signal came first (handed on), or a group stop: not this thread now.
                 ptrace(PTRACE_DETACH, tid, None, 0 if status >> 16 else os.WSTOPSIG(status))
                 return None
-            regs = (ctypes.c_ulonglong * USER_REGS.words)()
-            ptrace(PTRACE_GETREGS, tid, None, ctypes.addressof(regs))
-            in_call = regs[ORIG_RAX] < 1 << 63
-            outside = not any(start <= regs[RIP] < end for start, end in forbidden)
-            if (in_call and regs[ORIG_RAX] in WAITING_CALLS) or (not in_call and outside):
-                registers = tuple(regs)
+            regs = read_registers(tid)
+            number = call_at_stop(regs, before)
+            outside = not any(start <= regs[REGS.pc] < end for start, end in forbidden)
+            if (number is not None and number in WAITING_CALLS) or (number is None and outside):
+                held = _HeldThread(tuple(regs), before)
+            else:
+                restart_interrupted_wait(regs, before)
+                write_registers(tid, regs)
         except OSError:
             return None
         finally:
-            if registers is None:
+            if held is None:
                 with contextlib.suppress(OSError):
                     ptrace(PTRACE_DETACH, tid, None, 0)
-        return registers
+        return held
 
     def write(self, address: int, data: bytes) -> None:
         if os.pwrite(self._mem, data, address) != len(data):
@@ -165,18 +183,25 @@ class RemoteCaller:
 
     def call(self, function: int, arguments: list[int], data: bytes = b"", timeout: float = 10.0) -> tuple[int, int]:
         """Runs function(*arguments) in the held thread with data copied onto its stack first;
-        arguments may name the copy's address as -1. Returns (rax, the copy's address)."""
-        saved = self._saved
-        top = self.stack_top if self.stack_top is not None else saved[RSP] - HOST.red_zone
+        arguments may name the copy's address as -1. Returns (its return value, the copy's address)."""
+        saved = self._held.registers
+        top = self.stack_top if self.stack_top is not None else saved[REGS.sp] - HOST.red_zone
         data_address = (top - len(data)) & ~15
-        stack = ((data_address - 64) & ~15) - 8  # at entry rsp + 8 is 16-byte aligned
         self.write(data_address, data)
-        self.write(stack, b"\0" * 8)  # the return address: 0, where the call's end faults
-        regs = (ctypes.c_ulonglong * USER_REGS.words)(*saved)
-        for word, value in zip(ARGUMENT_WORDS, arguments):
+        regs = (ctypes.c_ulonglong * REGS.words)(*saved)
+        stack = (data_address - 64) & ~15
+        if REGS.link is None:  # the return address pushed: 0, where the call's end faults
+            stack -= 8  # at entry sp + 8 is 16-byte aligned
+            self.write(stack, b"\0" * 8)
+        else:
+            regs[REGS.link] = 0
+        for word, value in zip(REGS.arguments, arguments):
             regs[word] = data_address if value == -1 else value % (1 << 64)
-        regs[RIP], regs[RSP], regs[RAX], regs[ORIG_RAX] = function, stack, 0, (1 << 64) - 1  # no restart
-        ptrace(PTRACE_SETREGS, self.tid, None, ctypes.addressof(regs))
+        regs[REGS.pc], regs[REGS.sp] = function, stack
+        regs[REGS.flags] &= ~REGS.flags_cleared_for_call
+        if REGS.syscall is not None:  # no restart of the call the thread was woken from
+            regs[REGS.result], regs[REGS.syscall] = 0, MINUS_ONE
+        write_registers(self.tid, regs)
         ptrace(PTRACE_CONT, self.tid, None, 0)
         deadline = time.monotonic() + timeout
         while True:
@@ -186,9 +211,9 @@ class RemoteCaller:
             if not os.WIFSTOPPED(status):
                 raise RuntimeFailure(f"pid {self.pid} ended during a call into it")
             stop = os.WSTOPSIG(status)
-            ptrace(PTRACE_GETREGS, self.tid, None, ctypes.addressof(regs))
-            if stop == signal.SIGSEGV and regs[RIP] == 0:
-                return regs[RAX], data_address
+            regs = read_registers(self.tid)
+            if stop == signal.SIGSEGV and regs[REGS.pc] == 0:
+                return regs[REGS.result], data_address
             # Another signal: delivered (its handler runs on this stack, below the call); an
             # event or group stop: resumed.
             ptrace(PTRACE_CONT, self.tid, None, 0 if status >> 16 else stop)
@@ -196,16 +221,17 @@ class RemoteCaller:
     def release(self) -> None:
         """The thread's registers, vector state and signal mask back, and the thread let go."""
         try:
-            regs = (ctypes.c_ulonglong * USER_REGS.words)(*self._saved)
-            restart_interrupted_wait(regs)
+            regs = (ctypes.c_ulonglong * REGS.words)(*self._held.registers)
+            restart_interrupted_wait(regs, self._held.call_before)
             with contextlib.suppress(OSError):
                 try:
-                    ptrace(PTRACE_SETREGS, self.tid, None, ctypes.addressof(regs))
+                    write_registers(self.tid, regs)
                 except OSError:  # running still (a call that timed out): stopped first, its call abandoned
                     ptrace(PTRACE_INTERRUPT, self.tid)
                     _wait_stop(self.tid, time.monotonic() + 1)
-                    ptrace(PTRACE_SETREGS, self.tid, None, ctypes.addressof(regs))
-                ptrace(PTRACE_SETREGSET, self.tid, NT_X86_XSTATE, ctypes.addressof(self._xstate_vector))
+                    write_registers(self.tid, regs)
+                for note, _, vector in self._held.vectors:
+                    ptrace(PTRACE_SETREGSET, self.tid, note, ctypes.addressof(vector))
                 ptrace(PTRACE_SETSIGMASK, self.tid, 8, ctypes.addressof(self._mask))
             with contextlib.suppress(OSError):
                 ptrace(PTRACE_DETACH, self.tid, None, 0)

@@ -35,7 +35,7 @@ import numpy as np
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.heap import ArenaUse, HeapWalk
 from leaktrace.model.snapshot import ProcessInfo
-from leaktrace.platform.arch import USER_REGS
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.elf import PT_LOAD, PT_TLS, ElfError, ElfFile
 from leaktrace.platform.freeze import FrozenImage
 from leaktrace.platform.module_files import GLIBC_NAME, ModuleFiles
@@ -377,7 +377,7 @@ def exit_callers(process: ProcessInfo, image: FrozenImage) -> dict[int, int]:
     memory = _Memory(image)
     found = {}
     for regs in image.registers.values():
-        sp = regs[USER_REGS.sp]
+        sp = regs[HOST.registers.sp]
         region = memory.region(sp) if sp % 8 == 0 else None
         if region is None:
             continue
@@ -492,7 +492,8 @@ def _tcache_chunks(
     libc_chunks: set[int] = set()
     tcache_offset = libc.symbols.get("tcache")
     how = "tcaches through each thread's TLS"
-    fs_bases = {tid: regs[USER_REGS.thread_pointer] for tid, regs in image.registers.items()}
+    thread_pointer = HOST.registers.thread_pointer or 0  # among the words on x86-64, the one machine it runs on
+    fs_bases = {tid: regs[thread_pointer] for tid, regs in image.registers.items()}
     if libc.tls_offset is None:
         problems.append("libc's TLS block was not found (no link_map for it): tcaches were not read")
         return free, libc_chunks, how
@@ -576,7 +577,10 @@ def walk_heap(
 
     mmapped_chunks: list[tuple[int, int]] = []
     stacks = [
-        (m.start, m.end) for m in maps for regs in image.registers.values() if m.start <= regs[USER_REGS.sp] < m.end
+        (m.start, m.end)
+        for m in maps
+        for regs in image.registers.values()
+        if m.start <= regs[HOST.registers.sp] < m.end
     ]
     _mmapped_chunks(memory, maps, heap_ranges + stacks, 4096, mmapped_chunks)
     if mp is not None:

@@ -18,6 +18,12 @@
 
 void *volatile kept[8];
 
+#ifdef __aarch64__
+#define AUDIT_ARCH_HERE AUDIT_ARCH_AARCH64
+#else
+#define AUDIT_ARCH_HERE AUDIT_ARCH_X86_64
+#endif
+
 static unsigned action_of(const char *name)
 {
     if (!strncmp(name, "errno:", 6))
@@ -44,7 +50,7 @@ int main(int argc, char **argv)
     free(room);
     struct sock_filter code[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_HERE, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 3),

@@ -24,6 +24,7 @@ import struct
 
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import ProcessInfo
+from leaktrace.platform.arch import HOST
 from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles, runs_on_musl
 from leaktrace.platform.process import (
     Mapping,
@@ -76,6 +77,17 @@ AT_FDCWD, AT_EMPTY_PATH, O_RDONLY_CLOEXEC = (1 << 64) - 100, 0x1000, 0o2000000
 THREAD_CLONE_FLAGS = (
     0x3D0F00  # pthread_create's: VM FS FILES SIGHAND THREAD SYSVSEM SETTLS PARENT_SETTID CHILD_CLEARTID
 )
+# glibc's poll() and readlink() are these calls; where the machine has neither (aarch64), ppoll and readlinkat.
+_POLL = (
+    PlannedCall("poll", (_ADDRESS, 1, 1000))
+    if "poll" in HOST.syscalls
+    else PlannedCall("ppoll", (_ADDRESS, 1, _ADDRESS, 0, 8))
+)
+_READLINK = (
+    PlannedCall("readlink", (_ADDRESS, _ADDRESS, 4095))
+    if "readlink" in HOST.syscalls
+    else PlannedCall("readlinkat", (AT_FDCWD, _ADDRESS, _ADDRESS, 4095))
+)
 ATTACH_CALLS = (
     PlannedCall(
         "mmap", (0, CALL_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, MINUS_ONE, 0)
@@ -97,7 +109,7 @@ ATTACH_CALLS = (
     PlannedCall("munmap", (_ADDRESS, _SIZE)),
     PlannedCall("close", (_FD,)),
     PlannedCall("pipe2", (_ADDRESS, O_CLOEXEC_IN_TARGET)),
-    PlannedCall("readlink", (_ADDRESS, _ADDRESS, 4095)),
+    _READLINK,
     # The watcher thread: its stack, its start (clone3, or clone where that is ENOSYS), its set-up.
     PlannedCall("mmap", (0, _SIZE, 0, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, MINUS_ONE, 0)),
     PlannedCall("rt_sigaction", (33, _ADDRESS, 0, 8)),  # glibc's SIGSETXID handler, at a process's first thread
@@ -110,7 +122,7 @@ ATTACH_CALLS = (
     ),
     PlannedCall("rseq", (_ADDRESS, 32, 0, 0x53053053), ANY_ERRNO),
     PlannedCall("set_robust_list", (_ADDRESS, 24), ANY_ERRNO),
-    PlannedCall("poll", (_ADDRESS, 1, 1000)),
+    _POLL,
     PlannedCall("madvise", (_ADDRESS, _SIZE, 4), ANY_ERRNO),
     PlannedCall("exit", (0,)),
     # The library in the program's threads: memory of its own, its locks, its lines on stderr.
