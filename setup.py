@@ -48,14 +48,15 @@ class build_ext_with_musl_library(build_ext):
 
 MUSL_LIBRARY = "malloc_debug_musl.so"
 NATIVE = "src/leaktrace/sources/preload/native"
-BPF = "src/leaktrace/sources/bpf"
+ABI = "src/leaktrace/abi"
 UNWIND = "src/leaktrace/unwind"
 PYTHON = "src/leaktrace/interpreters/python"
+INTERPRETERS = "src/leaktrace/interpreters"
 ALLOCATORS = "src/leaktrace/allocators"
 PLATFORM = "src/leaktrace/platform"
 
 FLAGS = ["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"]
-CFI = [f"{UNWIND}/cfi.h", f"{UNWIND}/rows.h", f"{PLATFORM}/arch.h"]  # the CFI interpreter both engines use, and its rows
+CFI = [f"{UNWIND}/cfi.h", f"{UNWIND}/rows.h", f"{ABI}/user_types.h", f"{PLATFORM}/arch.h"]  # the CFI interpreter both engines use, and its rows
 
 setup(cmdclass={"build_py": build_py_with_web_assets, "build_ext": build_ext_with_musl_library}, ext_modules=[
     Extension(
@@ -63,8 +64,9 @@ setup(cmdclass={"build_py": build_py_with_web_assets, "build_ext": build_ext_wit
         sources=sorted(glob(f"{NATIVE}/*.c")) + [f"{UNWIND}/cfi.c", f"{PYTHON}/python_stack.c"],
         depends=sorted(glob(f"{NATIVE}/*.h"))
         + CFI
-        + [f"{BPF}/layout.h", f"{ALLOCATORS}/allocators.h", f"{PYTHON}/python_frames.h", f"{PYTHON}/python_versions.h"],
-        include_dirs=[NATIVE, BPF, UNWIND, ALLOCATORS, PYTHON, PLATFORM],
+        + [f"{ABI}/layout.h", f"{ABI}/record.h", f"{ALLOCATORS}/allocators.h", f"{PYTHON}/python_frames.h", f"{PYTHON}/python_versions.h"]
+        + [f"{PYTHON}/python_stack.h", f"{INTERPRETERS}/interpreter_host.h"],
+        include_dirs=[NATIVE, ABI, UNWIND, ALLOCATORS, INTERPRETERS, PYTHON, PLATFORM],
         libraries=["gcc_s", "dl", "pthread"],
         # Whole-library optimisation: the unsampled call's path crosses files (forward.c, blocks.c).
         extra_compile_args=FLAGS + ["-flto"],
@@ -76,7 +78,7 @@ setup(cmdclass={"build_py": build_py_with_web_assets, "build_ext": build_ext_wit
         "leaktrace.unwind._cfi",
         sources=[f"{UNWIND}/cfi.c"],
         depends=CFI,
-        include_dirs=[UNWIND, PLATFORM],
+        include_dirs=[UNWIND, ABI, PLATFORM],
         define_macros=[("CFI_EXPORT", '__attribute__((visibility("default")))')],
         extra_compile_args=FLAGS,
     ),

@@ -12,9 +12,10 @@ SRC = ROOT / "src/leaktrace"
 NATIVE = SRC / "sources/preload/native"
 INCLUDES = [
     NATIVE,
-    SRC / "sources/bpf",
+    SRC / "abi",
     SRC / "unwind",
     SRC / "allocators",
+    SRC / "interpreters",
     SRC / "interpreters/python",
     SRC / "platform",
 ]

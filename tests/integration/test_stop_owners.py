@@ -11,7 +11,7 @@ import time
 from bcc.libbcc import lib
 from each import each
 
-from leaktrace.sources.bpf.layout import STOP_OWNER
+from leaktrace.abi.layout import STOP_OWNER
 from leaktrace.sources.bpf.stop_owners import STOP_OWNERS_PIN, StopOwners, open_stop_owners
 
 

@@ -49,10 +49,10 @@ def test_every_source_file_the_docs_name_exists():
 def test_the_json_schema_names_every_counter_and_holds_a_rendered_report():
     import jsonschema
 
+    from leaktrace.abi.layout import COUNTER_FIELDS
     from leaktrace.analysis.symbolize import SymbolizedSnapshot
     from leaktrace.model.snapshot import AllocationGroup, Counters, ProcessInfo, Snapshot
     from leaktrace.outputs.json_report import render_json
-    from leaktrace.sources.bpf.layout import COUNTER_FIELDS
 
     schema = json.loads((ROOT / "docs" / "report.schema.json").read_text())
     assert schema["properties"]["counters"]["required"] == list(COUNTER_FIELDS)

@@ -1,11 +1,13 @@
 """The folders are layers: data flows source -> snapshot -> symbolize -> render, so no
 output imports a source (or the reachability check, which reads processes), no source
 imports an output, and the plain data in model/ imports nothing else of leaktrace; no ring
-of folders imports itself."""
+of folders imports itself. C's #includes are held to the same layers: the layouts both
+engines share live in abi/, which includes nothing of another folder."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,19 @@ FORBIDDEN = {
     "allocators": ("sources", "reachability", "analysis", "outputs", "android", "commands", "model"),
     "unwind": ("sources", "reachability", "analysis", "outputs", "android", "commands", "model", "allocators"),
     "interpreters": ("sources", "reachability", "analysis", "outputs", "android", "commands", "allocators", "unwind"),
+    "abi": (
+        "model",
+        "sources",
+        "reachability",
+        "analysis",
+        "outputs",
+        "android",
+        "commands",
+        "platform",
+        "allocators",
+        "unwind",
+        "interpreters",
+    ),
 }
 
 
@@ -47,6 +62,31 @@ def test_no_module_imports_a_layer_it_may_not(path):
     assert not wrong, f"{layer}/ may not import {sorted(wrong)}"
 
 
+# A header by its name: each folder holding headers is on the include path, and no two share a name.
+HEADER_HOMES = {path.name: path for path in PACKAGE.rglob("*.h")}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+C_FILES = sorted(
+    p for p in PACKAGE.rglob("*") if p.suffix in (".c", ".h") and p.relative_to(PACKAGE).parts[0] in FORBIDDEN
+)
+
+
+def included_folders(path: Path) -> set[str]:
+    """The folders of the leaktrace headers a C file includes."""
+    names = [Path(name).name for name in INCLUDE.findall(path.read_text())]
+    return {HEADER_HOMES[name].relative_to(PACKAGE).parts[0] for name in names if name in HEADER_HOMES}
+
+
+def test_every_header_has_a_name_of_its_own():
+    assert len(HEADER_HOMES) == len(list(PACKAGE.rglob("*.h"))) > 10
+
+
+@pytest.mark.parametrize("path", C_FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_c_file_includes_a_layer_it_may_not(path):
+    layer = path.relative_to(PACKAGE).parts[0]
+    wrong = included_folders(path) & set(FORBIDDEN[layer])
+    assert not wrong, f"{layer}/ may not include from {sorted(wrong)}"
+
+
 def test_intra_package_imports_are_absolute():
     relative = [
         f"{p.relative_to(PACKAGE)}:{node.lineno}"
@@ -58,8 +98,11 @@ def test_intra_package_imports_are_absolute():
 
 
 def folder_imports() -> dict[str, set[str]]:
-    """Folder -> the other folders its modules import."""
+    """Folder -> the other folders its modules import, or its C files include."""
     edges: dict[str, set[str]] = {}
+    for path in C_FILES:
+        layer = path.relative_to(PACKAGE).parts[0]
+        edges.setdefault(layer, set()).update(included_folders(path) - {layer})
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).parts
         if len(parts) < 2:

@@ -9,19 +9,19 @@ import dataclasses
 
 import pytest
 
+from leaktrace.abi import layout
+from leaktrace.abi import record as preload_layout
+from leaktrace.abi.layout_gen import LAYOUTS, PYTHON, generated, struct_body, struct_format
 from leaktrace.allocators import c_header
 from leaktrace.interpreters.python import versions
 from leaktrace.model.snapshot import Counters
 from leaktrace.platform import arch
-from leaktrace.sources.bpf import layout
-from leaktrace.sources.bpf.layout_gen import LAYOUTS, PYTHON, generated, struct_body, struct_format
-from leaktrace.sources.preload import layout as preload_layout
 from leaktrace.unwind import rows
 
 
 @pytest.mark.parametrize("header", sorted(LAYOUTS), ids=lambda path: path.name)
 def test_generated_layout_is_current(header):
-    assert LAYOUTS[header].read_text() == generated(header), "stale: run python -m leaktrace.sources.bpf.layout_gen"
+    assert LAYOUTS[header].read_text() == generated(header), "stale: run python -m leaktrace.abi.layout_gen"
 
 
 def test_python_versions_header_is_current():

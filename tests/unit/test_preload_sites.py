@@ -9,11 +9,11 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 import pytest
 
+from leaktrace.abi.layout import PEAK
+from leaktrace.abi.record import MAX_FRAMES, SITE, SITE_COUNTS, SITE_SLOTS
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.arch import built_here
-from leaktrace.sources.bpf.layout import PEAK
 from leaktrace.sources.preload import table
-from leaktrace.sources.preload.layout import MAX_FRAMES, SITE, SITE_COUNTS, SITE_SLOTS
 from leaktrace.sources.preload.table import DamagedTable, parse_sites, peak_of, preload_library, site_totals
 
 PID = 42

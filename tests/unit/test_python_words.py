@@ -11,6 +11,7 @@ import types
 
 import pytest
 
+from leaktrace.abi.record import PYTHON_CODE, PYTHON_CODE_TABLE, PYTHON_CODES, PYTHON_TEXT
 from leaktrace.interpreters.python.code_objects import PythonCodeCapture
 from leaktrace.interpreters.python.frame_words import (
     encode_python_word,
@@ -26,7 +27,6 @@ from leaktrace.interpreters.python.interpreter import (
 )
 from leaktrace.model.snapshot import AllocationGroup, Counters, ProcessInfo, PythonCode, Snapshot
 from leaktrace.platform.elf import ElfFile
-from leaktrace.sources.preload.layout import PYTHON_CODE, PYTHON_CODE_TABLE, PYTHON_CODES, PYTHON_TEXT
 from leaktrace.sources.preload.python_code_table import DamagedCodes, parse_python_codes
 
 

@@ -34,6 +34,7 @@ def cfi_damage(tmp_path_factory) -> Path:
             *WARNINGS,
             f"-I{UNWIND}",
             f"-I{ROOT}/src/leaktrace/platform",
+            f"-I{ROOT}/src/leaktrace/abi",
             "-o",
             built,
         ]

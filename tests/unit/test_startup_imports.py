@@ -71,5 +71,5 @@ def test_the_in_process_gate_loads_no_bpf_module():
     result = subprocess.run([sys.executable, "-c", PRELOAD_SCRIPT], capture_output=True, text=True, check=True)
     loaded = ast.literal_eval(result.stdout.strip())
     assert [name for name in loaded if name.split(".")[0] in ("bcc", "numpy", "capstone")] == []
-    shared = {"leaktrace.sources.bpf.layout"}  # the layouts generated from layout.h: no code
+    shared = {"leaktrace.abi.layout"}  # the layouts generated from layout.h: no code
     assert [name for name in loaded if name.startswith("leaktrace.sources.bpf.") and name not in shared] == []

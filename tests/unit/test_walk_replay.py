@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from leaktrace.abi.layout import C_TRUNCATED_UNREADABLE_STACK
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.process import parse_maps
-from leaktrace.sources.bpf.layout import C_TRUNCATED_UNREADABLE_STACK
 from leaktrace.unwind.rows import EXEC_MAP, MAX_EXEC_MAPS, UNWIND_ROW
 from leaktrace.unwind.tables import UnwindTables, exec_map_entry
 
@@ -37,7 +37,7 @@ def built(tmp_path_factory) -> tuple[Path, ct.CDLL]:
         ["gcc", "-shared", "-fPIC", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas"]
         + [
             f"-DSTACK_DEPTH={DEPTH}",
-            f"-I{ROOT}/src/leaktrace/sources/bpf",
+            f"-I{ROOT}/src/leaktrace/abi",
             f"-I{ROOT}/src/leaktrace/unwind",
             f"-I{ROOT}/src/leaktrace/platform",
         ]

@@ -5,14 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef uint8_t u8;
-typedef int16_t s16;
-typedef uint16_t u16;
-typedef uint32_t u32;
-typedef int32_t s32;
-typedef uint64_t u64;
-typedef int64_t s64;
-#include "rows.h"  // one definition of a row for the kernel and for us
+#include "user_types.h"  // the type names rows.h is written in
+#include "rows.h"        // one definition of a row for the kernel and for us
 
 #ifndef CFI_EXPORT
 #define CFI_EXPORT  // built into the _cfi module for unwind/tables.py, where it is exported

@@ -1,4 +1,4 @@
-# Generated from unwind/rows.h by sources/bpf/layout_gen.py; tests/unit/test_layouts.py checks it.
+# Generated from unwind/rows.h by abi/layout_gen.py; tests/unit/test_layouts.py checks it.
 import struct
 
 CFA_UNKNOWN = 0

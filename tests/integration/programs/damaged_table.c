@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../../src/leaktrace/sources/preload/native/record.h"  // the table as the library lays it out
+#include "../../../src/leaktrace/abi/record.h"  // the table as the library lays it out
 
 void *volatile kept[5];
 

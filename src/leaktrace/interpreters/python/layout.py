@@ -1,4 +1,4 @@
-# Generated from interpreters/python/python_frames.h by sources/bpf/layout_gen.py; tests/unit/test_layouts.py checks it.
+# Generated from interpreters/python/python_frames.h by abi/layout_gen.py; tests/unit/test_layouts.py checks it.
 import struct
 
 PYTHON_FRAME_TAG = 0xc000000000000000

@@ -2,10 +2,12 @@
 // the BPF engine's), when the program is a CPython of the version table (python_versions.h; 3.13
 // on, its _Py_DebugOffsets): its own thread state (from the interpreter's key, so right while
 // the thread has released the GIL), then the frames' chain, one word each (python_frames.h).
-#include "malloc_debug.h"
+#define _GNU_SOURCE
+#include "interpreter_host.h"  // the one thing this walk asks of the library: count_event
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "python_frames.h"
+#include "python_stack.h"
 #include "python_versions.h"
 
 // Readable memory of the process as /proc/self/maps listed it at the last look: every read of
@@ -136,7 +139,7 @@ static int readable(uintptr_t address, size_t length)
 
 static uintptr_t (*this_thread_state)(void);  // PyGILState_GetThisThreadState; NULL: not a CPython walked
 static struct python_offsets row;             // where that CPython keeps what the walk reads
-EXPORT struct python_code_table
+__attribute__((visibility("default"))) struct python_code_table
     *leaktrace_python_codes;  // the code objects seen (record.h), once the program is CPython
 
 static struct python_code *code_slots(void)

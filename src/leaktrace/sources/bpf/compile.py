@@ -62,9 +62,10 @@ _HERE = os.path.dirname(__file__)
 _UNWIND = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "unwind")
 _PYTHON = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "interpreters", "python")
 _PLATFORM = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "platform")
+_ABI = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "abi")
 BPF_HEADERS = {
     "arch.h": os.path.join(_PLATFORM, "arch.h"),
-    "layout.h": os.path.join(_HERE, "layout.h"),
+    "layout.h": os.path.join(_ABI, "layout.h"),
     "rows.h": os.path.join(_UNWIND, "rows.h"),
     "walk_state.h": os.path.join(_UNWIND, "walk_state.h"),
     "walk.bpf.h": os.path.join(_UNWIND, "walk.bpf.h"),

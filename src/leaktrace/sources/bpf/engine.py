@@ -9,18 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from leaktrace.allocators import ALLOCATING, FREE, Family, family_of
-from leaktrace.errors import RuntimeFailure
-from leaktrace.platform.arch import HOST
-from leaktrace.platform.elf import ElfError, ElfFile
-from leaktrace.platform.module_files import ModuleFiles
-from leaktrace.platform.process import MapsFollower, live_thread, maps_device, read_process
-from leaktrace.sources.bpf.compile import bcc_output, claim_or_start_compile, returns_by_session
-from leaktrace.sources.bpf.cookie_stubs import COOKIE_TARGETS, CookieStubs
-from leaktrace.sources.bpf.inheritance import ForkInheritance
-from leaktrace.sources.bpf.kernel_features import PERF_LINK_COOKIE, TASK_STORAGE, UPROBE_MULTI, offers
-from leaktrace.sources.bpf.kernel_state import KernelState
-from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
+from leaktrace.abi.layout import (  # shared with leaktrace.bpf.c: generated from layout.h
     AR_RAX,
     COOKIE_FUNCTION_BITS,
     COOKIE_REGISTER_BITS,
@@ -40,6 +29,17 @@ from leaktrace.sources.bpf.layout import (  # shared with leaktrace.bpf.c: gener
     F_VALLOC,
     NO_TABLES_STOP,
 )
+from leaktrace.allocators import ALLOCATING, FREE, Family, family_of
+from leaktrace.errors import RuntimeFailure
+from leaktrace.platform.arch import HOST
+from leaktrace.platform.elf import ElfError, ElfFile
+from leaktrace.platform.module_files import ModuleFiles
+from leaktrace.platform.process import MapsFollower, live_thread, maps_device, read_process
+from leaktrace.sources.bpf.compile import bcc_output, claim_or_start_compile, returns_by_session
+from leaktrace.sources.bpf.cookie_stubs import COOKIE_TARGETS, CookieStubs
+from leaktrace.sources.bpf.inheritance import ForkInheritance
+from leaktrace.sources.bpf.kernel_features import PERF_LINK_COOKIE, TASK_STORAGE, UPROBE_MULTI, offers
+from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.links import (
     BPF_TRACE_UPROBE_MULTI,
     BPF_TRACE_UPROBE_SESSION,

@@ -18,8 +18,8 @@ from typing import Any
 
 from bcc.libbcc import lib
 
+from leaktrace.abi.layout import HOLD_AT_EXIT, HOLD_RELEASED, HOLD_WAITING
 from leaktrace.sources.bpf.launch import StopRelease
-from leaktrace.sources.bpf.layout import HOLD_AT_EXIT, HOLD_RELEASED, HOLD_WAITING
 from leaktrace.sources.bpf.maps import BPF_EXIST
 
 WAKE_MS = 100  # the longest wait between sweeps of the holds map, should a wakeup be missed

@@ -8,13 +8,13 @@ import threading
 
 from bcc.libbcc import lib
 
-from leaktrace.sources.bpf.kernel_state import KernelState
-from leaktrace.sources.bpf.layout import (
+from leaktrace.abi.layout import (
     CTL_COPIES_DONE,
     CTL_FORKS,
     LIVE_KEY,
     LIVE_VAL,
 )
+from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.map_reading import LiveEntry, MapReader
 from leaktrace.sources.bpf.maps import BPF_NOEXIST, gc_paused
 

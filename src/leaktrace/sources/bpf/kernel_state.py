@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes as ct
 from typing import Any
 
-from leaktrace.sources.bpf.layout import (
+from leaktrace.abi.layout import (
     CTL_EXIT_STOP,
     CTL_HOLDS_OFF,
     CTL_NEXT_GEN,

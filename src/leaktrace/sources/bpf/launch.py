@@ -9,9 +9,9 @@ import signal
 import subprocess
 import sys
 
+from leaktrace.abi.layout import HOLD_RELEASED
 from leaktrace.platform.arch import HOST
 from leaktrace.platform.process import launch
-from leaktrace.sources.bpf.layout import HOLD_RELEASED
 from leaktrace.sources.bpf.stop_owners import open_stop_owners
 
 

@@ -9,11 +9,7 @@ import time
 from collections import Counter as Tally
 from typing import NamedTuple
 
-from leaktrace.interpreters.python.frame_words import folded_shims
-from leaktrace.model.snapshot import AllocationGroup, Counters, LiveAllocation, Peak, SiteTotals, StackStatus
-from leaktrace.platform.process import printable
-from leaktrace.sources.bpf.kernel_state import KernelState
-from leaktrace.sources.bpf.layout import (
+from leaktrace.abi.layout import (
     COUNTER_FIELDS,
     CTL_FORKS,
     LIVE_KEY,
@@ -25,6 +21,10 @@ from leaktrace.sources.bpf.layout import (
     STACK_LOST,
     STACK_NONE,
 )
+from leaktrace.interpreters.python.frame_words import folded_shims
+from leaktrace.model.snapshot import AllocationGroup, Counters, LiveAllocation, Peak, SiteTotals, StackStatus
+from leaktrace.platform.process import printable
+from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.maps import dump_map, gc_paused
 
 MAX_PARSED_PROCS = 65536  # procs records kept parsed (by their bytes)

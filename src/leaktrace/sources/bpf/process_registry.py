@@ -7,13 +7,13 @@ import contextlib
 import ctypes as ct
 import struct
 
-from leaktrace.sources.bpf.kernel_state import KernelState
-from leaktrace.sources.bpf.layout import (
+from leaktrace.abi.layout import (
     IGNORED_UNSELECTED,
     LIVE_KEY,
     LIVE_VAL,
     SITE_KEY,
 )
+from leaktrace.sources.bpf.kernel_state import KernelState
 from leaktrace.sources.bpf.map_reading import MapReader
 from leaktrace.sources.bpf.maps import delete_keys, dump_map, gc_paused
 from leaktrace.sources.bpf.unwind_upload import UnwindUpload

@@ -18,10 +18,10 @@ from typing import Any
 
 from bcc.libbcc import lib
 
+from leaktrace.abi.layout import STOP_OWNER, STOP_OWNERS_MAX
 from leaktrace.errors import RuntimeFailure
 from leaktrace.platform.process import alive
 from leaktrace.platform.system import BPF_MAP_CREATE, bpf
-from leaktrace.sources.bpf.layout import STOP_OWNER, STOP_OWNERS_MAX
 
 BPFFS = "/sys/fs/bpf"
 STOP_OWNERS_PIN = f"{BPFFS}/leaktrace_stop_owners_v1"

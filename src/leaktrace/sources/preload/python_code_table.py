@@ -1,14 +1,14 @@
-"""The code objects the preload library keeps for Python frames (native/record.h's
+"""The code objects the preload library keeps for Python frames (abi/record.h's
 python_code_table at leaktrace_python_codes): read in place from the stopped process, or
 from the file the library writes at exit. The process wrote them: every size is bounded
 and every range checked."""
 
 from __future__ import annotations
 
+from leaktrace.abi.record import PYTHON_CODE, PYTHON_CODE_TABLE, PYTHON_CODES, PYTHON_TEXT
 from leaktrace.errors import RuntimeFailure
 from leaktrace.interpreters.python.code_objects import ENCODINGS, Read
 from leaktrace.model.snapshot import PythonCode
-from leaktrace.sources.preload.layout import PYTHON_CODE, PYTHON_CODE_TABLE, PYTHON_CODES, PYTHON_TEXT
 
 SLOTS_AT = PYTHON_CODE_TABLE.size
 TEXT_AT = SLOTS_AT + PYTHON_CODES * PYTHON_CODE.size

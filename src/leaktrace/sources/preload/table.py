@@ -22,6 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from leaktrace.abi.layout import C_COUNTERS, COUNTER_FIELDS, PEAK  # the library counts as the BPF engine
+from leaktrace.abi.record import (  # from abi/record.h
+    MAX_FRAMES,
+    OWN_MAP,
+    OWN_MAPS,
+    RECORD,
+    RECORD_INHERITED,
+    SHARD_SITES_MOST,
+    SITE,
+    SITE_COUNTS,
+    SITE_SHARD,
+    SITE_SHARDS,
+    SITE_SLOTS,
+    TABLE_SHARD,
+    TABLE_SHARDS,
+)
 from leaktrace.android.records import return_addresses, stack_status
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import (
@@ -40,22 +56,6 @@ from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.platform.module_files import runs_on_musl
 from leaktrace.platform.process import Mapping, mapped_identity, maps_device, parse_maps, proc_path, read_target
-from leaktrace.sources.bpf.layout import C_COUNTERS, COUNTER_FIELDS, PEAK  # the library counts as the BPF engine
-from leaktrace.sources.preload.layout import (  # from native/record.h
-    MAX_FRAMES,
-    OWN_MAP,
-    OWN_MAPS,
-    RECORD,
-    RECORD_INHERITED,
-    SHARD_SITES_MOST,
-    SITE,
-    SITE_COUNTS,
-    SITE_SHARD,
-    SITE_SHARDS,
-    SITE_SLOTS,
-    TABLE_SHARD,
-    TABLE_SHARDS,
-)
 from leaktrace.sources.preload.python_code_table import DamagedCodes, python_codes_in_place
 
 MEMFD_NAME = b"leaktrace-preload"  # an attach's sealed copy of the library (inject.py)

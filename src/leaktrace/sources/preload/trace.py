@@ -23,6 +23,7 @@ import stat
 import tempfile
 import time
 
+from leaktrace.abi.layout import C_COUNTERS
 from leaktrace.android.heap_dump import read_heap_dump
 from leaktrace.android.leak_info import LeakInfoEntry, decode_leak_info
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
@@ -64,7 +65,6 @@ from leaktrace.platform.target_files import (
     read_target_file,
     unlink_target_file,
 )
-from leaktrace.sources.bpf.layout import C_COUNTERS
 from leaktrace.sources.preload.inject import Injection
 from leaktrace.sources.preload.python_code_table import TABLE_BYTES, DamagedCodes, parse_python_codes
 from leaktrace.sources.preload.table import (

@@ -60,7 +60,7 @@ int parse_options(const char *text);
 // --- the table of live blocks (table.c) ------------------------------------
 
 #include "record.h"  // the table's records, as leaktrace reads them (layout.py is generated from it)
-#include "cfi.h"     // the unwinder, and the fixed-width types layout.h is written in
+#include "cfi.h"     // the unwinder, and (user_types.h) the fixed-width types layout.h is written in
 #include "layout.h"  // enum counter: the BPF engine's counters, read in place
 
 // Counted in allocations, or in live_map_full when the table has no room and no memory to grow.
@@ -109,10 +109,9 @@ uintptr_t *copy_frames(const uintptr_t *frames, size_t count);
 
 // --- Python frames (python_stack.c) ------------------------------------------
 
-extern struct python_code_table *leaktrace_python_codes;  // the code objects Python frames named (record.h)
-int start_sampling(size_t bytes, uint64_t seed);          // --sample: every bytes on average (0: every call)
-void find_python(void);                                   // whether the program is CPython 3.11
-size_t python_stack(uintptr_t *words, size_t room);       // the thread's Python frames (up to 32), innermost first
+#include "python_stack.h"  // find_python, python_stack, leaktrace_python_codes
+
+int start_sampling(size_t bytes, uint64_t seed);  // --sample: every bytes on average (0: every call)
 // One line per frame, as malloc_debug's backtrace_string; names NULL: looked up for this call alone.
 struct frame_names;
 void log_backtrace(struct frame_names *names, const uintptr_t *frames, size_t count);

@@ -1,4 +1,4 @@
-# Generated from sources/bpf/layout.h by sources/bpf/layout_gen.py; tests/unit/test_layouts.py checks it.
+# Generated from abi/layout.h by abi/layout_gen.py; tests/unit/test_layouts.py checks it.
 import struct
 
 STACK_NONE = 0

@@ -1,5 +1,5 @@
 // The preload library's table records, as leaktrace reads them from outside: the one source
-// of truth for both sides (sources/bpf/layout_gen.py writes sources/preload/layout.py from it).
+// of truth for both sides (abi/layout_gen.py writes abi/record.py from it).
 #ifndef LEAKTRACE_RECORD_H
 #define LEAKTRACE_RECORD_H
 

@@ -1,4 +1,4 @@
-# Generated from sources/preload/native/record.h by sources/bpf/layout_gen.py; tests/unit/test_layouts.py checks it.
+# Generated from abi/record.h by abi/layout_gen.py; tests/unit/test_layouts.py checks it.
 import struct
 
 MAX_FRAMES = 256

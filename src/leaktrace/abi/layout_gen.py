@@ -1,9 +1,9 @@
-"""Writes the Python side of the layouts C and Python share: sources/bpf/layout.py from
-layout.h (what leaktrace.bpf.c and user space share), unwind/rows.py from unwind/rows.h (the
-unwinder's rows and mappings) and sources/preload/layout.py from native/record.h (the preload
-library's table records):
+"""Writes the Python side of the layouts C and Python share: abi/layout.py from abi/layout.h
+(what leaktrace.bpf.c and user space share), unwind/rows.py from unwind/rows.h (the unwinder's
+rows and mappings), abi/record.py from abi/record.h (the preload library's table records) and
+interpreters/python/layout.py from python_frames.h:
 
-    python -m leaktrace.sources.bpf.layout_gen
+    python -m leaktrace.abi.layout_gen
 
 The headers are the one source of truth; tests/unit/test_layouts.py fails when a generated
 file is stale.
@@ -18,14 +18,14 @@ import re
 import struct
 from pathlib import Path
 
-SOURCES = Path(__file__).parents[1]
+ABI = Path(__file__).parent
 # header -> the Python module written from it
-UNWIND = SOURCES.parent / "unwind"
-PYTHON = SOURCES.parent / "interpreters" / "python"
+UNWIND = ABI.parent / "unwind"
+PYTHON = ABI.parent / "interpreters" / "python"
 LAYOUTS = {
-    SOURCES / "bpf" / "layout.h": SOURCES / "bpf" / "layout.py",
+    ABI / "layout.h": ABI / "layout.py",
     UNWIND / "rows.h": UNWIND / "rows.py",
-    SOURCES / "preload" / "native" / "record.h": SOURCES / "preload" / "layout.py",
+    ABI / "record.h": ABI / "record.py",
     PYTHON / "python_frames.h": PYTHON / "layout.py",
 }
 # C type -> struct format character (native sizes and alignment: x86-64)
@@ -91,7 +91,7 @@ def struct_body(header: str, name: str) -> str:
 
 def python_layout(header: str, source: str) -> str:
     lines = [
-        f"# Generated from {source} by sources/bpf/layout_gen.py; tests/unit/test_layouts.py checks it.",
+        f"# Generated from {source} by abi/layout_gen.py; tests/unit/test_layouts.py checks it.",
         "import struct",
         "",
     ]
@@ -116,7 +116,7 @@ def python_layout(header: str, source: str) -> str:
 
 
 def generated(header: Path) -> str:
-    return python_layout(header.read_text(), str(header.relative_to(SOURCES.parent)))
+    return python_layout(header.read_text(), str(header.relative_to(ABI.parent)))
 
 
 def main() -> None:
