@@ -22,6 +22,7 @@ from leaktrace.commands.outputs import UNWRITTEN_OUTPUT, AndroidFiles, LeakGate,
 from leaktrace.commands.trace import command_status, ending_of
 from leaktrace.errors import UsageError
 from leaktrace.model.snapshot import AllocationGroup, Counters, LeakCheck, LeakKind, LossRecord, ProcessInfo, Snapshot
+from leaktrace.outputs.renderers import RENDERERS
 from leaktrace.platform.pacing import POLL_TICK, poll_pause
 
 
@@ -93,7 +94,7 @@ def test_the_gate_judges_a_check_writes_its_files_and_sets_the_status(tmp_path, 
 def test_a_file_that_cannot_be_written_is_said_and_counted(tmp_path, capfd):
     (tmp_path / "taken").mkdir()  # a directory at the path: refused, never replaced
     files = OutputFiles()
-    outputs = Outputs(Reports(stdout_format="json", files={"folded": str(tmp_path / "taken")}), AndroidFiles(), files)
+    outputs = Outputs(Reports(stdout=RENDERERS.json, files={"folded": str(tmp_path / "taken")}), AndroidFiles(), files)
     outputs.report(snapshot())
     assert files.unwritten == 1 and outputs.exit_status() == UNWRITTEN_OUTPUT
     out, err = capfd.readouterr()

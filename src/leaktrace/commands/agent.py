@@ -31,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from leaktrace.errors import UsageError
+from leaktrace.outputs.renderers import RENDERERS, RenderContext, Report
 from leaktrace.platform.peers import Peer, Visibility, allowed_network, peer_of
 
 from . import ArgumentParser, Command, say
@@ -262,13 +263,12 @@ def handler_for(state: AgentState, args: argparse.Namespace) -> type[BaseHTTPReq
                 return self._send(503, "text/plain", b"no snapshot yet\n")
             symbolized, growth, report_seconds = latest
             if url.path == "/metrics":
-                from leaktrace.outputs.metrics import render_metrics
-
-                body = render_metrics(symbolized, growth, args.top_processes or 10, args.min_bytes or 0, report_seconds)
-                return self._send(200, "text/plain; version=0.0.4; charset=utf-8", body)
+                metrics = RENDERERS.metrics
+                context = RenderContext(
+                    growth, report_seconds, top_processes=args.top_processes or 10, min_bytes=args.min_bytes or 0
+                )
+                return self._send(200, metrics.media_type, metrics.render(Report(symbolized, context)))
             if url.path == "/debug/pprof/heap":
-                from leaktrace.outputs.pprof import render_pprof
-
                 try:
                     pid = _parsed_pid(parse_qs(url.query).get("pid", [""])[0])
                 except ValueError:
@@ -276,17 +276,22 @@ def handler_for(state: AgentState, args: argparse.Namespace) -> type[BaseHTTPReq
                 visible = self._visible()
 
                 def render(latest: tuple) -> bytes:
+                    from leaktrace.analysis.growth import Growth
+
                     processes = latest[0].snapshot.processes
                     chosen = _only(latest[0], lambda p: visible.shows(processes.get(p)) and pid in (None, p))
-                    return render_pprof(chosen, time.time() - state.started_at)
+                    return RENDERERS.pprof.render(
+                        Report(chosen, RenderContext(Growth(), time.time() - state.started_at))
+                    )
 
-                return self._send(200, "application/octet-stream", state.body((url.path, pid, visible), render, pid))
+                body = state.body((url.path, pid, visible), render, pid)
+                return self._send(200, RENDERERS.pprof.media_type, body)
             if url.path == "/status":
-                from leaktrace.outputs.json_report import render_json
-
                 visible = self._visible()
                 shown = _only(symbolized, lambda p: visible.shows(symbolized.snapshot.processes.get(p)))
-                return self._send(200, "application/json", render_json(shown, growth).encode())
+                return self._send(
+                    200, RENDERERS.json.media_type, RENDERERS.json.render(Report(shown, RenderContext(growth)))
+                )
             return self._send(404, "text/plain", b"not found: see /\n")
 
         def _send(self, status: int, kind: str, body: bytes) -> None:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 
 from leaktrace.errors import UsageError
+from leaktrace.outputs.renderers import RENDERERS, SiteChanges
 from leaktrace.outputs.report_diff import (
     REPORT_READ_LIMIT,
     UnreadableReport,
     compare,
-    diff_to_dict,
     read_sites,
-    render_diff_text,
 )
 from leaktrace.platform.process import printable
 from leaktrace.platform.target_files import read_regular
@@ -45,9 +44,6 @@ class DiffCommand(Command):
                 raise UsageError(f"cannot read {printable(path)}: {e.strerror or e}") from None
             except UnreadableReport as e:
                 raise UsageError(f"{printable(path)}: {e}") from None
-        changes = compare(*sites)
-        if args.json:
-            print(json.dumps(diff_to_dict(changes, args.old, args.new), separators=(",", ":")))
-        else:
-            print(render_diff_text(changes, args.old, args.new, args.top), end="")
+        output = RENDERERS.diff_json if args.json else RENDERERS.diff_text
+        sys.stdout.write(output.render(SiteChanges(compare(*sites), args.old, args.new, args.top)).decode())
         return 0

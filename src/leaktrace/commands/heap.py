@@ -8,11 +8,9 @@ import sys
 import time
 
 from leaktrace.analysis.symbolize import Symbolizer
-from leaktrace.android.unreachable_report import render_unreachable
 from leaktrace.errors import UsageError
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, Snapshot
-from leaktrace.outputs.heap_summary import render_heap_json, render_heap_text
-from leaktrace.outputs.json_report import unreachable_to_dict
+from leaktrace.outputs.renderers import RENDERERS, HeapWalk
 from leaktrace.platform.arch import HEAP_WALK, check_machine
 from leaktrace.reachability.unreachable import examine_heap
 
@@ -49,16 +47,6 @@ class HeapCommand(Command):
         report = examine_heap(args.pid, args.unreachable, limit)
         unreachable = report.unreachable
         symbolized = Symbolizer().symbolize(Snapshot(time.time(), (), Counters(), unreachable=unreachable))
-        if args.json:
-            write_fully(
-                sys.stdout,
-                render_heap_json(report, unreachable_to_dict(symbolized, unreachable) if unreachable else None),
-            )
-            return 0
-        text = render_heap_text(report)
-        if unreachable:
-            text += f"unreachable memory of pid {args.pid}:\n" + render_unreachable(
-                symbolized, unreachable, args.contents, traced=False
-            )
-        write_fully(sys.stdout, text)
+        output = RENDERERS.heap_json if args.json else RENDERERS.heap_text
+        write_fully(sys.stdout, output.render(HeapWalk(report, symbolized, args.contents)))
         return 0

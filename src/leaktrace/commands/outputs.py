@@ -16,16 +16,12 @@ from dataclasses import dataclass, field
 from leaktrace.analysis.growth import Growth, GrowthTracker
 from leaktrace.analysis.suppressions import LeakCheckSettings, apply_suppressions
 from leaktrace.analysis.symbolize import SymbolizedSnapshot, Symbolizer
-from leaktrace.android.heap_dump import render_heap_dump
 from leaktrace.android.leak_info import get_malloc_leak_info
-from leaktrace.android.leak_log import render_leak_log
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX
 from leaktrace.errors import RuntimeFailure
 from leaktrace.model.snapshot import LeakCheck, LeakKind, Measure, Snapshot
-from leaktrace.outputs.junit import GateCase, render_junit
-from leaktrace.outputs.leak_check import render_leak_check
-from leaktrace.outputs.renderers import FILE_FORMATS, RENDERERS, RenderContext
-from leaktrace.outputs.valgrind_xml import render_valgrind_xml
+from leaktrace.outputs.junit import GateCase
+from leaktrace.outputs.renderers import RENDERERS, Judgement, ProcessView, RenderContext, Renderer, Report
 from leaktrace.platform.atomic_write import write_atomically
 
 from . import say
@@ -91,17 +87,18 @@ class LeakGate:
             leaks = bool(check.errors(self.settings.errors_for))
             if leaks:
                 self.leaking.append(check)
+            judgement = Judgement(symbolized, check, self.settings, self.tool_argv)
             if self.xml_file:
-                xml = render_valgrind_xml(symbolized, check, self.settings, list(self.tool_argv))
-                self.files.write(self.xml_file.replace("%p", str(check.pid)), xml, "valgrind XML")
+                xml = RENDERERS.valgrind_xml
+                self.files.write(self.xml_file.replace("%p", str(check.pid)), xml.render(judgement), xml.what)
             if self.junit_file:
-                output = render_leak_check(symbolized, check, self.settings)
+                output = RENDERERS.leak_check.render(judgement).decode()
                 name = f"{check.command or check.pid} (pid {check.pid})"
                 self.gate_cases.append(
                     GateCase(name, check.pause_seconds, self.leak_line(check) if leaks else None, output=output)
                 )
         if judged and self.junit_file:
-            self.files.write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
+            self.files.write(self.junit_file, RENDERERS.junit.render(self.gate_cases), RENDERERS.junit.what)
         return symbolized
 
     def leak_line(self, check: LeakCheck) -> str:
@@ -118,7 +115,7 @@ class LeakGate:
         """A command the gate could not judge: an error case in --junit's file."""
         if self.junit_file:
             self.gate_cases.append(GateCase(what, 0.0, error=why))
-            self.files.write(self.junit_file, render_junit(self.gate_cases), "JUnit XML")
+            self.files.write(self.junit_file, RENDERERS.junit.render(self.gate_cases), RENDERERS.junit.what)
 
     @property
     def failing_status(self) -> int:
@@ -139,8 +136,9 @@ class AndroidFiles:
     per_process_leak_info: bool = False  # FILE.PID for every process, the first too (--all)
 
     def heap_dump(self, symbolized: SymbolizedSnapshot, pid: int, suffix: str, files: OutputFiles) -> None:
-        text = render_heap_dump(symbolized, pid, backtrace_full=self.backtrace_full)
-        files.write(f"{self.dump_prefix}.{pid}{suffix}", text.encode(), "heap dump")
+        dump = RENDERERS.heap_dump
+        view = ProcessView(symbolized, pid, backtrace_full=self.backtrace_full)
+        files.write(f"{self.dump_prefix}.{pid}{suffix}", dump.render(view), dump.what)
 
     def at_report(self, symbolized: SymbolizedSnapshot, files: OutputFiles) -> None:
         snapshot = symbolized.snapshot
@@ -155,8 +153,9 @@ class AndroidFiles:
                     + (f" ({info.left_out} allocations over 2^31-1 bytes left out)" if info.left_out else "")
                 )
             if self.leak_track and process.exited and snapshot.allocations is not None:
-                lines = render_leak_log(symbolized, pid, process.name or process.comm)
-                write_fully(sys.stderr, "".join(line + "\n" for line in lines))
+                write_fully(
+                    sys.stderr, RENDERERS.leak_log.render(ProcessView(symbolized, pid, process.name or process.comm))
+                )
             if self.dump_each_report:
                 self.heap_dump(symbolized, pid, ".txt", files)
             if self.dump_on_exit and process.exited:
@@ -168,7 +167,7 @@ class Reports:
     """The report on standard output and the file formats asked for (entries of RENDERERS), all
     drawn by one measure."""
 
-    stdout_format: str = "text"
+    stdout: Renderer[Report] = RENDERERS.text
     files: dict[str, str] = field(default_factory=dict)  # a file format's name -> path, rewritten each report
     top: int = 10
     top_processes: int = 10
@@ -187,10 +186,11 @@ class Reports:
         context = RenderContext(
             growth, elapsed, self.measure, self.top, self.top_processes, self.min_bytes, self.contents, leak_check
         )
-        write_fully(sys.stdout, RENDERERS[self.stdout_format].render(symbolized, context))
-        for output in FILE_FORMATS:
+        report = Report(symbolized, context)
+        write_fully(sys.stdout, self.stdout.render(report))
+        for output in RENDERERS.file_formats():
             if output.name in self.files:
-                files.write(self.files[output.name], output.render(symbolized, context), output.what)
+                files.write(self.files[output.name], output.render(report), output.what)
 
 
 class Outputs:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, MallocDebugConfig
 from leaktrace.errors import UsageError
-from leaktrace.outputs.renderers import FILE_FORMATS
+from leaktrace.outputs.renderers import RENDERERS
 
 from . import ArgumentParser, Command, say
 from .engines import ENGINES
@@ -70,8 +70,12 @@ class TraceCommand(Command):
 
         files = OutputFiles()
         reports = Reports(
-            stdout_format="json" if args.json else "processes" if args.all else "text",
-            files={output.name: getattr(args, output.name) for output in FILE_FORMATS if getattr(args, output.name)},
+            stdout=RENDERERS.json if args.json else RENDERERS.processes if args.all else RENDERERS.text,
+            files={
+                output.name: getattr(args, output.name)
+                for output in RENDERERS.file_formats()
+                if getattr(args, output.name)
+            },
             top=args.top or (5 if args.all else 10),
             top_processes=args.top_processes or 10,
             min_bytes=args.min_bytes or 0,

@@ -23,7 +23,7 @@ from leaktrace.android.options import (
 from leaktrace.errors import RuntimeFailure, UsageError
 from leaktrace.interpreters.python.frame_words import named_like_python
 from leaktrace.model.snapshot import Measure
-from leaktrace.outputs.renderers import FILE_FORMATS
+from leaktrace.outputs.renderers import RENDERERS
 from leaktrace.platform.arch import HOST
 from leaktrace.platform.atomic_write import not_replaceable
 from leaktrace.platform.containers import ID_PREFIX
@@ -204,8 +204,8 @@ def _add_outputs(parser: ArgumentParser) -> None:
     parser.add_argument(
         "--leak-info", metavar="FILE", help="write get_malloc_leak_info's raw buffer (64-bit ABI) at each report"
     )
-    for output in FILE_FORMATS:
-        parser.add_argument(f"--{output.name}", metavar="FILE", help=output.help)
+    for output in RENDERERS.file_formats():
+        parser.add_argument(f"--{output.name}", metavar="FILE", help=output.option_help)
     parser.add_argument(
         "--heap-dump",
         metavar="PREFIX",
@@ -430,7 +430,7 @@ def _may_run_python(args: argparse.Namespace) -> bool:
 
 def _output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> list[tuple[str, str]]:
     """(option, path) of each file the trace will write; for heap dumps, PREFIX.PID.txt's directory."""
-    names = ["leak_info"] + [output.name for output in FILE_FORMATS]
+    names = ["leak_info"] + [output.name for output in RENDERERS.file_formats()]
     paths = [(f"--{name.replace('_', '-')}", getattr(args, name)) for name in names]
     paths.append(("--junit", args.junit))
     if args.xml_file:  # each pid's file lies where the first would: one check covers them
