@@ -21,9 +21,12 @@ INCLUDES = [
 ]
 
 
+LIBRARY_SOURCES = [*sorted(NATIVE.glob("*.c")), SRC / "unwind/cfi.c", SRC / "interpreters/python/python_stack.c"]
+
+
 def build_library(compiler: str, built: Path, flags: list[str]) -> Path:
     """The library as setup.py links it (its own calls bound to itself), with the compiler's flags."""
-    sources = [*sorted(NATIVE.glob("*.c")), SRC / "unwind/cfi.c", SRC / "interpreters/python/python_stack.c"]
+    sources = LIBRARY_SOURCES
     subprocess.run(
         [compiler, "-shared", "-fPIC", *flags, *(f"-I{d}" for d in INCLUDES), "-o", str(built), *map(str, sources)]
         + ["-lgcc_s", "-ldl", "-lpthread", "-Wl,-Bsymbolic-functions", "-Wl,--eh-frame-hdr"],

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
+from preload_library import INCLUDES, LIBRARY_SOURCES
 
 PACKAGE = Path(__file__).parents[2] / "src" / "leaktrace"
 # layer -> layers it may not import
@@ -85,6 +87,41 @@ def test_no_c_file_includes_a_layer_it_may_not(path):
     layer = path.relative_to(PACKAGE).parts[0]
     wrong = included_folders(path) & set(FORBIDDEN[layer])
     assert not wrong, f"{layer}/ may not include from {sorted(wrong)}"
+
+
+# The program-facing malloc family: a part may hand back through it what the program's allocator
+# made (frame_names.c frees what C++'s demangler allocated), the one call that goes up.
+PROGRAM_API = {"malloc", "calloc", "realloc", "free"}
+
+
+def library_calls(built: Path) -> dict[str, set[str]]:
+    """The preload library's files -> the files whose functions or data each uses (by nm)."""
+    defined, used = {}, {}
+    for source in LIBRARY_SOURCES:
+        objects = built / f"{source.stem}.o"
+        subprocess.run(["gcc", "-c", "-O2", *(f"-I{d}" for d in INCLUDES), "-o", objects, source], check=True)
+        for line in subprocess.run(["nm", objects], capture_output=True, text=True, check=True).stdout.splitlines():
+            words = line.split()
+            if len(words) == 3 and words[1] in "TDBRC":
+                defined[words[2]] = source.stem
+            elif words[:1] == ["U"]:
+                used.setdefault(source.stem, set()).add(words[1])
+    return {
+        part: {defined[name] for name in names if name in defined and name not in PROGRAM_API} - {part}
+        for part, names in used.items()
+    }
+
+
+def test_the_librarys_parts_call_one_another_without_a_cycle(tmp_path):
+    """Each part of the preload library calls only parts below it: malloc_debug.c, the entry
+    points, on top; library.h's state at the bottom; one header a part."""
+    calls = library_calls(tmp_path)
+    assert calls["malloc_debug"] >= {"table", "blocks", "reports"} and not calls.get("own_memory")
+    left = set(calls) | {callee for callees in calls.values() for callee in callees}
+    while left:
+        ready = {part for part in left if not (calls.get(part, set()) & left)}
+        assert ready, f"a cycle among { ({part: sorted(calls.get(part, set()) & left) for part in sorted(left)}) }"
+        left -= ready
 
 
 def test_intra_package_imports_are_absolute():

@@ -1,6 +1,6 @@
 // What a walk of an interpreter's frames asks of the library it runs in, and the one thing it
 // includes from outside interpreters/ (beside abi/): the host counts the walk's events and gives
-// it memory of its own, never the program's heap (the preload library's table.c does both).
+// it memory of its own, never the program's heap (the preload library's table.c and own_memory.c).
 #ifndef LEAKTRACE_INTERPRETER_HOST_H
 #define LEAKTRACE_INTERPRETER_HOST_H
 #include "user_types.h"  // layout.h's type names
@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 void count_event(enum counter which);  // leaktrace_counters[which] + 1
-void *map_own(size_t bytes);           // pages no allocator knows of (NULL: none)
+void *map_own(size_t bytes);           // pages no allocator knows of (MAP_FAILED: none)
 void unmap_own(void *start, size_t bytes);
 
 #endif

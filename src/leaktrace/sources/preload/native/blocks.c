@@ -1,7 +1,10 @@
 // The blocks handed to the program, and malloc_debug's allocator-side options:
 // guards (a header before each block), fills, expand_alloc, free_track, and
 // the checks of pointers passed in. Error texts are bionic's.
-#include "malloc_debug.h"
+#include "blocks.h"
+#include "forward.h"
+#include "stacks.h"
+#include "table.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -6,7 +6,8 @@
 // functions up (it may allocate) are served from a small arena of the library's own, whose
 // blocks are never given back. The library's own bookkeeping stays on libc's heap (own_malloc).
 #define _GNU_SOURCE
-#include "malloc_debug.h"
+#include "forward.h"
+#include "stacks.h"
 
 #include <dlfcn.h>
 #include <sched.h>

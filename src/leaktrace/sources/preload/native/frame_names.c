@@ -3,7 +3,7 @@
 // shows it, the pc as an address of the module's ELF file, and the function from .dynsym
 // and .symtab (static functions and main included). All memory comes from one mmap'd
 // arena per report: the library is at work, and must not allocate through the allocator.
-#include "malloc_debug.h"
+#include "frame_names.h"
 
 #include <dlfcn.h>
 #include <elf.h>

@@ -7,6 +7,8 @@
 // whose read end it hands in, which hangs up then (a pidfd could not name leaktrace from
 // inside another PID namespace).
 #include "malloc_debug.h"
+#include "stacks.h"
+#include "table.h"
 
 #include "arch.h"
 

@@ -10,6 +10,14 @@
 // that interrupted it) is served at once but recorded only when the outermost
 // call leaves: no recursion into the table's locks, and no allocation lost.
 #include "malloc_debug.h"
+#include "blocks.h"
+#include "forward.h"
+#include "own_memory.h"
+#include "python_stack.h"
+#include "reports.h"
+#include "sites.h"
+#include "stacks.h"
+#include "table.h"
 
 #include "allocators.h"
 
@@ -38,6 +46,10 @@ _Static_assert(sizeof(struct pending_call) == 16, "a pending call in two words")
 
 static volatile sig_atomic_t dump_requested, stacks_on;
 static THREAD_LOCAL int depth;
+// The re-entry guard: allocator calls made while the library works (its own, or a signal
+// handler's) are recorded once the outermost call leaves.
+static void library_enter(void);
+static void library_leave(void);
 // The block the thread's last allocator call made (0: it was a free): freed by its next call,
 // it is short-lived. Followed only when every block is kept. Kept inverted: a reachability
 // check scans this thread's memory, where the pointer itself would keep a lost block reachable.
@@ -338,7 +350,7 @@ static int ready(void)
     return 1;
 }
 
-void library_enter(void)
+static void library_enter(void)
 {
     depth++;
 }
@@ -404,7 +416,7 @@ static void record_in_site(uintptr_t pointer, size_t size, uint32_t flags, const
         last_made_inverted = ~pointer;
 }
 
-void library_leave(void)
+static void library_leave(void)
 {
     if (depth > 1 || !pending_count) {
         depth--;
@@ -741,3 +753,64 @@ const struct replacement replacements[] = {
     {"dlclose", (void *)dlclose},  // the unwinder forgets the rules of unloaded code
     {NULL, NULL},
 };
+
+// --- malloc_debug's API: the leak-info buffer (its entries in malloc_debug's order and layout) ---
+
+#define ZYGOTE_BIT (1UL << 31)
+
+EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t *info_size, size_t *total_memory,
+                                 size_t *backtrace_size)
+{
+    if (!info || !overall_size || !info_size || !total_memory || !backtrace_size) {
+        log_line("get_malloc_leak_info: At least one invalid parameter.");
+        return;
+    }
+    *info = NULL;
+    *overall_size = *info_size = *total_memory = *backtrace_size = 0;
+    if (config.state != 1)
+        return;
+    if (!config.frames) {
+        log_line("get_malloc_leak_info: Allocations not being tracked, to enable set the option 'backtrace'.");
+        return;
+    }
+    library_enter();
+    size_t count;
+    struct record *list = table_snapshot(&count);
+    size_t depth = config.frames, width = sizeof(size_t) * 2 + sizeof(uintptr_t) * depth, entries = 0;
+    uint8_t *buffer = count ? own_calloc(count, width) : NULL;
+    const struct record *last = NULL;  // the record the last entry was made from
+    for (size_t i = 0; buffer && i < count; i++) {
+        if (list[i].size > ZYGOTE_BIT - 1 || (list[i].flags & RECORD_UNTRACED))
+            continue;  // the size would run into the zygote bit; made while stacks were off
+        if (last && same_entry(last, &list[i])) {
+            ((size_t *)(buffer + (entries - 1) * width))[1]++;
+        } else {
+            size_t *entry = (size_t *)(buffer + entries++ * width);
+            entry[0] = list[i].size | (record_zygote_bit(&list[i]) ? ZYGOTE_BIT : 0);
+            entry[1] = 1;
+            memcpy(entry + 2, list[i].frames, list[i].frame_count * sizeof(uintptr_t));
+            last = &list[i];
+        }
+        *total_memory += list[i].size;
+    }
+    free_records(list, count);
+    if (entries) {
+        *info = buffer;
+        *overall_size = entries * width;
+        *info_size = width;
+        *backtrace_size = depth;
+    } else {
+        own_free(buffer);
+    }
+    library_leave();
+}
+
+EXPORT void free_malloc_leak_info(uint8_t *info)
+{
+    own_free(info);
+}
+
+EXPORT ssize_t malloc_backtrace(void *pointer, uintptr_t *frames, size_t frame_count)
+{
+    return (ssize_t)table_frames((uintptr_t)pointer, frames, frame_count);
+}

@@ -1,6 +1,7 @@
 // LIBC_DEBUG_MALLOC_OPTIONS, read as bionic's Config reads it: the same names,
 // ranges and messages as src/leaktrace/android/options.py (options.h is generated from it).
-#include "malloc_debug.h"
+#include "library.h"
+#include "stacks.h"
 
 #include <errno.h>
 #include <stdio.h>

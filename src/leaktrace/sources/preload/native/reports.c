@@ -1,6 +1,11 @@
-// What the library reports: the leak-info buffer, the v1.2 heap dump and the
-// leak_track log, in malloc_debug's order, words and layout.
-#include "malloc_debug.h"
+// What the library writes: the v1.2 heap dump and the leak_track log, in malloc_debug's order,
+// words and layout, and the counters, sites and Python code table beside a dump.
+#include "reports.h"
+#include "frame_names.h"
+#include "python_stack.h"
+#include "sites.h"
+#include "stacks.h"
+#include "table.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,65 +15,6 @@
 #include <string.h>
 #include <sys/utsname.h>
 #include <unistd.h>
-
-#define ZYGOTE_BIT (1UL << 31)
-
-EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t *info_size, size_t *total_memory,
-                                 size_t *backtrace_size)
-{
-    if (!info || !overall_size || !info_size || !total_memory || !backtrace_size) {
-        log_line("get_malloc_leak_info: At least one invalid parameter.");
-        return;
-    }
-    *info = NULL;
-    *overall_size = *info_size = *total_memory = *backtrace_size = 0;
-    if (config.state != 1)
-        return;
-    if (!config.frames) {
-        log_line("get_malloc_leak_info: Allocations not being tracked, to enable set the option 'backtrace'.");
-        return;
-    }
-    library_enter();
-    size_t count;
-    struct record *list = table_snapshot(&count);
-    size_t depth = config.frames, width = sizeof(size_t) * 2 + sizeof(uintptr_t) * depth, entries = 0;
-    uint8_t *buffer = count ? own_calloc(count, width) : NULL;
-    const struct record *last = NULL;  // the record the last entry was made from
-    for (size_t i = 0; buffer && i < count; i++) {
-        if (list[i].size > ZYGOTE_BIT - 1 || (list[i].flags & RECORD_UNTRACED))
-            continue;  // the size would run into the zygote bit; made while stacks were off
-        if (last && same_entry(last, &list[i])) {
-            ((size_t *)(buffer + (entries - 1) * width))[1]++;
-        } else {
-            size_t *entry = (size_t *)(buffer + entries++ * width);
-            entry[0] = list[i].size | (record_zygote_bit(&list[i]) ? ZYGOTE_BIT : 0);
-            entry[1] = 1;
-            memcpy(entry + 2, list[i].frames, list[i].frame_count * sizeof(uintptr_t));
-            last = &list[i];
-        }
-        *total_memory += list[i].size;
-    }
-    free_records(list, count);
-    if (entries) {
-        *info = buffer;
-        *overall_size = entries * width;
-        *info_size = width;
-        *backtrace_size = depth;
-    } else {
-        own_free(buffer);
-    }
-    library_leave();
-}
-
-EXPORT void free_malloc_leak_info(uint8_t *info)
-{
-    own_free(info);
-}
-
-EXPORT ssize_t malloc_backtrace(void *pointer, uintptr_t *frames, size_t frame_count)
-{
-    return (ssize_t)table_frames((uintptr_t)pointer, frames, frame_count);
-}
 
 static void put(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(int fd, const char *fmt, ...)

@@ -4,7 +4,9 @@
 // frames. Sites are never removed (a site whose blocks are all freed keeps its totals) and
 // live in memory the library maps itself, not the program's heap (they hold no pointer to a
 // block). leaktrace reads them in place, as it reads the table, and from the exit file.
-#include "malloc_debug.h"
+#include "sites.h"
+#include "own_memory.h"
+#include "table.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,7 +1,8 @@
 // Stacks (no frame pointers needed) and their lines in the log. The walk follows each frame
 // by the rule cfi.c works out from .eh_frame, cached by pc; a frame it cannot follow has the
 // whole stack taken again by libgcc's _Unwind_Backtrace, which gives the same frames.
-#include "malloc_debug.h"
+#include "stacks.h"
+#include "frame_names.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -2,7 +2,10 @@
 // program's pointer behind its own mutex, the part picked by the 64 MiB the pointer is in.
 // leaktrace reads them in place and from a frozen copy of the process
 // (--unreachable), so they are exported.
-#include "malloc_debug.h"
+#include "table.h"
+#include "own_memory.h"
+#include "sites.h"
+#include "stacks.h"
 
 #include "arch.h"
 
@@ -39,48 +42,6 @@ uint64_t counter_value(enum counter which)
             total += __atomic_load_n(which == C_ALLOCS ? &leaktrace_shards[i].allocations : &leaktrace_shards[i].frees,
                                      __ATOMIC_RELAXED);
     return total;
-}
-
-EXPORT struct own_map leaktrace_own_maps[OWN_MAPS];
-EXPORT uint32_t leaktrace_own_maps_unlisted;  // mappings made when the list was full
-static uint32_t own_maps_lock;
-
-void *map_own(size_t bytes)
-{
-    void *start = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (start == MAP_FAILED)
-        return start;
-    while (__atomic_exchange_n(&own_maps_lock, 1, __ATOMIC_ACQUIRE))
-        sched_yield();
-    int listed = 0;
-    for (int i = 0; i < OWN_MAPS && !listed; i++)
-        if (!leaktrace_own_maps[i].start) {
-            leaktrace_own_maps[i] = (struct own_map){(uintptr_t)start, (uintptr_t)start + bytes};
-            listed = 1;
-        }
-    if (!listed)
-        __atomic_fetch_add(&leaktrace_own_maps_unlisted, 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&own_maps_lock, 0, __ATOMIC_RELEASE);
-    return start;
-}
-
-void unmap_own(void *start, size_t bytes)
-{
-    while (__atomic_exchange_n(&own_maps_lock, 1, __ATOMIC_ACQUIRE))
-        sched_yield();
-    for (int i = 0; i < OWN_MAPS; i++)
-        if (leaktrace_own_maps[i].start == (uintptr_t)start)
-            leaktrace_own_maps[i] = (struct own_map){0, 0};
-    __atomic_store_n(&own_maps_lock, 0, __ATOMIC_RELEASE);
-    munmap(start, bytes);
-}
-
-void free_own(void *block, size_t bytes)
-{
-    if (!block)
-        return;
-    memset(block, 0, bytes);
-    own_free(block);
 }
 
 static uint64_t hash_of(uintptr_t pointer)
