@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from leaktrace.analysis.suppressions import LeakCheckSettings
     from leaktrace.analysis.symbolize import SymbolizedSnapshot
     from leaktrace.model.heap import HeapReport
-    from leaktrace.model.snapshot import LeakCheck
+    from leaktrace.model.snapshot import LeakCheck, UnreachableReport
     from leaktrace.outputs.junit import GateCase
     from leaktrace.outputs.report_diff import SiteChange
 
@@ -98,14 +98,20 @@ class Renderer(Generic[Input]):
     what: str = ""  # how the line that says where a file went names it
 
 
-def _text_sections(report: Report) -> bytes:
+def _unreachable_text(
+    symbolized: SymbolizedSnapshot, unreachable: UnreachableReport, contents: bool, traced: bool
+) -> str:
     from leaktrace.android.unreachable_report import render_unreachable
 
+    text = render_unreachable(symbolized, unreachable, contents, traced=traced)
+    return f"unreachable memory of pid {unreachable.pid}:\n" + text
+
+
+def _text_sections(report: Report) -> bytes:
     symbolized, context = report.symbolized, report.context
     snapshot, text = symbolized.snapshot, ""
     if snapshot.unreachable:
-        text += f"unreachable memory of pid {snapshot.unreachable.pid}:\n"
-        text += render_unreachable(symbolized, snapshot.unreachable, context.contents)
+        text += _unreachable_text(symbolized, snapshot.unreachable, context.contents, traced=True)
     settings = context.leak_check
     if settings:
         text += "".join(_leak_check(Judgement(symbolized, check, settings)).decode() for check in snapshot.leak_checks)
@@ -186,13 +192,11 @@ def _leak_log(process: ProcessView) -> bytes:
 
 
 def _heap_text(walk: HeapWalk) -> bytes:
-    from leaktrace.android.unreachable_report import render_unreachable
     from leaktrace.outputs.heap_summary import render_heap_text
 
     text, unreachable = render_heap_text(walk.report), walk.report.unreachable
     if unreachable:
-        text += f"unreachable memory of pid {unreachable.pid}:\n"
-        text += render_unreachable(walk.symbolized, unreachable, walk.contents, traced=False)
+        text += _unreachable_text(walk.symbolized, unreachable, walk.contents, traced=False)
     return text.encode()
 
 

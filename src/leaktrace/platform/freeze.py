@@ -65,7 +65,6 @@ class FrozenImage:
     pid: int
     maps: list[Mapping]
     registers: dict[int, tuple[int, ...]]  # tid -> the machine's register words (ptrace.REGS)
-    calls_before: dict[int, BlockedCall | None]  # tid -> the call it slept in before the stop, where read
     memory: dict[int, mmap.mmap] = field(default_factory=dict)  # mapping start -> its bytes (zeros where unreadable)
     unreadable_pages: int = 0
     pause_seconds: float = 0.0
@@ -76,8 +75,9 @@ class FrozenImage:
         stands in a system call or at a hold (see at_hold), where what lies below is dead,
         left by calls that have returned."""
         starts = []
-        for tid, regs in self.registers.items():
-            dead = call_at_stop(regs, self.calls_before.get(tid)) is not None or at_hold(regs, holds)
+        for regs in self.registers.values():
+            # Where the registers do not name the call (aarch64), there is no red zone to leave out.
+            dead = call_at_stop(regs, None) is not None or at_hold(regs, holds)
             starts.append((regs[REGS.sp], regs[REGS.sp] - (0 if dead else HOST.red_zone)))
         return starts
 
@@ -202,7 +202,6 @@ class FrozenProcess:
     pid: int
     maps_text: str
     registers: dict[int, tuple[int, ...]]
-    calls_before: dict[int, BlockedCall | None]
     mem_fd: int
 
     @property
@@ -376,8 +375,7 @@ def frozen(pid: int) -> Iterator[FrozenProcess]:
         except OSError:
             raise RuntimeFailure(f"pid {pid} exited while it was stopped") from None
         try:
-            calls_before = {tid: _calls_before.get(tid) for tid in registers}
-            yield FrozenProcess(pid, maps_text, registers, calls_before, mem_fd)
+            yield FrozenProcess(pid, maps_text, registers, mem_fd)
         finally:
             os.close(mem_fd)
     finally:
@@ -392,7 +390,7 @@ def freeze_and_copy(pid: int, wanted: Callable[[Mapping], bool]) -> FrozenImage:
     room = _available_memory() * COPY_SHARE - sum(len(buffer) for buffer in buffers.values())
     started = time.monotonic()
     with frozen(pid) as process:
-        image = FrozenImage(pid, process.maps, process.registers, process.calls_before)
+        image = FrozenImage(pid, process.maps, process.registers)
         page = os.sysconf("SC_PAGE_SIZE")
         reader = live_thread(pid) or pid  # a thread whose address space is readable, picked once per copy
         for mapping in image.maps:

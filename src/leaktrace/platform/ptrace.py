@@ -117,36 +117,38 @@ def _restarts_by_block(call: BlockedCall) -> bool:
     """Whether the kernel left an interrupted call to restart_syscall (-ERESTART_RESTARTBLOCK:
     a relative sleep, a futex wait with a timeout), where running it again would wait anew."""
     names = HOST.syscalls
-    if call.number in (names.get("nanosleep"), names["clock_nanosleep"]):
-        return call.number != names["clock_nanosleep"] or not call.arguments[1] & TIMER_ABSTIME
-    timed_wait = call.arguments[1] & FUTEX_CMD_MASK in FUTEX_WAITS and call.arguments[3] != 0
-    return call.number == names["futex"] and timed_wait
+    if call.number == names["clock_nanosleep"]:
+        return not call.arguments[1] & TIMER_ABSTIME
+    if call.number == names["futex"]:
+        return call.arguments[1] & FUTEX_CMD_MASK in FUTEX_WAITS and call.arguments[3] != 0
+    return call.number == names["nanosleep"]
 
 
-def restart_interrupted_wait(regs: Registers, before: BlockedCall | None) -> None:
+def restart_interrupted_wait(regs: Registers, before: BlockedCall | None) -> bool:
     """Registers of a thread that leaktrace's interrupt woke from a system call, set to run the
     call on as if never woken: a wait the kernel ended with EINTR is rewound to run again, and
-    where the number is forgotten (aarch64), a rewound sleep goes on through restart_syscall."""
+    where the number is forgotten (aarch64), a rewound sleep goes on through restart_syscall.
+    Whether they were changed."""
     number = call_at_stop(regs, before)
     if number is None:
-        return
-    if number in EINTR_WAITS and regs[REGS.result] == MINUS_EINTR and REGS.syscall is not None:
+        return False
+    rewound = before is not None and regs[REGS.pc] != before.pc  # by the kernel, to run the call again (aarch64)
+    if number in EINTR_WAITS and regs[REGS.result] == MINUS_EINTR and not rewound:
         regs[REGS.pc] -= REGS.syscall_bytes
-        regs[REGS.result] = number
-    elif before is not None and REGS.syscall is None:
-        if regs[REGS.pc] == before.pc and number in EINTR_WAITS and regs[REGS.result] == MINUS_EINTR:
-            regs[REGS.pc] -= REGS.syscall_bytes
-            regs[REGS.result] = before.arguments[0]  # the first argument, under the return value
-        elif regs[REGS.pc] == before.pc - REGS.syscall_bytes and _restarts_by_block(before):
-            regs[REGS.number] = HOST.syscalls["restart_syscall"]
+        # What lay under the return value: the first argument (aarch64's x0), or the number (x86-64's rax).
+        regs[REGS.result] = before.arguments[0] if before is not None else number
+        return True
+    if before is not None and rewound and _restarts_by_block(before):
+        regs[REGS.number] = HOST.syscalls["restart_syscall"]
+        return True
+    return False
 
 
 def resume_interrupted_wait(tid: int, before: BlockedCall | None) -> None:
     """restart_interrupted_wait on a thread in a ptrace stop (nothing if it is not in one)."""
     try:
         regs = read_registers(tid)
-        if call_at_stop(regs, before) is not None:
-            restart_interrupted_wait(regs, before)
+        if restart_interrupted_wait(regs, before):
             write_registers(tid, regs)
     except OSError:
         pass

@@ -52,7 +52,7 @@ from leaktrace.platform.ptrace import (
 VECTOR_ROOM = 1 << 16  # bytes: more than any x86-64 XSAVE area or arm64 SVE state today
 SEGV_BIT = 1 << (signal.SIGSEGV - 1)  # in a signal mask word
 WAITING_CALLS = HOST.waiting_call_numbers  # a thread blocked in one holds no lock of the allocator or the loader
-MINUS_ONE = (1 << 64) - 1
+MINUS_ONE = (1 << 64) - 1  # an argument of -1 (a bare -1 names the copied data), or no system call
 
 
 @dataclass
@@ -159,8 +159,7 @@ class RemoteCaller:
             outside = not any(start <= regs[REGS.pc] < end for start, end in forbidden)
             if (number is not None and number in WAITING_CALLS) or (number is None and outside):
                 held = _HeldThread(tuple(regs), before)
-            else:
-                restart_interrupted_wait(regs, before)
+            elif restart_interrupted_wait(regs, before):
                 write_registers(tid, regs)
         except OSError:
             return None

@@ -36,7 +36,7 @@ from leaktrace.platform.process import (
     read_target,
     status_field,
 )
-from leaktrace.platform.remote_call import RemoteCaller
+from leaktrace.platform.remote_call import MINUS_ONE, RemoteCaller
 from leaktrace.platform.seccomp import ANY_ERRNO, PlannedCall, SeccompUnreadable, first_forbidden, read_filters
 from leaktrace.sources.preload.table import (
     MEMFD_NAME,
@@ -63,7 +63,6 @@ O_CLOEXEC_IN_TARGET = 0o2000000
 CALL_STACK_BYTES = 1 << 20  # the stack mapped in the target for the calls
 PROT_READ, PROT_WRITE = 1, 2
 MAP_PRIVATE, MAP_ANONYMOUS, MAP_NORESERVE = 0x02, 0x20, 0x4000
-MINUS_ONE = (1 << 64) - 1  # an argument of -1 (a bare -1 names the copied data)
 LIBC_FUNCTIONS = ("dlopen", "dlerror", "memfd_create", "pipe2", "close", "mmap", "munmap")
 
 
