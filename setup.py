@@ -65,7 +65,7 @@ setup(cmdclass={"build_py": build_py_with_web_assets, "build_ext": build_ext_wit
         depends=sorted(glob(f"{NATIVE}/*.h"))
         + CFI
         + [f"{ABI}/layout.h", f"{ABI}/record.h", f"{ALLOCATORS}/allocators.h", f"{PYTHON}/python_frames.h", f"{PYTHON}/python_versions.h"]
-        + [f"{PYTHON}/python_stack.h", f"{INTERPRETERS}/interpreter_host.h"],
+        + [f"{PYTHON}/python_stack.h", f"{INTERPRETERS}/interpreter_host.h", f"{INTERPRETERS}/interpreter_stacks.h"],
         include_dirs=[NATIVE, ABI, UNWIND, ALLOCATORS, INTERPRETERS, PYTHON, PLATFORM],
         libraries=["gcc_s", "dl", "pthread"],
         # Whole-library optimisation: the unsampled call's path crosses files (forward.c, blocks.c).

@@ -189,3 +189,29 @@ def test_no_class_holds_state_declared_by_annotations_alone():
         if isinstance(node, ast.ClassDef) and (names := bare_annotations(node))
     ]
     assert not found
+
+
+# CPython's own symbols (its C API, its eval loop), and the names of its layouts and walks here.
+CPYTHON_NAMES = re.compile(
+    r"\bPy[A-Z_][A-Za-z_]*|\b_Py[A-Z]\w*|interpreters[./]python|python_offsets|PythonOffsets|python_procs"
+    r"|python_walk|python_stack|\bPYTHON_FRAME|python_frames\.h|\bEVAL_\w+|co_linetable"
+)
+OUTSIDE_INTERPRETERS = sorted(
+    p
+    for p in PACKAGE.rglob("*")
+    if p.suffix in (".py", ".c", ".h") and p.relative_to(PACKAGE).parts[0] != "interpreters" and p.is_file()
+)
+
+
+def test_no_module_outside_interpreters_names_a_cpython_symbol_or_layout():
+    """Interpreters sit behind interpreters/interface.py: the engines, the symbolizer and the
+    outputs loop over INTERPRETERS and never look behind it."""
+    assert OUTSIDE_INTERPRETERS
+    named = [
+        f"{path.relative_to(PACKAGE)}:{number}: {match.group(0)}"
+        for path in OUTSIDE_INTERPRETERS
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for match in [CPYTHON_NAMES.search(line)]
+        if match
+    ]
+    assert not named, named

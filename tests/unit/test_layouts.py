@@ -11,7 +11,7 @@ import pytest
 
 from leaktrace.abi import layout
 from leaktrace.abi import record as preload_layout
-from leaktrace.abi.layout_gen import LAYOUTS, PYTHON, generated, struct_body, struct_format
+from leaktrace.abi.layout_gen import ABI, LAYOUTS, generated, struct_body, struct_format
 from leaktrace.allocators import c_header
 from leaktrace.interpreters.python import versions
 from leaktrace.model.snapshot import Counters
@@ -32,7 +32,8 @@ def test_python_versions_header_is_current():
 
 
 def test_python_offsets_follow_the_c_struct():
-    _, names = struct_format(struct_body((PYTHON / "python_frames.h").read_text(), "python_offsets"))
+    header = ABI.parent / "interpreters" / "python" / "python_frames.h"
+    _, names = struct_format(struct_body(header.read_text(), "python_offsets"))
     assert tuple(names) == versions.PythonOffsets._fields
 
 

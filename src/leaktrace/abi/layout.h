@@ -151,7 +151,7 @@ struct proc {
 #define CTL_TABLES_GEN 8
 #define CTL_HOLDS_OFF 9
 #define CTL_JUDGE_EXITS 10  // --leak-check with -f or --all: processes whose blocks are all known are held in _exit
-#define CTL_PYTHON_STOP 11  // -c's CPython stopped in Py_FinalizeEx: its code objects are read before they are freed
+#define CTL_INTERPRETER_STOP 11  // stopped where its interpreter frees its code: that code is read first
 #define CTL_SLOTS 12
 #define NO_TABLES_STOP 0xffffffff
 

@@ -1,7 +1,7 @@
 """Writes the Python side of the layouts C and Python share: abi/layout.py from abi/layout.h
 (what leaktrace.bpf.c and user space share), unwind/rows.py from unwind/rows.h (the unwinder's
 rows and mappings), abi/record.py from abi/record.h (the preload library's table records) and
-interpreters/python/layout.py from python_frames.h:
+each interpreter's layout.py from its frame words' header (interpreters/*/*_frames.h):
 
     python -m leaktrace.abi.layout_gen
 
@@ -21,12 +21,11 @@ from pathlib import Path
 ABI = Path(__file__).parent
 # header -> the Python module written from it
 UNWIND = ABI.parent / "unwind"
-PYTHON = ABI.parent / "interpreters" / "python"
 LAYOUTS = {
     ABI / "layout.h": ABI / "layout.py",
     UNWIND / "rows.h": UNWIND / "rows.py",
     ABI / "record.h": ABI / "record.py",
-    PYTHON / "python_frames.h": PYTHON / "layout.py",
+    **{header: header.parent / "layout.py" for header in sorted((ABI.parent / "interpreters").glob("*/*_frames.h"))},
 }
 # C type -> struct format character (native sizes and alignment: x86-64)
 TYPES = {

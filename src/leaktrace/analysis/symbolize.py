@@ -11,25 +11,18 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from leaktrace.interpreters.python.frame_words import (
-    EVAL_COLD,
-    EVAL_FUNCTION,
-    EVAL_FUNCTIONS,
-    cold_part,
-    is_python_word,
-    line_of,
-    python_word,
-    spliced_stack,
-)
+from leaktrace.interpreters.interface import Interpreter
+from leaktrace.interpreters.table import INTERPRETERS, interpreter_of
 from leaktrace.model.snapshot import (
+    InterpretedCode,
     ProcessInfo,
-    PythonCode,
     Snapshot,
     Stacked,
 )
@@ -50,14 +43,19 @@ class Frame:
     module_offset: int | None = None  # the address as a virtual address of the module's ELF
     build_id: str | None = None  # the module's GNU build-id, in hexadecimal
     inlined: bool = False  # a function inlined at this address into the next frame's
-    kind: str = "native"  # or "python": a Python function (address: its word, python_frames.h)
-    code_changed: bool = False  # a Python frame whose code object's address has held another since
+    kind: str = "native"  # or an interpreter's name: a function it runs (address: its frame word)
+    code_changed: bool = False  # an interpreter frame whose code object's address has held another since
+
+    @property
+    def interpreted(self) -> bool:
+        """A function an interpreter runs: named by its code object, with no address of its own."""
+        return self.kind != "native"
 
     def describe(self) -> str:
         module = os.path.basename(self.module) if self.module else None
-        if self.kind == "python":
+        if self.interpreted:
             where = f"{self.file}:{self.line}" if self.line is not None else self.file
-            text = f"{self.function} ({where})" if self.function else "[python frame: code not read]"
+            text = f"{self.function} ({where})" if self.function else f"[{self.kind} frame: code not read]"
             return text + " (code changed)" if self.code_changed else text
         if self.inlined:
             text = f"{self.function} (inlined)"
@@ -86,22 +84,26 @@ class SymbolizedSnapshot:
         return [*self.inlined.get((pid, address), ()), self.frames[pid, address]]
 
     def words_of(self, group: Stacked) -> tuple[int, ...]:
-        """A stack's words as shown, innermost first: its Python frames spliced in where the
-        interpreter's frames are (spliced_stack)."""
-        return spliced_stack(group.stack, lambda word: self.frames[group.pid, word].function in EVAL_FUNCTIONS)
+        """A stack's words as shown, innermost first: each interpreter's frames spliced in where
+        the native frames that ran them are (Interpreter.spliced)."""
+        stack = group.stack
+        for interpreter in INTERPRETERS:
+            stack = interpreter.spliced(stack, functools.partial(self._runs_frames, interpreter, group.pid))
+        return stack
+
+    def _runs_frames(self, interpreter: Interpreter, pid: int, word: int) -> bool:
+        frame = self.frames.get((pid, word))
+        return frame is not None and not frame.interpreted and interpreter.runs_frames(frame.function)
 
     def stack_of(self, group: Stacked) -> list[Frame]:
         """Every frame of a stack, innermost first, inlined ones included."""
         return [frame for address in self.words_of(group) for frame in self.frames_at(group.pid, address)]
 
 
-def python_frame(word: int, code: PythonCode | None) -> Frame:
-    """The frame of a Python frame's word: its function, file and line where its code was read."""
-    if code is None:
-        return Frame(word, kind="python")
-    index = python_word(word).instruction
-    line = line_of(code.linetable, code.first_line, index) if index is not None else code.first_line
-    return Frame(word, code.qualname, file=code.filename, line=line, kind="python", code_changed=code.changed)
+def interpreted_frame(interpreter: Interpreter, word: int, code: InterpretedCode | None) -> Frame:
+    """The frame of an interpreter's frame word: its function, file and line where its code was read."""
+    function, file, line, changed = interpreter.frame(word, code)
+    return Frame(word, function, file=file, line=line, kind=interpreter.name, code_changed=changed)
 
 
 class AddressSpace:
@@ -210,7 +212,8 @@ class Symbolizer:
         self._lines: dict[tuple[tuple, int], tuple[tuple[str | None, str | None, int | None], ...]] = {}
         self._demangled: dict[str, str] = {}
         self._spaces: dict[int, tuple[tuple[str, str], AddressSpace]] = {}
-        self._cold_parts: dict[tuple, tuple[int, int] | None] = {}  # module identity -> its eval loop's cold part
+        # module identity -> the unnamed parts of the interpreters' runners in it (unnamed_part)
+        self._unnamed: dict[tuple, list[tuple[str, tuple[int, int]]]] = {}
 
     def _space(self, process: ProcessInfo) -> AddressSpace:
         cached = self._spaces.get(process.pid)
@@ -251,11 +254,11 @@ class Symbolizer:
             local = debug.function_at(vaddr - 1)
             symbol = local if local and (symbol is None or local.value != symbol.value) else symbol
         if symbol is None:
-            cold = self._eval_cold_part(elf)
-            if cold and cold[0] <= vaddr - 1 < cold[1]:
-                return Frame(
-                    address, EVAL_COLD, vaddr - cold[0], mapping.path, module_offset=vaddr, build_id=elf.build_id
-                ), line_key
+            for name, (start, end) in self._unnamed_parts(elf):
+                if start <= vaddr - 1 < end:
+                    return Frame(
+                        address, name, vaddr - start, mapping.path, module_offset=vaddr, build_id=elf.build_id
+                    ), line_key
             return Frame(
                 address, offset=vaddr, module=mapping.path, module_offset=vaddr, build_id=elf.build_id
             ), line_key
@@ -263,15 +266,17 @@ class Symbolizer:
             address, symbol.name, vaddr - symbol.value, mapping.path, module_offset=vaddr, build_id=elf.build_id
         ), line_key
 
-    def _eval_cold_part(self, elf: ElfFile) -> tuple[int, int] | None:
-        """The cold part of a CPython module's eval loop, which a stripped module leaves unnamed
-        (from its FDEs, once per module; None for any other module)."""
-        if elf.identity not in self._cold_parts:
-            function = elf.dynamic_functions.get(EVAL_FUNCTION)
-            fdes = compile_eh_frame(elf) if function is not None else None
-            found = cold_part([(start, end) for start, end, _ in fdes], function) if fdes and function else None
-            self._cold_parts[elf.identity] = found
-        return self._cold_parts[elf.identity]
+    def _unnamed_parts(self, elf: ElfFile) -> list[tuple[str, tuple[int, int]]]:
+        """The parts of an interpreter's runner a stripped module leaves unnamed, named (from its
+        FDEs, once per module; none for any other module)."""
+        if elf.identity not in self._unnamed:
+
+            def fdes() -> list[tuple[int, int]]:
+                return [(start, end) for start, end, _ in compile_eh_frame(elf) or ()]
+
+            found = (interpreter.unnamed_part(elf, fdes) for interpreter in INTERPRETERS)
+            self._unnamed[elf.identity] = [part for part in found if part is not None]
+        return self._unnamed[elf.identity]
 
     def _lookup_lines(self, wanted: dict[ElfFile, set[int]]) -> None:
         for elf, vaddrs in wanted.items():
@@ -293,11 +298,12 @@ class Symbolizer:
 
     def symbolize(self, snapshot: Snapshot) -> SymbolizedSnapshot:
         addresses: dict[int, set[int]] = {}
-        python: set[tuple[int, int]] = set()
+        interpreted: dict[tuple[int, int], Interpreter] = {}
         for item in snapshot.stacked_items():
             for word in item.stack:
-                if is_python_word(word):
-                    python.add((item.pid, word))
+                language = interpreter_of(word)
+                if language is not None:
+                    interpreted[item.pid, word] = language
                 else:
                     addresses.setdefault(item.pid, set()).add(word)
         partial: dict[tuple[int, int], tuple[Frame, LineKey | None]] = {}
@@ -343,10 +349,9 @@ class Symbolizer:
                     )
                     for function, file, line in chain[:-1]
                 )
-        for pid, word in python:
-            frames[pid, word] = self._printable(
-                python_frame(word, snapshot.python_code.get((pid, python_word(word).code)))
-            )
+        for (pid, word), language in interpreted.items():
+            code = snapshot.interpreted_code.get((pid, language.code_address(word)))
+            frames[pid, word] = self._printable(interpreted_frame(language, word, code))
         # Processes come and go (systemwide): keep the maps of those still in view.
         self._spaces = {pid: space for pid, space in self._spaces.items() if pid in snapshot.processes}
         return SymbolizedSnapshot(snapshot, frames, inlined)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from functools import cmp_to_key
 from typing import Protocol
 
-from leaktrace.interpreters.python.frame_words import is_python_word
+from leaktrace.interpreters.table import interpreter_of
 from leaktrace.model.snapshot import ProcessInfo, Snapshot, StackStatus
 from leaktrace.platform.arch import HOST
 
@@ -32,16 +32,16 @@ class LeakRecord:
 
 def android_pcs(stack: tuple[int, ...]) -> tuple[int, ...]:
     """Return addresses -> pcs inside the call, as bionic's unwinder callback moves them back
-    (the machine's call_site_back); Python frames, which Android's formats have no place for, left out."""
+    (the machine's call_site_back); interpreter frames, which Android's formats have no place for, left out."""
     back = HOST.call_site_back
-    return tuple(pc - back if pc >= 4096 else pc for pc in stack if not is_python_word(pc))
+    return tuple(pc - back if pc >= 4096 else pc for pc in stack if interpreter_of(pc) is None)
 
 
 def return_addresses(pcs: tuple[int, ...], back: int = HOST.call_site_back) -> tuple[int, ...]:
     """The inverse of android_pcs: stored pcs (a dump, the preload library's table) -> the
-    return addresses snapshots keep (Python frames' words as they are); back: the call_site_back
+    return addresses snapshots keep (interpreter frames' words as they are); back: the call_site_back
     of the machine that stored them."""
-    return tuple(pc + back if pc >= 4096 - back and not is_python_word(pc) else pc for pc in pcs)
+    return tuple(pc + back if pc >= 4096 - back and interpreter_of(pc) is None else pc for pc in pcs)
 
 
 @dataclass(frozen=True)

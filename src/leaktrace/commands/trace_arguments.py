@@ -21,7 +21,7 @@ from leaktrace.android.options import (
     parse_malloc_debug_options,
 )
 from leaktrace.errors import RuntimeFailure, UsageError
-from leaktrace.interpreters.python.frame_words import named_like_python
+from leaktrace.interpreters.table import may_hold_interpreter
 from leaktrace.model.snapshot import Measure
 from leaktrace.outputs.renderers import RENDERERS
 from leaktrace.platform.arch import HOST
@@ -395,7 +395,7 @@ def engine_settings(args: argparse.Namespace, config: MallocDebugConfig) -> Engi
         max_stacks=args.max_stacks,
         follow_forks=args.follow_forks,
         unwind=args.unwind,
-        python_frames=_may_run_python(args),
+        interpreter_frames=_may_run_interpreter(args),
         sampling=_sampling(args),
     )
 
@@ -409,10 +409,10 @@ def _sampling(args: argparse.Namespace) -> Sampling:
     return Sampling(args.sample, args.sample_seed)
 
 
-def _may_run_python(args: argparse.Namespace) -> bool:
-    """Whether the BPF engine walks Python frames: the -c program or the -p target is a Python
-    interpreter (by its name), or children are followed (any may be one). Not for --all, nor
-    with LEAKTRACE_PYTHON_FRAMES=no (the preload library reads it too)."""
+def _may_run_interpreter(args: argparse.Namespace) -> bool:
+    """Whether the BPF engine walks interpreter frames: the -c program or the -p target is an
+    interpreter of the table (by its name), or children are followed (any may be one). Not for
+    --all, nor with LEAKTRACE_PYTHON_FRAMES=no (the preload library reads it too)."""
     if os.environ.get("LEAKTRACE_PYTHON_FRAMES") == "no":
         return False
     if args.follow_forks:
@@ -425,7 +425,7 @@ def _may_run_python(args: argparse.Namespace) -> bool:
     elif args.pid:
         with contextlib.suppress(OSError):
             names.append(os.readlink(f"/proc/{args.pid}/exe"))
-    return any(named_like_python(name) for name in names)
+    return any(may_hold_interpreter(name) for name in names)
 
 
 def _output_paths(args: argparse.Namespace, config: MallocDebugConfig) -> list[tuple[str, str]]:

@@ -12,4 +12,13 @@ void count_event(enum counter which);  // leaktrace_counters[which] + 1
 void *map_own(size_t bytes);           // pages no allocator knows of (MAP_FAILED: none)
 void unmap_own(void *start, size_t bytes);
 
+// The code objects an interpreter's walk keeps, which the host writes beside its exit dump as
+// PREFIX.PID<suffix> (bytes 0: none kept).
+struct kept_codes {
+    const void *start;
+    size_t bytes;
+    const char *suffix;
+    const char *what;  // for the host's messages
+};
+
 #endif

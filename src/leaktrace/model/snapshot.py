@@ -171,13 +171,13 @@ UNRECORDED = ("live_map_full", "site_map_full", "pending_lost", "unfollowed_chil
 
 
 @dataclass(frozen=True)
-class PythonCode:
-    """A code object of a traced Python process, as first seen (python frames name it by address)."""
+class InterpretedCode:
+    """A code object of an interpreter in a traced process, as first seen (its frames name it by address)."""
 
     qualname: str
     filename: str
     first_line: int
-    linetable: bytes  # CPython's location table: instruction -> line
+    line_table: bytes  # the interpreter's own table: instruction -> line
     changed: bool = False  # the address has held another code object since: frames may name the wrong one
 
 
@@ -383,8 +383,8 @@ class Snapshot:
     # valgrind's leak kinds (--leak-check): of a -c command at its exit, of a -p process at the
     # trace's end, of each --all process that exited since the last snapshot.
     leak_checks: tuple[LeakCheck, ...] = ()
-    # (pid, code object address) -> the code, for the Python frames the stacks hold.
-    python_code: dict[tuple[int, int], PythonCode] = field(default_factory=dict)
+    # (pid, code object address) -> the code, for the interpreter frames the stacks hold.
+    interpreted_code: dict[tuple[int, int], InterpretedCode] = field(default_factory=dict)
     # A sampled trace (--sample): mean bytes between samples, and the generator's seed; 0: exact.
     sample_rate: int = 0
     sample_seed: int = 0

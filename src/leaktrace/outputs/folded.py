@@ -19,7 +19,7 @@ from leaktrace.outputs.renderers import RenderContext
 
 def frame_label(frame: Frame) -> str:
     """A frame's name in one token of a folded line (no ';', which separates frames)."""
-    if frame.kind == "python":
+    if frame.interpreted:
         label = frame.describe()
     elif frame.function:
         label = frame.function + (" (inlined)" if frame.inlined else "")

@@ -157,7 +157,7 @@ def frame_to_dict(f) -> dict:
         "file": f.file,
         "line": f.line,
         "inlined": f.inlined,
-        "kind": f.kind,  # "native", or "python": a Python function at file:line
+        "kind": f.kind,  # "native", or an interpreter's name ("python"): a function it runs, at file:line
         **({"code_changed": True} if f.code_changed else {}),
     }
 

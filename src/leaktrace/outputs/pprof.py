@@ -165,7 +165,7 @@ class _ProfileBuilder:
         """(mapping id, address) of a return address. One module's code is one mapping for every
         process (the first one seen where it is, by a known load bias), so that each location
         of it is one Location, whichever process it is in."""
-        if frame.kind == "python":  # a function of a script: its line says where, no address does
+        if frame.interpreted:  # a function of a script: its line says where, no address does
             return 0, 0
         if frame.module is None or frame.module_offset is None:
             return self._mapping_at(pid, address, frame), address

@@ -294,18 +294,20 @@ def libc_libraries(modules: ModuleFiles) -> tuple[ElfFile, ...]:
     return tuple(found.values())
 
 
-def python_module_of_process(process: ProcessInfo, modules: ModuleFiles) -> ElfFile | None:
-    """The module of a running process that holds its CPython (it exports Py_FinalizeEx): its
-    program or a libpython it maps; None if it maps neither."""
-    named: dict[str, Mapping] = {}
+def module_exporting(
+    process: ProcessInfo, modules: ModuleFiles, named: Callable[[str], bool], function: str
+) -> ElfFile | None:
+    """The first module of a running process whose file name passes named and which exports
+    function (its program or a library it maps); None where none does."""
+    candidates: dict[str, Mapping] = {}
     for mapping in parse_maps(process.maps):
-        if "python" in os.path.basename(mapping.path):
-            named.setdefault(mapping.path, mapping)
-    opened = modules.open(process, named.values())
-    for mapping in named.values():
+        if named(mapping.path):
+            candidates.setdefault(mapping.path, mapping)
+    opened = modules.open(process, candidates.values())
+    for mapping in candidates.values():
         elf = opened[mapping.start]
         try:
-            if elf is not None and elf.exports_function("Py_FinalizeEx"):
+            if elf is not None and elf.exports_function(function):
                 return elf
         except ElfError:
             continue

@@ -26,7 +26,7 @@ class EngineSettings:
     # held in _exit for it from the first probe on (a child forked at once is judged too).
     leak_check_at_exit: bool = False
     exit_allocations: bool = False  # the final snapshot lists every live pointer (for the exit leak log)
-    python_frames: bool = False  # walk the Python frames of CPython 3.11 processes (their stacks get 32 words more)
+    interpreter_frames: bool = False  # walk the frames of the interpreters it runs (a stack gets more words)
     unwind: str = "dwarf"  # "dwarf": the modules' CFI rows; "fp": the frame-pointer chain
     sampling: Sampling = EXACT  # --sample: decided in the kernel, before any walk or map update
     max_unwind_rows: int = 1 << 20  # CFI rows of every module traced (12 bytes each, preallocated)

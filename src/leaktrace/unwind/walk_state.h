@@ -4,10 +4,10 @@
 #ifndef LEAKTRACE_WALK_STATE_H
 #define LEAKTRACE_WALK_STATE_H
 
-#ifndef PYTHON_FRAMES
-#define PYTHON_FRAMES 0  // room for a stack's Python frames (python_frames.h), after its native ones
+#ifndef INTERPRETER_FRAMES
+#define INTERPRETER_FRAMES 0  // room for a stack's interpreter frames (interpreter_words.h), after its native ones
 #endif
-#define STACK_WORDS (STACK_DEPTH + PYTHON_FRAMES)
+#define STACK_WORDS (STACK_DEPTH + INTERPRETER_FRAMES)
 
 struct stack_val {
     u64 ip[STACK_WORDS];

@@ -77,13 +77,6 @@ def interpreter_offsets(elf: ElfFile) -> PythonOffsets | None:
     return row if (basicsize, itemsize) == (row.code_instructions, PYTHON_CODE_UNIT) else None
 
 
-def walked_interpreter(elf: ElfFile) -> tuple[int, PythonOffsets] | None:
-    """The thread-state key and the row of a CPython module the walks know; None for any other."""
-    row = interpreter_offsets(elf)
-    key = thread_state_key(elf) if row is not None else None
-    return (key, row) if row is not None and key is not None else None
-
-
 def thread_state_key(elf: ElfFile) -> int | None:
     """The link-time address of the thread-state key (autoTSSkey._key) of a CPython module,
     from PyGILState_GetThisThreadState's code; None where that code has none of the shapes known."""

@@ -377,3 +377,12 @@ size_t python_stack(uintptr_t *words, size_t room)
         count_event(C_PYTHON_CUT);
     return count;
 }
+
+struct kept_codes python_kept_codes(void)
+{
+    struct python_code_table *codes = leaktrace_python_codes;
+    if (!codes)
+        return (struct kept_codes){0};
+    size_t head = sizeof *codes + PYTHON_CODES * sizeof(struct python_code);
+    return (struct kept_codes){codes, head + codes->text_used, ".exit.python", "Python code objects"};
+}

@@ -1,6 +1,8 @@
 // The BPF engine's walk of the calling thread's Python frames (python_stack.c is the library's),
 // after its native ones, by its interpreter's row (struct python_offsets): included by
-// leaktrace.bpf.c, where call, read_user, count and python_procs are.
+// interpreter_walks.bpf.h, where call, read_user and count are.
+
+BPF_HASH(python_procs, u32, struct python_proc, MAX_PROCS);  // tgid -> its CPython's thread-state key and row
 
 // Copies the window that ends at the head of the Python frame at frame into stack_copy (which
 // the native walk is done with): STACK_COPY bytes, else those from the start of its page;

@@ -17,7 +17,7 @@ import threading
 from bcc import BPF
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.interpreters.python.layout import PYTHON_MAX_FRAMES
+from leaktrace.interpreters.table import INTERPRETERS
 from leaktrace.platform.arch import HOST
 from leaktrace.platform.kernel_types import member_offsets
 from leaktrace.platform.system import tracepoint_fields
@@ -30,7 +30,7 @@ from leaktrace.sources.target import TraceTarget
 
 # Programs attached through uprobe_multi links, so loaded for them; and the stack walk
 # the allocating calls' return tail-calls, which must be loaded as its caller is.
-LINKED_PROGRAMS = (b"free_enter", b"exit_stop", b"python_stop", b"modules_changed")
+LINKED_PROGRAMS = (b"free_enter", b"exit_stop", b"interpreter_stop", b"modules_changed")
 
 
 def returns_by_session(settings: EngineSettings) -> bool:
@@ -52,7 +52,6 @@ def linked_programs(settings: EngineSettings) -> dict[bytes, int]:
 
 
 TERMINAL_MEMBERS = {("task_struct", "signal"): "TASK_SIGNAL", ("signal_struct", "tty"): "SIGNAL_TTY"}
-FSBASE_MEMBERS = (("task_struct", "thread"), ("thread_struct", "fsbase"))  # a task's TLS base: their sum
 VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack depth")
 
 
@@ -60,17 +59,18 @@ VERIFIER_STATISTICS = re.compile(r"processed \d+ insns|verification time|stack d
 # Paths beside the package, not importlib.resources: that import costs 12 ms of start-up.
 _HERE = os.path.dirname(__file__)
 _UNWIND = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "unwind")
-_PYTHON = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "interpreters", "python")
 _PLATFORM = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "platform")
 _ABI = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "abi")
+_INTERPRETERS = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "interpreters")
 BPF_HEADERS = {
     "arch.h": os.path.join(_PLATFORM, "arch.h"),
     "layout.h": os.path.join(_ABI, "layout.h"),
     "rows.h": os.path.join(_UNWIND, "rows.h"),
     "walk_state.h": os.path.join(_UNWIND, "walk_state.h"),
     "walk.bpf.h": os.path.join(_UNWIND, "walk.bpf.h"),
-    "python_frames.h": os.path.join(_PYTHON, "python_frames.h"),
-    "python_walk.bpf.h": os.path.join(_PYTHON, "python_walk.bpf.h"),
+    "interpreter_words.h": os.path.join(_INTERPRETERS, "interpreter_words.h"),
+    "interpreter_walks.bpf.h": os.path.join(_INTERPRETERS, "interpreter_walks.bpf.h"),
+    **{name: path for interpreter in INTERPRETERS for name, path in interpreter.kernel_headers().items()},
 }
 
 
@@ -151,25 +151,17 @@ def program_cflags(settings: EngineSettings, target: TraceTarget) -> list[str]:
             f"-DCOOKIE_TARGETS={len(COOKIE_TARGETS)}",
         ]
         + _tracepoint_cflags(follow_forks)
-        + _terminal_cflags(follow_forks, attached and s.python_frames)
+        + _terminal_cflags(follow_forks, attached and s.interpreter_frames)
         + list(stop_owners_cflags())
-        + python_cflags(s.python_frames)
+        + [flag for interpreter in INTERPRETERS for flag in interpreter.kernel_cflags(s.interpreter_frames)]
     )
 
 
-def python_cflags(wanted: bool) -> list[str]:
-    """Room and the walk for Python frames, where the kernel's BTF says where a task's TLS base is."""
-    offsets = member_offsets(FSBASE_MEMBERS) if wanted else {}
-    if len(offsets) != len(FSBASE_MEMBERS):
-        return ["-DPYTHON_FRAMES=0"]
-    return [f"-DPYTHON_FRAMES={PYTHON_MAX_FRAMES}", f"-DTASK_FSBASE={sum(offsets.values())}"]
-
-
-def _terminal_cflags(follow_forks: bool, attached_python: bool) -> list[str]:
+def _terminal_cflags(follow_forks: bool, attached_interpreter: bool) -> list[str]:
     """Where the kernel's BTF says a task's controlling terminal is, for the stops that spare a
     process on one: holds of programs exec'd with children traced (hold_for_tables) and -p's
-    CPython stop (python_stop). Without it, neither stops anything."""
-    offsets = member_offsets(TERMINAL_MEMBERS) if follow_forks or attached_python else {}
+    interpreter stop (interpreter_stop, at its code_freed_by). Without it, neither stops anything."""
+    offsets = member_offsets(TERMINAL_MEMBERS) if follow_forks or attached_interpreter else {}
     known = len(offsets) == len(TERMINAL_MEMBERS)
     places = [f"-D{macro}={offsets[member]}" for member, macro in TERMINAL_MEMBERS.items()] if known else []
     return [f"-DHOLD_IMAGES={int(follow_forks and known)}", f"-DTERMINAL_KNOWN={int(known)}", *places]

@@ -168,7 +168,7 @@ class BpfEngine:
         libraries: tuple[ElfFile, ...],
         stop_library: str | None = None,
         loader: str | None = None,
-        python_library: ElfFile | None = None,
+        code_freed_at: tuple[ElfFile, str] | None = None,
     ):
         if target.is_every_process:
             settings = dataclasses.replace(settings, follow_forks=True)
@@ -177,7 +177,8 @@ class BpfEngine:
         self.libraries = libraries
         self.stop_library = stop_library  # library with _exit, to stop the target there
         self.loader = loader  # -c: the command's ld.so, whose _dl_debug_state says modules changed
-        self.python_library = python_library  # the target's CPython, stopped once in its Py_FinalizeEx
+        # The target's interpreter module and its function that frees its code: stopped there once.
+        self.code_freed_at = code_freed_at
         self.probes: list[AttachedProbe] = []
         self.exit_hold_spots: tuple[tuple[str, int, int], ...] = ()  # (device, inode, file offset) of _exit's probes
         self.unprobed: list[Placement] = []  # functions left to the probe of the one they tail-call
@@ -387,11 +388,11 @@ class BpfEngine:
             self._attach_library(library, functions, placements)
         for library, offsets in stops:
             self._link(b"exit_stop", library, offsets, [0])
-        if self.python_library and self.settings.python_frames:
-            python = self.python_library
-            finalize = python.dynamic_functions.get("Py_FinalizeEx")
-            if finalize:
-                self._link(b"python_stop", python, file_offsets(python, [finalize]), [0])
+        if self.code_freed_at and self.settings.interpreter_frames:
+            module, function = self.code_freed_at
+            frees = module.dynamic_functions.get(function)
+            if frees:
+                self._link(b"interpreter_stop", module, file_offsets(module, [frees]), [0])
         if self.loader and self.target.is_command:
             try:
                 loader = ElfFile(self.loader)

@@ -9,8 +9,8 @@ from typing import Any
 from leaktrace.abi.layout import (
     CTL_EXIT_STOP,
     CTL_HOLDS_OFF,
+    CTL_INTERPRETER_STOP,
     CTL_NEXT_GEN,
-    CTL_PYTHON_STOP,
     CTL_TABLES_GEN,
     CTL_TABLES_STOP,
     CTL_TARGET_GEN,
@@ -70,9 +70,9 @@ class KernelState:
     def clear_exit_stop(self) -> None:
         self.set_control(CTL_EXIT_STOP, 0)
 
-    def python_stop_pending(self) -> bool:
-        """True once -c's CPython is stopped in Py_FinalizeEx, its code objects not yet freed."""
-        return bool(self.control(CTL_PYTHON_STOP))
+    def interpreter_stop_pending(self) -> bool:
+        """True once the target is stopped where its interpreter frees its code, not yet freed."""
+        return bool(self.control(CTL_INTERPRETER_STOP))
 
-    def clear_python_stop(self) -> None:
-        self.set_control(CTL_PYTHON_STOP, 0)
+    def clear_interpreter_stop(self) -> None:
+        self.set_control(CTL_INTERPRETER_STOP, 0)

@@ -25,8 +25,7 @@
 //   HOLD_IMAGES    1: a program exec'd under the trace (-f, --all) is stopped at its first
 //                  allocator call until its unwind tables are in (see hold_for_tables)
 //   TASK_SIGNAL, SIGNAL_TTY   offsets of task_struct.signal and signal_struct.tty (from BTF)
-//   PYTHON_FRAMES  room for a stack's Python frames (0: no Python walk; python_walk)
-//   TASK_FSBASE    offset of task_struct.thread.fsbase, a thread's TLS base (from BTF; with PYTHON_FRAMES)
+//   and each interpreter's flags (its row's kernel_cflags: interpreter_words.h, interpreter_walks.bpf.h)
 //   TASK_STORAGE   1: a thread's call record is in its task storage (Linux 5.11+); 0: in a hash of
 //                  MAX_THREADS records by thread id
 //   ATTACH_COOKIES 1: a probe's program reads its cookie (Linux 5.15+); 0: a stub hands it on
@@ -45,11 +44,11 @@
 // counts them from `live`.
 #include <uapi/linux/ptrace.h>
 
-#include "arch.h"           // the machine's facts (platform/arch.py writes it)
-#include "layout.h"         // shared with user space (layout.py is generated from it)
-#include "rows.h"           // the unwinder's rows and mappings (unwind/; rows.py)
-#include "walk_state.h"     // the walk's state and its stack, handed between tail calls
-#include "python_frames.h"  // the words of Python frames, the versions' rows (interpreters/python/)
+#include "arch.h"               // the machine's facts (platform/arch.py writes it)
+#include "layout.h"             // shared with user space (layout.py is generated from it)
+#include "rows.h"               // the unwinder's rows and mappings (unwind/; rows.py)
+#include "interpreter_words.h"  // the room of the interpreters' frames (interpreters/)
+#include "walk_state.h"         // the walk's state and its stack, handed between tail calls
 
 #define CLONE_VM 0x00000100  // uapi/linux/sched.h, spelled out: that header slows the compile
 #define CLONE_THREAD 0x00010000
@@ -110,7 +109,7 @@ struct pending_call {
     u64 walked_addr;  // the block whose stack is being walked, with its record
     struct live_val walked_val;
     u8 stack_copy[STACK_COPY];
-    u8 stack_copy_slack[PYTHON_FIELD_MASK + 8 - PYTHON_FRAME_HEAD];  // never read (python_walk's masks)
+    u8 stack_copy_slack[INTERPRETER_COPY_SLACK];  // never read (the interpreters' walks' masks)
 };
 
 // Allocated as it fills: 1.2M preallocated records would cost ~115 MB and 0.5 s at start.
@@ -148,9 +147,6 @@ BPF_PROG_ARRAY(unwind_programs, 1);
 BPF_HASH(holds, u32, struct hold, MAX_PROCS);  // tgid -> the image stopped for its tables
 BPF_RINGBUF_OUTPUT(hold_wakeups, 1);           // a tgid per hold: wakes user space at once
 #endif
-#if PYTHON_FRAMES
-BPF_HASH(python_procs, u32, struct python_proc, MAX_PROCS);  // tgid -> its CPython's thread-state key and row
-#endif
 // [CTL_EXIT_STOP] = 1 once exit_stop has stopped the target in _exit;
 // [CTL_NEXT_GEN] the next image generation; [CTL_FORKS] children followed so far;
 // [CTL_COPIES_DONE] written by user space: forks whose copies it has made;
@@ -163,7 +159,7 @@ BPF_HASH(python_procs, u32, struct python_proc, MAX_PROCS);  // tgid -> its CPyt
 // that no stack is walked before the modules' tables are in);
 // [CTL_HOLDS_OFF] = 1 once user space takes no more holds (it is closing);
 // [CTL_JUDGE_EXITS] = 1: --leak-check with -f or --all holds whole processes in _exit to judge them;
-// [CTL_PYTHON_STOP] = 1 once python_stop has stopped the target in Py_FinalizeEx.
+// [CTL_INTERPRETER_STOP] = 1 once interpreter_stop has stopped the target where its interpreter frees its code.
 BPF_ARRAY(control, u32, CTL_SLOTS);
 // Every leaktrace's stops, (tgid, stopper) -> when: pinned, shared (stop_owners.py); a map of
 // this program's own where the pin cannot be opened (capabilities without root).
@@ -778,9 +774,7 @@ static __always_inline int exit_call(struct pt_regs *ctx)
     return 0;
 }
 
-#if PYTHON_FRAMES
-#include "python_walk.bpf.h"  // the walk of Python frames (interpreters/python/)
-#endif
+#include "interpreter_walks.bpf.h"  // the walks of the interpreters' frames (interpreters/)
 
 // The stack walk, FRAMES_PER_PROGRAM frames per program run, continued by tail calls
 // (a loop over every frame with its searches inside would exceed what the verifier
@@ -809,9 +803,7 @@ int unwind_frames(struct pt_regs *ctx)
         count(C_STACK_TRUNCATED);
         count(w->why);
     }
-#if PYTHON_FRAMES
-    python_walk(call);
-#endif
+    interpreter_walks(call);
     struct live_val val = call->walked_val;
     val.stack_key = store_stack(&call->stack);
     live_add(w->tgid, call->gen, call->walked_addr, &val);
@@ -1205,10 +1197,10 @@ static __always_inline int stop_target(u32 slot)
     return 1;
 }
 
-// Py_FinalizeEx of the target's CPython: it stops once, before the interpreter frees its code
-// objects, and user space reads those its stacks' Python frames name. Attached to (-p), only
+// The function of the target's interpreter that frees its code objects (code_freed_by): it
+// stops once, before they are freed, and user space reads those its stacks' frames name. Attached to (-p), only
 // off a terminal, whose job-control shell would take the stop for the user's Ctrl-Z.
-int python_stop(struct pt_regs *ctx)
+int interpreter_stop(struct pt_regs *ctx)
 {
 #if TARGET_ATTACHED && TERMINAL_KNOWN
     if (has_terminal())
@@ -1216,7 +1208,7 @@ int python_stop(struct pt_regs *ctx)
 #elif TARGET_ATTACHED
     return 0;
 #endif
-    stop_target(CTL_PYTHON_STOP);
+    stop_target(CTL_INTERPRETER_STOP);
     return 0;
 }
 

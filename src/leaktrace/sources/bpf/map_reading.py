@@ -21,7 +21,7 @@ from leaktrace.abi.layout import (
     STACK_LOST,
     STACK_NONE,
 )
-from leaktrace.interpreters.python.frame_words import folded_shims
+from leaktrace.interpreters.table import INTERPRETERS
 from leaktrace.model.snapshot import AllocationGroup, Counters, LiveAllocation, Peak, SiteTotals, StackStatus
 from leaktrace.platform.process import printable
 from leaktrace.sources.bpf.kernel_state import KernelState
@@ -86,7 +86,9 @@ class MapReader:
                 raw = self.kernel.bpf[b"stacks"][ct.c_uint64(key)]
             except KeyError:
                 return ()
-            frames = folded_shims(tuple(ip for ip in raw.ip if ip))
+            frames = tuple(ip for ip in raw.ip if ip)
+            for interpreter in INTERPRETERS:
+                frames = interpreter.kernel_words(frames)
             self._stack_cache[key] = frames
         return frames
 

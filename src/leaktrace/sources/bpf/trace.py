@@ -12,7 +12,8 @@ import os
 import time
 
 from leaktrace.errors import RuntimeFailure
-from leaktrace.interpreters.python.code_objects import PythonCodeCapture
+from leaktrace.interpreters.code_capture import CodeCapture
+from leaktrace.interpreters.table import INTERPRETERS
 from leaktrace.model.snapshot import UNREACHABLE_LIMIT, Counters, LeakCheck, ProcessInfo, Snapshot, UnreachableReport
 from leaktrace.platform.arch import HOST
 from leaktrace.platform.elf import ElfError, ElfFile
@@ -21,7 +22,7 @@ from leaktrace.platform.module_files import (
     allocator_library_of_process,
     libc_libraries,
     linked_allocator,
-    python_module_of_process,
+    module_exporting,
 )
 from leaktrace.platform.process import (
     MapsFollower,
@@ -61,15 +62,27 @@ def _library(path: str) -> ElfFile:
         raise RuntimeFailure(f"cannot read allocator library: {e}") from None
 
 
-def _python_library(program: str) -> ElfFile | None:
-    """The module of a program that holds its CPython (Py_FinalizeEx): the program, or a library it loads."""
-    try:
-        elf = ElfFile(program)
-        return (
-            elf if elf.exports_function("Py_FinalizeEx") else ElfFile(library_of_executable(program, "Py_FinalizeEx"))
-        )
-    except (ElfError, RuntimeFailure):
-        return None
+def _code_freed_in_program(program: str) -> tuple[ElfFile, str] | None:
+    """The module of a program that holds an interpreter of the table (the program, or a library
+    it loads), and the interpreter's function that frees its code; None where it holds none."""
+    for interpreter in INTERPRETERS:
+        frees = interpreter.code_freed_by
+        try:
+            elf = ElfFile(program)
+            return (elf if elf.exports_function(frees) else ElfFile(library_of_executable(program, frees)), frees)
+        except (ElfError, RuntimeFailure):
+            continue
+    return None
+
+
+def _code_freed_in_process(process: ProcessInfo, modules: ModuleFiles) -> tuple[ElfFile, str] | None:
+    """The module of a running process that holds an interpreter of the table, and the
+    interpreter's function that frees its code; None where it maps none."""
+    for interpreter in INTERPRETERS:
+        elf = module_exporting(process, modules, interpreter.may_hold, interpreter.code_freed_by)
+        if elf is not None:
+            return elf, interpreter.code_freed_by
+    return None
 
 
 def _started_or_closed(engine: BpfEngine) -> BpfEngine:
@@ -97,7 +110,7 @@ class BpfTrace(PollingSource):
         self.final_snapshot: Snapshot | None = None
         self.exit_status: int | None = None
         self._exited = False
-        self._python_code = PythonCodeCapture(engine.upload.python_rows.get)
+        self._interpreted_code = CodeCapture(engine.upload.interpreters.get)
         self.processes = ProcessTracker(engine, selection, info, lambda: self._exited)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
         self._unprobed_at_exit: str | None = None  # the allocator -c's last image used unprobed, seen at its exit stop
@@ -127,16 +140,16 @@ class BpfTrace(PollingSource):
         info = read_target(pid)
         modules = ModuleFiles()
         elf = _library(library) if library else allocator_library_of_process(info, modules, "; use --lib PATH")
-        # Its CPython is stopped once in Py_FinalizeEx, as -c's is, for the code its frames name;
-        # a continuer lets it go if leaktrace dies meanwhile.
-        python = python_module_of_process(info, modules) if settings.python_frames else None
-        engine = BpfEngine(settings, TraceTarget.process(pid), (elf,), python_library=python)
-        if python and on_terminal(pid):
+        # Its interpreter is stopped once where it frees its code, as -c's is, for the code its
+        # frames name; a continuer lets it go if leaktrace dies meanwhile.
+        frees = _code_freed_in_process(info, modules) if settings.interpreter_frames else None
+        engine = BpfEngine(settings, TraceTarget.process(pid), (elf,), code_freed_at=frees)
+        if frees and on_terminal(pid):
             engine.notices.append(
-                f"pid {pid} is on a terminal, and is not stopped before its CPython frees its code: "
-                "a Python frame that no report saw while it ran is not named"
+                f"pid {pid} is on a terminal, and is not stopped before its interpreter frees its code: "
+                "an interpreter frame that no report saw while it ran is not named"
             )
-        release = StopRelease(pid) if python else None
+        release = StopRelease(pid) if frees else None
         try:
             trace = cls(_started_or_closed(engine), info, selection=selection)
         except BaseException:
@@ -164,7 +177,7 @@ class BpfTrace(PollingSource):
         elf = _library(library)
         if library == program and elf.interpreter is None:  # its allocator linked in: found by its symbols
             elf = linked_allocator(read_target(os.getpid()), ModuleFiles(), elf)
-        python = _python_library(program) if settings.python_frames else None
+        frees = _code_freed_in_program(program) if settings.interpreter_frames else None
         pid, gate, errors = spawn_gated(path, argv)
         engine = BpfEngine(
             settings,
@@ -172,7 +185,7 @@ class BpfTrace(PollingSource):
             (elf,),
             stop_library=libc or library,
             loader=program_loader(program),
-            python_library=python,
+            code_freed_at=frees,
         )
         release = StopRelease(pid)
         try:
@@ -260,7 +273,7 @@ class BpfTrace(PollingSource):
             peaks=tuple(peaks),
         )
         snapshot = estimated(snapshot, self.engine.settings.sampling)
-        return self._python_code.attach(snapshot)  # the code its Python frames name, read while they live
+        return self._interpreted_code.attach(snapshot)  # the code its interpreter frames name, read while they live
 
     def check_unreachable(self, limit: int = UNREACHABLE_LIMIT) -> UnreachableReport:
         """Which of the target's live allocations nothing reachable points to (it is frozen
@@ -312,9 +325,9 @@ class BpfTrace(PollingSource):
                 self.processes.process_info(child)
                 self.engine.kernel.clear_tables_stop(self.engine.kernel.target_gen())
                 self._stop_owners.let_go(child)
-            elif self.engine.kernel.python_stop_pending():
-                self._read_python_code()
-                self.engine.kernel.clear_python_stop()
+            elif self.engine.kernel.interpreter_stop_pending():
+                self._read_interpreted_code()
+                self.engine.kernel.clear_interpreter_stop()
                 self._stop_owners.let_go(child)
             elif self.engine.kernel.exit_stop_pending():
                 # Stopped in _exit by the BPF program: every free has run, maps are intact;
@@ -335,21 +348,22 @@ class BpfTrace(PollingSource):
         return False
 
     def _poll_attached(self) -> bool:
-        """-p's process: alive; stopped in Py_FinalizeEx, the code its frames name is read and it goes on."""
+        """-p's process: alive; stopped where its interpreter frees its code, the code its frames
+        name is read and it goes on."""
         pid = self.target.single_pid
-        if self.engine.kernel.python_stop_pending() and process_state(pid) == "T":
-            self._read_python_code()
-            self.engine.kernel.clear_python_stop()
+        if self.engine.kernel.interpreter_stop_pending() and process_state(pid) == "T":
+            self._read_interpreted_code()
+            self.engine.kernel.clear_interpreter_stop()
             self._stop_owners.let_go(pid)
         return alive(pid)
 
-    def _read_python_code(self) -> None:
-        """Stopped in Py_FinalizeEx: the code its stacks' Python frames name is read now, before
-        the interpreter frees it, for the reports to come (the one at its exit too)."""
+    def _read_interpreted_code(self) -> None:
+        """Stopped where its interpreter frees its code: the code its stacks' interpreter frames
+        name is read now, before it is freed, for the reports to come (the one at its exit too)."""
         pids = self.processes.traced_pids()
         processes = {pid: self.processes.process_info(pid) for pid in pids}
         groups = self.engine.reader.groups(None, set(pids))
-        self._python_code.attach(Snapshot(time.time(), tuple(groups), Counters(), processes))
+        self._interpreted_code.attach(Snapshot(time.time(), tuple(groups), Counters(), processes))
 
     @property
     def leak_check_at_exit(self) -> bool:

@@ -8,9 +8,8 @@ import struct
 import threading
 from typing import Any
 
-from leaktrace.interpreters.python.interpreter import interpreter_version, unknown_interpreter, walked_interpreter
-from leaktrace.interpreters.python.layout import PYTHON_PROC
-from leaktrace.interpreters.python.versions import PythonOffsets
+from leaktrace.interpreters.interface import Interpreter, InterpreterFile, InterpreterProcess
+from leaktrace.interpreters.table import INTERPRETERS
 from leaktrace.model.snapshot import ProcessInfo
 from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.module_files import ModuleFiles, runs_on_musl
@@ -41,58 +40,57 @@ class UnwindUpload:
         # pid -> (generation, maps version, entries, whether the image had more mappings than fit)
         self._exec_maps: dict[int, tuple[int, int, dict[Mapping, bytes], bool]] = {}
         self._tables_lock = threading.Lock()  # load_tables runs in the image holds' thread too
-        # Each file's thread-state key and row (None: not a CPython the walk knows).
-        self._pythons: dict[tuple, tuple[int, PythonOffsets] | None] = {}
-        self.python_rows: dict[int, PythonOffsets] = {}  # pid -> the row of the CPython it runs
+        # Each file's interpreters (the loaders' data), and those said not walked, once a file.
+        self._interpreter_files: dict[tuple, list[tuple[Interpreter, InterpreterFile]]] = {}
+        self._unwalked_said: set[tuple] = set()
+        self.interpreters: dict[int, InterpreterProcess] = {}  # pid -> the interpreter it runs
 
     def forget(self, pids: set[int]) -> None:
         """These processes exited: their mappings are loaded afresh if the pids come back."""
         with self._tables_lock:
             for pid in pids:
                 self._exec_maps.pop(pid, None)
-                self.python_rows.pop(pid, None)
-                procs = self._python_procs
-                if procs is not None:
-                    procs.pop(ct.c_uint32(pid), None)
+                self.interpreters.pop(pid, None)
+                for interpreter in INTERPRETERS:
+                    procs = self._walked_processes(interpreter)
+                    if procs is not None:
+                        procs.pop(ct.c_uint32(pid), None)
 
-    @property
-    def _python_procs(self) -> Any:
-        """The Python walk's processes; None where the program has no Python walk."""
-        if not self.settings.python_frames or self.kernel.bpf is None:
+    def _walked_processes(self, interpreter: Interpreter) -> Any:
+        """The map of the processes an interpreter's walk knows; None where the program has no such walk."""
+        if not self.settings.interpreter_frames or self.kernel.bpf is None:
             return None
         try:
-            return self.kernel.bpf[b"python_procs"]
-        except KeyError:  # no BTF for the TLS base: compiled without it
+            return self.kernel.bpf[interpreter.kernel_map]
+        except KeyError:  # compiled without it (kernel_cflags)
             return None
 
-    def _note_python(self, pid: int, gen: int, mapping: Mapping, elf: ElfFile | None, on_musl: bool) -> None:
-        """Tells the Python walk where the thread-state key of a CPython module mapped here is,
-        and its version's row; none on musl, whose thread layout the walk does not know."""
-        procs = self._python_procs
-        if procs is None or elf is None:
+    def _note_interpreters(self, pid: int, gen: int, mapping: Mapping, elf: ElfFile | None, on_musl: bool) -> None:
+        """Tells each interpreter's walk where the interpreter a module mapped here holds is
+        (InterpreterFile.kernel_entry), or says once a file why its frames are not walked."""
+        if elf is None or not self.settings.interpreter_frames:
             return
-        if on_musl:  # each module read once, as below
-            if elf.identity not in self._pythons:
-                self._pythons[elf.identity] = None
-                if interpreter_version(elf) is not None:
-                    self.notices.append(
-                        f"{elf.path} is CPython on musl: its Python frames are left out "
-                        "(the walk knows glibc's thread layout, not musl's)"
-                    )
-            return
-        if elf.identity not in self._pythons:
-            self._pythons[elf.identity] = walked_interpreter(elf)
-            unknown = unknown_interpreter(elf, self._pythons[elf.identity] is not None)
-            if unknown:
-                self.notices.append(unknown)
-        python, start = self._pythons[elf.identity], elf.file_offset_to_vaddr(mapping.offset)
-        if python is not None and start is not None:
-            key, row = python
-            value = procs.Leaf()
-            packed = PYTHON_PROC.pack(key + mapping.start - start, gen, 0, *row)
-            ct.memmove(ct.addressof(value), packed, len(packed))
-            procs[ct.c_uint32(pid)] = value
-            self.python_rows[pid] = row
+        if elf.identity not in self._interpreter_files:
+            loaded = ((interpreter, interpreter.load(elf)) for interpreter in INTERPRETERS)
+            self._interpreter_files[elf.identity] = [(i, found) for i, found in loaded if found is not None]
+        start = elf.file_offset_to_vaddr(mapping.offset)
+        for interpreter, found in self._interpreter_files[elf.identity]:
+            procs = self._walked_processes(interpreter)
+            if procs is None:
+                continue
+            unwalked = found.unwalked(in_kernel=True, on_musl=on_musl)
+            if unwalked is not None:
+                if (elf.identity, unwalked) not in self._unwalked_said:
+                    self._unwalked_said.add((elf.identity, unwalked))
+                    self.notices.append(unwalked)
+                continue
+            packed = found.kernel_entry(mapping.start - start, gen) if start is not None else None
+            process = found.attach(pid)
+            if packed is not None and process is not None:
+                value = procs.Leaf()
+                ct.memmove(ct.addressof(value), packed, len(packed))
+                procs[ct.c_uint32(pid)] = value
+                self.interpreters[pid] = process
 
     def _upload(self, path: str, table: FileTable) -> tuple[int, int, int, int]:
         """(first row, row count, first page, page count) of a file's table in the kernel's, uploaded
@@ -159,7 +157,7 @@ class UnwindUpload:
                 rows = self.tables.table_of(elf)
             located = self._upload(elf.path, rows) if elf is not None and rows is not None else (0, 0, 0, 0)
             entries[m] = exec_map_entry(m, elf, rows, located)
-            self._note_python(pid, gen, m, elf, on_musl)
+            self._note_interpreters(pid, gen, m, elf, on_musl)
         entries = {m: entries[m] for m in executable}
         table = self.kernel.bpf[b"exec_maps"]
         value = table.Leaf()

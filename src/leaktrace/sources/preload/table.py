@@ -40,13 +40,14 @@ from leaktrace.abi.record import (  # from abi/record.h
 )
 from leaktrace.android.records import return_addresses, stack_status
 from leaktrace.errors import RuntimeFailure
+from leaktrace.interpreters.interface import Codes, DamagedCodes
+from leaktrace.interpreters.table import INTERPRETERS
 from leaktrace.model.snapshot import (
     AllocationGroup,
     Counters,
     LiveAllocation,
     Peak,
     ProcessInfo,
-    PythonCode,
     SiteTotals,
     Snapshot,
     StackStatus,
@@ -56,7 +57,6 @@ from leaktrace.platform.elf import ElfFile
 from leaktrace.platform.freeze import FrozenImage, freeze_and_copy, frozen
 from leaktrace.platform.module_files import runs_on_musl
 from leaktrace.platform.process import Mapping, mapped_identity, maps_device, parse_maps, proc_path, read_target
-from leaktrace.sources.preload.python_code_table import DamagedCodes, python_codes_in_place
 
 MEMFD_NAME = b"leaktrace-preload"  # an attach's sealed copy of the library (inject.py)
 F_GET_SEALS = 1034
@@ -145,7 +145,7 @@ TABLE_SYMBOLS = (
     "leaktrace_shards",
     "leaktrace_forked",
     "leaktrace_counters",
-    "leaktrace_python_codes",
+    *(interpreter.kept_codes_symbol for interpreter in INTERPRETERS),
     "leaktrace_site_shards",
     "leaktrace_peak",
     "leaktrace_own_maps",
@@ -543,15 +543,20 @@ def table_snapshot(identity: ProcessInfo, backtrace_frames: int) -> Snapshot:
     process as identity names it (its names, rights and container, read once)."""
     pid = identity.pid
 
-    def attempt() -> tuple[CopiedTable, str, dict[tuple[int, int], PythonCode]] | None:
+    def attempt() -> tuple[CopiedTable, str, Codes] | None:
         with frozen(pid) as process:
             addresses = _table_addresses(process.maps, pid)
             table = _copy_table(process.read, process.maps, pid, addresses)
-            try:
-                codes = python_codes_in_place(process.read, addresses["leaktrace_python_codes"], pid)
-            except DamagedCodes:  # its Python frames go unnamed ("code not read"), its blocks are counted
-                codes = {}
-            return None if table is None or codes is None else (table, process.maps_text, codes)
+            codes: Codes = {}
+            for interpreter in INTERPRETERS:
+                try:
+                    kept = interpreter.kept_codes_in_place(process.read, addresses[interpreter.kept_codes_symbol], pid)
+                except DamagedCodes:  # its frames go unnamed ("code not read"), its blocks are counted
+                    kept = {}
+                if kept is None:
+                    return None
+                codes.update(kept)
+            return None if table is None else (table, process.maps_text, codes)
 
     table, maps, codes = _until_unlocked(pid, attempt)
     allocations = table.allocations()  # decoded with the process running again
@@ -568,7 +573,7 @@ def table_snapshot(identity: ProcessInfo, backtrace_frames: int) -> Snapshot:
         {pid: info},
         backtrace_frames,
         tuple(allocations),
-        python_code=codes,
+        interpreted_code=codes,
         sites=site_totals(pid, table.sites),
         peaks=peak_of(pid, table.sites, table.peak),
     )

@@ -28,16 +28,14 @@ from leaktrace.android.heap_dump import read_heap_dump
 from leaktrace.android.leak_info import LeakInfoEntry, decode_leak_info
 from leaktrace.android.options import DEFAULT_DUMP_PREFIX, OptionError, parse_malloc_debug_options
 from leaktrace.errors import RuntimeFailure
-from leaktrace.interpreters.python.code_objects import PythonCodeCapture
-from leaktrace.interpreters.python.frame_words import named_like_python
-from leaktrace.interpreters.python.interpreter import ctypes_attach_notice, interpreter_offsets, unknown_interpreter
-from leaktrace.interpreters.python.versions import PythonOffsets
+from leaktrace.interpreters.code_capture import CodeCapture
+from leaktrace.interpreters.interface import Codes, DamagedCodes, InterpreterProcess
+from leaktrace.interpreters.table import INTERPRETERS
 from leaktrace.model.snapshot import (
     UNREACHABLE_LIMIT,
     Counters,
     LeakCheck,
     ProcessInfo,
-    PythonCode,
     Snapshot,
     UnreachableReport,
 )
@@ -66,7 +64,6 @@ from leaktrace.platform.target_files import (
     unlink_target_file,
 )
 from leaktrace.sources.preload.inject import Injection
-from leaktrace.sources.preload.python_code_table import TABLE_BYTES, DamagedCodes, parse_python_codes
 from leaktrace.sources.preload.table import (
     DamagedTable,
     SiteRecord,
@@ -167,10 +164,10 @@ class PreloadTrace(PollingSource):
         self.injection: Injection | None = None  # the library put in by leaktrace: read in place, detached at close
         self.sampling = EXACT  # what the library samples (--sample); its blocks then stand for more
         self.library = preload_library(runs_on_musl(parse_maps(identity.maps)))  # the build for its libc
-        self._python_row: PythonOffsets | None = None  # the row of the CPython it runs (versions.py)
-        # What its stacks' Python frames name, read while it lives.
-        self._python_code = PythonCodeCapture(lambda pid: self._python_row if pid == self.pid else None)
-        self._interpreters_checked = False  # whether its modules were looked at for a CPython not walked
+        self._interpreter: InterpreterProcess | None = None  # the interpreter it runs (interpreters/table.py)
+        # What its stacks' interpreter frames name, read while it lives.
+        self._interpreted_code = CodeCapture(lambda pid: self._interpreter if pid == self.pid else None)
+        self._interpreters_checked = False  # whether its modules were looked at for an interpreter
 
     @classmethod
     def launch(
@@ -258,8 +255,9 @@ class PreloadTrace(PollingSource):
             trace = cls(info, DEFAULT_DUMP_PREFIX, parse_malloc_debug_options(options).backtrace_frames)
             trace.injection = injection
             trace.sampling = sampling
-            said = ctypes_attach_notice(pid, [mapping.path for mapping in parse_maps(info.maps)])
-            trace._notices += [said] if said else []
+            paths = [mapping.path for mapping in parse_maps(info.maps)]
+            said = (interpreter.attach_notice(pid, paths) for interpreter in INTERPRETERS)
+            trace._notices += [line for line in said if line]
             return trace
         return cls(info, str(config.values.get("backtrace_dump_prefix", DEFAULT_DUMP_PREFIX)), config.backtrace_frames)
 
@@ -287,7 +285,7 @@ class PreloadTrace(PollingSource):
             found = read_heap_dump(
                 data.decode(errors="replace"), self.pid, self.comm, time.time(), exited, self.credentials
             )
-            codes = self._python_codes_at_exit() if exited else {}
+            codes = self._codes_at_exit() if exited else {}
             sites, peak = self._sites_of_dump(exited)
             dumped = found.processes[self.pid]
             return dataclasses.replace(
@@ -296,7 +294,7 @@ class PreloadTrace(PollingSource):
                     self.pid: dataclasses.replace(self.identity, maps=dumped.maps, exited=exited, forked=dumped.forked)
                 },
                 counters=self._counters_of_dump(exited),
-                python_code=codes,
+                interpreted_code=codes,
                 sites=site_totals(self.pid, sites),
                 peaks=peak_of(self.pid, sites, peak) if peak else (),
             )
@@ -306,16 +304,18 @@ class PreloadTrace(PollingSource):
             self._refuse_dumps(f"the heap dump {path} is damaged: {e}")
         return None
 
-    def _python_codes_at_exit(self) -> dict[tuple[int, int], PythonCode]:
-        """The code objects its Python frames named, from the file the library writes at exit
-        (none for a program that is not CPython 3.11)."""
-        path = f"{self.prefix}.{self.pid}.exit.python"
-        data = read_target_file(self.credentials, path, TABLE_BYTES)
-        try:
-            return parse_python_codes(data, self.pid) if data is not None else {}
-        except DamagedCodes as e:
-            self._notices.append(f"{e}: its Python frames are not named")
-            return {}
+    def _codes_at_exit(self) -> Codes:
+        """The code objects its interpreter frames named, from the file the library writes at
+        exit for each interpreter (none for a program that runs none)."""
+        codes: Codes = {}
+        for interpreter in INTERPRETERS:
+            path = f"{self.prefix}.{self.pid}{interpreter.exit_codes_suffix}"
+            data = read_target_file(self.credentials, path, interpreter.kept_codes_most)
+            try:
+                codes.update(interpreter.kept_codes(data, self.pid) if data is not None else {})
+            except DamagedCodes as e:
+                self._notices.append(f"{e}: its {interpreter.name} frames are not named")
+        return codes
 
     def _sites_of_dump(self, exited: bool) -> tuple[list[SiteRecord], tuple[int, ...] | None]:
         """The sites and peak at a dump: read in place, or at exit from the file the library writes
@@ -350,26 +350,28 @@ class PreloadTrace(PollingSource):
         return counters_from_words([int(word) for word in words], self.pid)
 
     def snapshot(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
-        """The live blocks now, with the code objects their Python frames name (_blocks)."""
+        """The live blocks now, with the code objects their interpreter frames name (_blocks)."""
         found = self._blocks(older_than_ms, with_allocations)
         self._look_at_interpreters(found.processes.get(self.pid))
-        return estimated(self._python_code.attach(found), self.sampling)
+        return estimated(self._interpreted_code.attach(found), self.sampling)
 
     def _look_at_interpreters(self, process: ProcessInfo | None) -> None:
-        """Once: the row of the CPython in a module named python* or libpython* (the library
-        judges by the same table), or a notice that it is one the library does not walk."""
+        """Once: the interpreter a module named for one holds (the library judges by the same
+        tables), or a notice that it is one the library does not walk."""
         if self._interpreters_checked or process is None:
             return
         self._interpreters_checked = True
-        named = [m for m in parse_maps(process.maps) if m.offset == 0 and named_like_python(m.path)]
-        for elf in ModuleFiles().open(process, named).values():
-            if elf is None:
-                continue
-            row = interpreter_offsets(elf)
-            self._python_row = row or self._python_row
-            unknown = unknown_interpreter(elf, row is not None)
-            if unknown:
-                self._notices.append(unknown)
+        maps = parse_maps(process.maps)
+        for interpreter in INTERPRETERS:
+            named = [m for m in maps if m.offset == 0 and interpreter.may_hold(m.path)]
+            for elf in ModuleFiles().open(process, named).values():
+                found = interpreter.load(elf) if elf is not None else None
+                if found is None:
+                    continue
+                self._interpreter = found.attach(self.pid) or self._interpreter
+                unwalked = found.unwalked(in_kernel=False, on_musl=False)
+                if unwalked:
+                    self._notices.append(unwalked)
 
     def _blocks(self, older_than_ms: int | None = None, with_allocations: bool = False) -> Snapshot:
         """The live blocks now (the final dump once the process has exited).

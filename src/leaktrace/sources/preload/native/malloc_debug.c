@@ -13,7 +13,7 @@
 #include "blocks.h"
 #include "forward.h"
 #include "own_memory.h"
-#include "python_stack.h"
+#include "interpreter_stacks.h"
 #include "reports.h"
 #include "sites.h"
 #include "stacks.h"
@@ -270,7 +270,7 @@ static void switch_on(void)
     static int forks_followed;
     find_own_code();
     choose_unwinder();
-    find_python();
+    find_interpreters();
     blocks_init();
     stacks_on = config.backtrace;
     if (!forks_followed++)  // an attach after a detach: the handlers are in already
@@ -453,7 +453,7 @@ static void note_allocation(void *pointer, size_t size)
         flags = RECORD_UNTRACED;
     else if (config.frames && size >= config.min_size && size <= config.max_size) {
         count = take_stack(frames, config.frames);
-        count += python_stack(frames + count, MAX_FRAMES - count);
+        count += interpreter_stack(frames + count, MAX_FRAMES - count);
     }
     record_in_site((uintptr_t)pointer, size, flags, frames, count);
 }
@@ -505,7 +505,7 @@ __attribute__((destructor)) static void at_exit(void)
     if (config.leak_track)
         log_leaks();
     if (config.dump_on_exit) {
-        write_python_codes(".exit.python");
+        write_interpreter_codes();
         write_sites(".exit.sites");
         write_counters(".exit.counters");  // first: the dump's arrival says these are there
         write_dump(".exit.txt");

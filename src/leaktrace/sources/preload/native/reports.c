@@ -1,8 +1,8 @@
 // What the library writes: the v1.2 heap dump and the leak_track log, in malloc_debug's order,
-// words and layout, and the counters, sites and Python code table beside a dump.
+// words and layout, and the counters, sites and interpreters' code tables beside a dump.
 #include "reports.h"
 #include "frame_names.h"
-#include "python_stack.h"
+#include "interpreter_stacks.h"
 #include "sites.h"
 #include "stacks.h"
 #include "table.h"
@@ -81,19 +81,20 @@ void write_counters(const char *suffix)
     put_in_place(fd, &file);
 }
 
-// The code objects Python frames named (record.h's python_code_table, as the library keeps it).
-void write_python_codes(const char *suffix)
+// The code objects each interpreter's frames named, as its walk keeps them, a file each.
+void write_interpreter_codes(void)
 {
-    struct python_code_table *codes = leaktrace_python_codes;
-    if (!codes)
-        return;
-    struct report_file file;
-    int fd = open_report(&file, "Python code objects", suffix);
-    if (fd < 0)
-        return;
-    size_t head = sizeof *codes + PYTHON_CODES * sizeof(struct python_code);
-    write_all(fd, (const char *)codes, head + codes->text_used);
-    put_in_place(fd, &file);
+    for (int which = 0; which < INTERPRETER_COUNT; which++) {
+        struct kept_codes codes = interpreter_kept_codes(which);
+        if (!codes.bytes)
+            continue;
+        struct report_file file;
+        int fd = open_report(&file, codes.what, codes.suffix);
+        if (fd < 0)
+            continue;
+        write_all(fd, (const char *)codes.start, codes.bytes);
+        put_in_place(fd, &file);
+    }
 }
 
 // The peak (layout.h's struct peak), then every site as it lies in memory (record.h's struct

@@ -1,4 +1,4 @@
-"""The code objects the preload library keeps for Python frames (abi/record.h's
+"""The code objects the preload library keeps for CPython's frames (abi/record.h's
 python_code_table at leaktrace_python_codes): read in place from the stopped process, or
 from the file the library writes at exit. The process wrote them: every size is bounded
 and every range checked."""
@@ -6,20 +6,16 @@ and every range checked."""
 from __future__ import annotations
 
 from leaktrace.abi.record import PYTHON_CODE, PYTHON_CODE_TABLE, PYTHON_CODES, PYTHON_TEXT
-from leaktrace.errors import RuntimeFailure
-from leaktrace.interpreters.python.code_objects import ENCODINGS, Read
-from leaktrace.model.snapshot import PythonCode
+from leaktrace.interpreters.interface import Codes, DamagedCodes, Read
+from leaktrace.interpreters.python.code_objects import ENCODINGS
+from leaktrace.model.snapshot import InterpretedCode
 
 SLOTS_AT = PYTHON_CODE_TABLE.size
 TEXT_AT = SLOTS_AT + PYTHON_CODES * PYTHON_CODE.size
 TABLE_BYTES = TEXT_AT + PYTHON_TEXT  # the whole table: the most its exit file holds
 
 
-class DamagedCodes(RuntimeFailure):
-    """A value of the library's code table that the library could not have written."""
-
-
-def parse_python_codes(data: bytes, pid: int) -> dict[tuple[int, int], PythonCode]:
+def parse_python_codes(data: bytes, pid: int) -> Codes:
     """(pid, code address) -> the code, from the table's bytes (its struct, slots and used text)."""
     if len(data) < TEXT_AT:
         raise DamagedCodes(f"pid {pid}'s Python code table is cut short ({len(data)} bytes)")
@@ -50,11 +46,11 @@ def parse_python_codes(data: bytes, pid: int) -> dict[tuple[int, int], PythonCod
         file = data[at : at + file_length].decode(ENCODINGS[file_kind], errors="replace")
         at += file_length
         line = first_line - (1 << 32) if first_line >= 1 << 31 else first_line  # an int in the object
-        found[pid, code] = PythonCode(name, file, line, data[at : at + table_length], bool(changed))
+        found[pid, code] = InterpretedCode(name, file, line, data[at : at + table_length], bool(changed))
     return found
 
 
-def python_codes_in_place(read: Read, pointer_at: int, pid: int) -> dict[tuple[int, int], PythonCode] | None:
+def python_codes_in_place(read: Read, pointer_at: int, pid: int) -> Codes | None:
     """The table of a stopped process, found through the library's pointer to it ({} where it
     has none: not a Python program); None while a thread holds its lock (read again later)."""
     pointer = read(pointer_at, 8)
