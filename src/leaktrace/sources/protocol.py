@@ -14,7 +14,6 @@ from leaktrace.sources.target import TraceTarget
 @runtime_checkable
 class TraceSource(Protocol):
     target: TraceTarget  # a process, a launched command, or every process
-    exit_status: int | None  # its exit status, once it has exited (a launched command)
     final_snapshot: Snapshot | None  # the last state, read when it exited
     unjudged_why: str  # what can keep a command that exited from its leak check, for the gate's line
 
@@ -28,6 +27,10 @@ class TraceSource(Protocol):
 
     @property
     def exited(self) -> bool: ...
+
+    @property
+    def exit_status(self) -> int | None:
+        """Its exit status, once it has exited (a launched command: TargetLife)."""
 
     @property
     def target_selected(self) -> bool:

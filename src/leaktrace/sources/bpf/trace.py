@@ -26,8 +26,6 @@ from leaktrace.platform.module_files import (
 )
 from leaktrace.platform.process import (
     MapsFollower,
-    alive,
-    command_line,
     library_of_executable,
     on_terminal,
     process_state,
@@ -49,6 +47,7 @@ from leaktrace.sources.bpf.stop_owners import UNSHARED_NOTICE, StopOwners, stop_
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.sampling import estimated
 from leaktrace.sources.target import TraceTarget
+from leaktrace.sources.target_life import TargetLife, TargetState, judged_at_exit, named_by_command_line
 
 MAPS_REFRESH = 0.2  # seconds between reads of traced processes' maps (dlopen'ed modules get tables)
 UNJUDGED_SHOWN = 5  # pids a notice names of the processes that exited without their leak check
@@ -108,8 +107,8 @@ class BpfTrace(PollingSource):
         self.target = engine.target
         self._exit_checks: list[LeakCheck] = []  # --all: processes judged at their exit, not reported yet
         self.final_snapshot: Snapshot | None = None
-        self.exit_status: int | None = None
-        self._exited = False
+        self.life = TargetLife(self.target)  # a launched command reaped, an attached process watched
+        self._exited = False  # its end taken: the final snapshot is read, or being read
         self._interpreted_code = CodeCapture(engine.upload.interpreters.get)
         self.processes = ProcessTracker(engine, selection, info, lambda: self._exited)
         self._stop_release: StopRelease | None = None  # a launched command, continued if leaktrace dies
@@ -304,21 +303,16 @@ class BpfTrace(PollingSource):
         running = self._poll_child() if self.target.is_command else self._poll_attached()
         if not running:
             if not self._exited:
-                self._finish(None)
+                self._finish()
             return False
         self.processes.refresh_infos(MAPS_REFRESH)
         return True
 
     def _poll_child(self) -> bool:
+        """-c's command: running; stopped by the BPF program, served and let go; False once ended."""
         child = self.target.single_pid
-        try:
-            pid, status = os.waitpid(child, os.WNOHANG | os.WUNTRACED)
-        except ChildProcessError:  # reaped elsewhere (the API user waited for it)
-            self._finish(None)
-            return False
-        if pid == 0:
-            return True
-        if os.WIFSTOPPED(status):
+        state = self.life.look(stops=True)
+        if state is TargetState.STOPPED:
             if self.engine.kernel.tables_stop_pending():
                 # Stopped at the first allocator call of a new image: its modules are all
                 # mapped now; the call goes on once their unwind tables are in.
@@ -343,9 +337,7 @@ class BpfTrace(PollingSource):
                 self._unprobed_at_exit = self._allocator_not_probed(self.processes.process_info(child))
                 self.engine.kernel.clear_exit_stop()
                 self._stop_owners.let_go(child)
-            return True
-        self._finish(status)
-        return False
+        return state is not TargetState.ENDED
 
     def _poll_attached(self) -> bool:
         """-p's process: alive; stopped where its interpreter frees its code, the code its frames
@@ -355,7 +347,7 @@ class BpfTrace(PollingSource):
             self._read_interpreted_code()
             self.engine.kernel.clear_interpreter_stop()
             self._stop_owners.let_go(pid)
-        return alive(pid)
+        return self.life.look() is not TargetState.ENDED
 
     def _read_interpreted_code(self) -> None:
         """Stopped where its interpreter frees its code: the code its stacks' interpreter frames
@@ -389,7 +381,7 @@ class BpfTrace(PollingSource):
         if self.engine.settings.follow_forks:
             self.engine.inheritance.copy_inherited()  # a child that exits at once may not have its copies yet
         check = judge_leak_kinds(info, self.engine.reader.allocations(images={pid: gen}), self.engine.exit_hold_spots)
-        self._exit_checks.append(dataclasses.replace(check, command=command_line(pid) or info.name))
+        self._exit_checks.append(named_by_command_line(check, pid, info.name))
 
     def check_leak_kinds(self) -> LeakCheck:
         """valgrind's kinds of every block the attached process has now (frozen a moment): those
@@ -407,26 +399,20 @@ class BpfTrace(PollingSource):
         from leaktrace.reachability.unreachable import judge_leak_kinds  # numpy: only for this
 
         assert self.final_snapshot is not None and self.final_snapshot.allocations is not None
+        processes, allocations = self.final_snapshot.processes, list(self.final_snapshot.allocations)
         command = self.target.single_pid
         record = self.engine.reader.process(command)
         if record is not None:  # the image that stands in _exit
             self.processes.target_selected = self.processes.selection.matches(command, record)
         if not self.processes.target_selected:
             return ()
-        try:
-            check = judge_leak_kinds(
-                self.final_snapshot.processes[command],
-                list(self.final_snapshot.allocations),
-                self.engine.exit_hold_spots,
-            )
-            return (dataclasses.replace(check, command=command_line(command) or check.command),)
-        except RuntimeFailure as e:
-            self.engine.notices.append(f"leak check skipped: {e}")
-            return ()
+        return judged_at_exit(
+            command,
+            lambda: judge_leak_kinds(processes[command], allocations, self.engine.exit_hold_spots),
+            self.engine.notices,
+        )
 
-    def _finish(self, status: int | None) -> None:
-        if status is not None:
-            self.exit_status = os.waitstatus_to_exitcode(status)
+    def _finish(self) -> None:
         self._exited = True
         if self.final_snapshot is None:
             self.processes.track()  # children that left since this poll began
@@ -521,6 +507,10 @@ class BpfTrace(PollingSource):
     @property
     def exited(self) -> bool:
         return self._exited
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.life.exit_status
 
     @property
     def target_selected(self) -> bool:

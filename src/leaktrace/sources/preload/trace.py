@@ -46,7 +46,6 @@ from leaktrace.platform.module_files import MUSL_NAME, ModuleFiles, allocator_li
 from leaktrace.platform.process import (
     alive,
     catches,
-    command_line,
     launch,
     parse_maps,
     printable,
@@ -81,6 +80,7 @@ from leaktrace.sources.preload.table import (
 from leaktrace.sources.protocol import PollingSource
 from leaktrace.sources.sampling import EXACT, Sampling, estimated
 from leaktrace.sources.target import TraceTarget
+from leaktrace.sources.target_life import TargetLife, TargetState, judged_at_exit
 
 DUMP_SIGNAL = signal.SIGRTMAX - 17
 DUMP_WAIT = 1.0  # seconds for a program to make an allocator call and write the dump asked for
@@ -149,7 +149,7 @@ class PreloadTrace(PollingSource):
         self.backtrace_frames = backtrace_frames
         self.workdir = workdir  # ours to delete (launch only)
         self.target = TraceTarget.command(pid) if workdir is not None else TraceTarget.process(pid)
-        self.exit_status: int | None = None
+        self.life = TargetLife(self.target)  # a launched command reaped, an attached process watched
         self.target_selected = True  # the in-process engine has no choice of processes
         self._gone = False
         self.final_snapshot: Snapshot | None = None
@@ -264,6 +264,10 @@ class PreloadTrace(PollingSource):
     @property
     def exited(self) -> bool:
         return self._gone
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.life.exit_status
 
     def take_notices(self) -> list[str]:
         """What went wrong with the dump files since the last call, a line each (said once)."""
@@ -433,16 +437,7 @@ class PreloadTrace(PollingSource):
         if self._gone:
             return False
         self._judge_if_held()
-        if self.target.is_command:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere (the API user waited for it): no status
-                pid, status = self.pid, None
-            if pid == 0:
-                return True
-            if status is not None:
-                self.exit_status = os.waitstatus_to_exitcode(status)
-        elif alive(self.pid):
+        if self.life.look() is not TargetState.ENDED:
             return True
         self._gone = True
         last = self._last and dataclasses.replace(
@@ -473,7 +468,7 @@ class PreloadTrace(PollingSource):
             return
         from leaktrace.reachability.unreachable import judge_leak_kinds_copied, scanned_mapping  # numpy
 
-        try:
+        def judge() -> LeakCheck:
             process = read_target(self.pid)
             image, allocations, table = copy_with_table(self.pid, scanned_mapping)
             check = judge_leak_kinds_copied(process, image, allocations, table.library_memory)
@@ -482,9 +477,9 @@ class PreloadTrace(PollingSource):
                     f"leak check: {table.own_maps_unlisted} of the library's own mappings were not listed "
                     "and were scanned as the program's memory: a leak they point to may be called reachable"
                 )
-            self._exit_checks = (dataclasses.replace(check, command=command_line(self.pid) or check.command),)
-        except RuntimeFailure as e:
-            self._notices.append(f"leak check skipped: {e}")
+            return check
+
+        self._exit_checks = judged_at_exit(self.pid, judge, self._notices)
         self._release_exit_hold()
 
     def _release_exit_hold(self) -> None:
